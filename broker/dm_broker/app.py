@@ -1,0 +1,90 @@
+"""Runs one broker process: recovery, the Kafka listener, the HTTP side port, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+
+from aiohttp import web
+
+from .broker import Broker
+from .config import BrokerConfig
+from .http.app import make_app
+from .log.checkpoints import atomic_write
+from .server import KafkaServer
+
+log = logging.getLogger(__name__)
+
+
+def install_event_loop_policy() -> str:
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+async def serve(config: BrokerConfig, banner: bool = False) -> None:
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    runner: web.AppRunner | None = None
+    http_port = config["http.port"]
+    if http_port >= 0:
+        runner = web.AppRunner(make_app(broker), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, config["listener.host"], http_port)
+        await site.start()
+        http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    # Recovery blocks on disk reads; run it off the loop so /healthz answers meanwhile.
+    await loop.run_in_executor(None, broker.logs.open_all, broker.topic_settings)
+    broker.open_recovered()
+
+    server = KafkaServer(broker.dispatcher, config["socket.request.max.bytes"], config["connections.max.idle.ms"])
+    broker.port = await server.start(config["listener.host"], config["listener.port"])
+    listeners = {"kafka": f"{config.advertised_host}:{broker.port}", "http_port": http_port,
+                 "node_id": broker.node_id}
+    atomic_write(config.data_dir / "__dm_meta" / "listeners.json", json.dumps(listeners).encode())
+    log.info("dm broker %d ready: kafka %s, http %s", broker.node_id, listeners["kafka"], http_port)
+    if banner:
+        print_banner(listeners["kafka"], http_port)
+    print(f"DM_READY {json.dumps(listeners)}", flush=True)
+
+    await stop.wait()
+    log.info("shutting down broker %d", broker.node_id)
+    await server.close()
+    await broker.close()
+    if runner is not None:
+        with contextlib.suppress(Exception):
+            await runner.cleanup()
+    log.info("broker %d stopped cleanly", broker.node_id)
+
+
+def print_banner(bootstrap: str, http_port: int) -> None:
+    print(
+        f"""
+dm is running. Bootstrap server: {bootstrap}   (metrics: http://127.0.0.1:{http_port}/metrics)
+
+  In another terminal:
+    .venv/bin/dm topics create demo --partitions 3
+    echo hello | .venv/bin/dm produce demo
+    .venv/bin/dm consume demo --from-beginning --max-messages 1
+    kcat -b {bootstrap} -L
+
+Press Ctrl-C to stop.
+""",
+        flush=True,
+    )
+
+
+def run(config: BrokerConfig, banner: bool = False) -> None:
+    install_event_loop_policy()
+    asyncio.run(serve(config, banner))

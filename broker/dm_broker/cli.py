@@ -1,0 +1,72 @@
+"""The `dm` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .config import BrokerConfig, ConfigError
+from .tools import consume, produce, topics
+from .tools.client import DEFAULT_BOOTSTRAP
+
+
+def _broker(args: argparse.Namespace) -> None:
+    from .app import run
+
+    overrides: dict[str, str] = {}
+    for item in args.override or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"dm: --override expects key=value, got {item!r}")
+        overrides[key] = value
+    for flag, prop in (("data_dir", "log.dirs"), ("host", "listener.host"), ("port", "listener.port"),
+                       ("http_port", "http.port"), ("node_id", "node.id"), ("advertised_host", "advertised.host")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[prop] = value
+    try:
+        config = BrokerConfig.build(overrides, Path(args.config) if args.config else None)
+    except ConfigError as exc:
+        raise SystemExit(f"dm: invalid configuration: {exc}") from None
+    run(config, banner=args.banner)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dm", description="dm: a Kafka-compatible streaming platform")
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("broker", help="run a broker")
+    b.add_argument("--data-dir")
+    b.add_argument("--host")
+    b.add_argument("--port", type=int)
+    b.add_argument("--http-port", type=int)
+    b.add_argument("--node-id", type=int)
+    b.add_argument("--advertised-host")
+    b.add_argument("--config", help="Kafka-style .properties file")
+    b.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property (repeatable)")
+    b.add_argument("--banner", action="store_true", help="print how to use the broker once it is ready")
+    b.set_defaults(func=_broker)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="host:port (env DM_BOOTSTRAP)")
+    topics.register(sub, common)
+    produce.register(sub, common)
+    consume.register(sub, common)
+    from .tools import bench
+
+    bench.register(sub, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Small durable files: written to a temporary name, fsynced, renamed, directory fsynced."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_offsets(path: Path, offsets: dict[tuple[str, int], int]) -> None:
+    """Kafka's checkpoint text format: version, count, then `topic partition offset` lines."""
+    lines = ["0", str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
+    atomic_write(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_offsets(path: Path) -> dict[tuple[str, int], int]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    try:
+        count = int(lines[1])
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.rsplit(" ", 2)
+            out[(topic, int(partition))] = int(offset)
+    except (IndexError, ValueError):
+        # A damaged checkpoint only costs a longer recovery: everything is rescanned.
+        return {}
+    return out

@@ -1,0 +1,72 @@
+"""Leader epoch cache: the start offset of every leader epoch in a partition's log.
+
+Used to answer OffsetForLeaderEpoch, so a follower or a returning leader can truncate to the
+point where its log and the current leader's agree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .checkpoints import atomic_write
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: list[tuple[int, int]] = []  # (epoch, start offset), both increasing
+        try:
+            lines = path.read_text().splitlines()
+            count = int(lines[1])
+            for line in lines[2 : 2 + count]:
+                epoch, offset = line.split()
+                self.entries.append((int(epoch), int(offset)))
+        except (FileNotFoundError, IndexError, ValueError):
+            self.entries = []
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        if self.entries and epoch <= self.entries[-1][0]:
+            return
+        # A new epoch starting before older ones (after truncation) replaces them.
+        self.entries = [(e, o) for e, o in self.entries if o < start_offset]
+        self.entries.append((epoch, start_offset))
+        self._save()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= requested, end offset of that epoch), as OffsetForLeaderEpoch."""
+        if not self.entries or epoch < self.entries[0][0]:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch >= self.entries[-1][0]:
+            return self.entries[-1][0], log_end_offset
+        for i, (e, _) in enumerate(self.entries):
+            if e > epoch:
+                return self.entries[i - 1][0], self.entries[i][1]
+        return self.entries[-1][0], log_end_offset
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._save()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        if not self.entries:
+            return
+        kept = [(e, o) for e, o in self.entries if o > start_offset]
+        older = [(e, o) for e, o in self.entries if o <= start_offset]
+        if older:
+            kept.insert(0, (older[-1][0], start_offset))
+        if kept != self.entries:
+            self.entries = kept
+            self._save()
+
+    def _save(self) -> None:
+        lines = ["0", str(len(self.entries))] + [f"{e} {o}" for e, o in self.entries]
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode())

@@ -1,0 +1,395 @@
+"""The log of one partition: an ordered list of segments in `<topic>-<partition>/`.
+
+Durability: `append` writes to the page cache (the data survives a process crash, not a power
+loss). `flush` fsyncs every segment holding data past the recovery point and then advances it;
+the flush policy (flush.messages / flush.ms) decides when callers wait for that. The recovery
+point is checkpointed by the LogManager; on start only segments past it are rescanned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import TopicSettings
+from .checkpoints import fsync_dir
+from .leader_epochs import LeaderEpochCache
+from .producer_state import CachedBatch, ProducerStateManager
+from .records import BatchHeader, decode_records, iter_batches, stamp_batch
+from .segment import FileSlice, Segment
+
+log = logging.getLogger(__name__)
+
+LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class ReadResult:
+    slices: list[FileSlice]
+    size: int
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        settings: TopicSettings,
+        recovery_point: int = 0,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.settings = settings
+        self.clock = clock
+        self.recovery_point = recovery_point
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.leader_epochs = LeaderEpochCache(directory / LEADER_EPOCH_FILE)
+        self.producers = ProducerStateManager(directory)
+        self.unflushed_messages = 0
+        self.first_unflushed_ms: int | None = None
+        self._flush_lock = asyncio.Lock()
+        self.truncated_bytes_on_recovery = 0
+        self._dir_dirty = False
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Loads segments; rescans and repairs every segment past the recovery point."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stray in self.directory.glob("*.tmp"):
+            stray.unlink()
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
+        index_interval = self.settings["index.interval.bytes"]
+        max_batch = self.settings["max.message.bytes"]
+        self.segments = [Segment(self.directory, b, index_interval) for b in bases]
+        damaged_from: int | None = None
+        for i, seg in enumerate(self.segments):
+            # Segment i holds offsets [base_i, base_i+1): rescan it if any may be unflushed.
+            is_last = i == len(self.segments) - 1
+            needs_scan = is_last or self.segments[i + 1].base_offset > self.recovery_point
+            if not needs_scan and seg.load_indexes():
+                continue
+            truncated = seg.recover(max_batch)
+            if truncated:
+                log.warning(
+                    "%s-%d: truncated %d invalid bytes at the end of segment %d",
+                    self.topic, self.partition, truncated, seg.base_offset,
+                )
+                self.truncated_bytes_on_recovery += truncated
+                damaged_from = i + 1
+                break
+        if damaged_from is not None:
+            # Nothing after a damaged point can be trusted to be contiguous.
+            for seg in self.segments[damaged_from:]:
+                log.warning("%s-%d: deleting segment %d after a damaged one", self.topic, self.partition,
+                            seg.base_offset)
+                self.truncated_bytes_on_recovery += seg.size
+                seg.delete()
+            del self.segments[damaged_from:]
+        if not self.segments:
+            self.segments = [Segment(self.directory, 0, index_interval)]
+        self._bases = [s.base_offset for s in self.segments]
+        self._dir_dirty = True  # the directory entry of a new partition or segment is not yet durable
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state()
+
+    def _rebuild_producer_state(self) -> None:
+        start = self.producers.load()
+        if start is None or start > self.log_end_offset or start < self.log_start_offset:
+            self.producers.clear()
+            start = self.log_start_offset
+        for header in self.batch_headers_from(start):
+            self.producers.update(header, header.base_offset)
+
+    def batch_headers_from(self, offset: int):
+        """Headers of every batch holding an offset >= `offset`."""
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self.segments[i:]:
+            found = seg.find(offset) if seg.base_offset <= offset else None
+            start = found[0] if found else 0
+            if seg.base_offset <= offset and found is None:
+                continue
+            for _, header in seg.headers_from(start):
+                yield header
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- appending -------------------------------------------------------------------------
+
+    def check_duplicate(self, header: BatchHeader) -> CachedBatch | None:
+        return self.producers.check(header)
+
+    def append(self, data: bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendResult:
+        """Assigns offsets to validated batches (as leader) and writes them."""
+        append_time = self.clock() if self.settings["message.timestamp.type"] == "LogAppendTime" else None
+        offset = self.log_end_offset
+        base = offset
+        located: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        for header in headers:
+            stamp_batch(data, pos, offset, leader_epoch, append_time)
+            header.base_offset = offset
+            header.partition_leader_epoch = leader_epoch
+            if append_time is not None:
+                header.max_timestamp = append_time
+            located.append((pos, header))
+            offset = header.next_offset
+            pos += header.size
+        self._write(data, located, leader_epoch)
+        return AppendResult(base, offset - 1, append_time if append_time is not None else -1)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> int:
+        """Appends batches that already carry offsets (replication); returns the new end offset."""
+        located = list(iter_batches(data))
+        if not located:
+            return self.log_end_offset
+        end = located[-1][0] + located[-1][1].size
+        for _, header in located:
+            if header.partition_leader_epoch >= 0:
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+        self._write(memoryview(data)[:end], located, None)
+        return self.log_end_offset
+
+    def _write(self, data, located: list[tuple[int, BatchHeader]], leader_epoch: int | None) -> None:
+        first = located[0][1]
+        if leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(leader_epoch, first.base_offset)
+        self._maybe_roll(len(data), first)
+        self.active.append(data, located)
+        messages = 0
+        for _, header in located:
+            self.producers.update(header, header.base_offset)
+            messages += header.records_count
+        self.unflushed_messages += messages
+        if self.first_unflushed_ms is None:
+            self.first_unflushed_ms = self.clock()
+
+    def _maybe_roll(self, incoming: int, first: BatchHeader) -> None:
+        seg = self.active
+        if seg.size == 0:
+            return
+        too_big = seg.size + incoming > self.settings["segment.bytes"]
+        # As Kafka: age is measured in record time, incoming max timestamp minus the first batch's.
+        first_ts = seg.first_batch_timestamp
+        too_old = first_ts is not None and first.max_timestamp - first_ts > self.settings["segment.ms"]
+        if too_big or too_old:
+            self.roll()
+
+    def roll(self) -> None:
+        seg = self.active
+        if seg.size == 0:
+            return
+        seg.flush(fsync=False)
+        new = Segment(self.directory, seg.next_offset, self.settings["index.interval.bytes"])
+        self.segments.append(new)
+        self._bases.append(new.base_offset)
+        self._dir_dirty = True
+
+    # -- flushing --------------------------------------------------------------------------
+
+    def flush_due(self) -> bool:
+        if self.unflushed_messages >= self.settings["flush.messages"]:
+            return True
+        first = self.first_unflushed_ms
+        return first is not None and self.clock() - first >= self.settings["flush.ms"]
+
+    async def flush(self) -> None:
+        """fsyncs everything appended so far; concurrent callers share one fsync."""
+        target = self.log_end_offset
+        async with self._flush_lock:
+            if self.recovery_point >= target:
+                return
+            end = self.log_end_offset
+            dirty = [s for s in self.segments if s.next_offset > self.recovery_point]
+            self.unflushed_messages = 0
+            self.first_unflushed_ms = None
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._fsync, dirty)
+            self.recovery_point = max(self.recovery_point, end)
+
+    def flush_sync(self) -> None:
+        dirty = [s for s in self.segments if s.next_offset > self.recovery_point]
+        self._fsync(dirty)
+        self.unflushed_messages = 0
+        self.first_unflushed_ms = None
+        self.recovery_point = self.log_end_offset
+
+    def _fsync(self, segments: list[Segment]) -> None:
+        for seg in segments:
+            if seg.fd >= 0:
+                seg.flush(fsync=True)
+        if self._dir_dirty:
+            self._dir_dirty = False
+            fsync_dir(self.directory)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def segment_for(self, offset: int) -> Segment | None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self.segments[i] if i >= 0 else None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> ReadResult:
+        """Bytes from the batch holding `offset` up to `max_offset` (exclusive), at most
+        `max_bytes` unless the first batch alone is larger and `min_one_batch` is set. The last
+        batch may be cut short, as Kafka does; clients drop a partial trailing batch."""
+        slices: list[FileSlice] = []
+        total = 0
+        if offset >= max_offset:
+            return ReadResult(slices, 0)
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self.segments[i:]:
+            if seg.base_offset >= max_offset or total >= max_bytes:
+                break
+            found = seg.find(offset) if slices == [] else (0, None)
+            if found is None:
+                continue
+            start, header = found
+            end = seg.size if seg.next_offset <= max_offset else seg.position_of(max_offset)
+            if end <= start:
+                continue
+            budget = max_bytes - total
+            size = end - start
+            if size > budget:
+                first_size = header.size if header is not None else 0
+                size = max(budget, first_size) if (min_one_batch and not slices) else budget
+            if size <= 0:
+                break
+            slices.append(FileSlice(seg.fd, start, size))
+            total += size
+        return ReadResult(slices, total)
+
+    def read_batches(self, offset: int, max_offset: int, max_bytes: int) -> list[bytes]:
+        """Whole batches (decoded path for tools and timestamp lookups)."""
+        out: list[bytes] = []
+        seen = 0
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self.segments[i:]:
+            found = seg.find(offset) if seg.base_offset <= offset else (0, None)
+            if found is None:
+                continue
+            for position, header in seg.headers_from(found[0]):
+                if header.base_offset >= max_offset or seen >= max_bytes:
+                    return out
+                out.append(seg.read_batch(position, header))
+                seen += header.size
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp >= target, or None."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            candidate = seg.time_index.lookup(timestamp)
+            start = candidate if candidate is not None else seg.base_offset
+            for batch in self.read_batches(start, self.log_end_offset, 1 << 62):
+                header_records = decode_records(batch)
+                for record in header_records:
+                    if record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        best: tuple[int, int] | None = None
+        newest = max(self.segments, key=lambda s: s.max_timestamp)
+        for seg in [newest]:
+            for _, header in seg.headers_from(0):
+                if best is None or header.max_timestamp > best[1]:
+                    best = (header.last_offset, header.max_timestamp)
+        return best
+
+    # -- retention and truncation ------------------------------------------------------------
+
+    def apply_retention(self) -> int:
+        """Deletes whole segments past retention.ms / retention.bytes; returns how many."""
+        if not self.settings.deletes:
+            return 0
+        now = self.clock()
+        retention_ms = self.settings["retention.ms"]
+        retention_bytes = self.settings["retention.bytes"]
+        if retention_ms >= 0 and self.active.size and now - self.active.max_timestamp > retention_ms:
+            self.roll()  # an expired active segment is rolled so it can go too, as Kafka does
+        deleted = 0
+        size = self.size_bytes
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            expired = retention_ms >= 0 and now - seg.max_timestamp > retention_ms
+            oversized = retention_bytes >= 0 and size - seg.size >= retention_bytes
+            if not (expired or oversized):
+                break
+            size -= seg.size
+            self._delete_first_segment()
+            deleted += 1
+        if deleted:
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
+        return deleted
+
+    def _delete_first_segment(self) -> None:
+        seg = self.segments.pop(0)
+        self._bases.pop(0)
+        log.info("%s-%d: deleting segment %d (retention)", self.topic, self.partition, seg.base_offset)
+        seg.delete()
+
+    def truncate_to(self, offset: int) -> None:
+        """Removes every record at or after offset (follower divergence repair)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            seg = self.segments.pop()
+            self._bases.pop()
+            seg.delete()
+        self.active.truncate_to_offset(offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.producers.clear()
+        self._rebuild_producer_state_from_log()
+
+    def _rebuild_producer_state_from_log(self) -> None:
+        for header in self.batch_headers_from(self.log_start_offset):
+            self.producers.update(header, header.base_offset)
+
+    def checkpoint_producers(self) -> None:
+        # The snapshot covers exactly the batches below the current end offset; on start it is
+        # used only if the recovered log still reaches that offset.
+        self.producers.save(self.log_end_offset)
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()

@@ -1,0 +1,343 @@
+"""Kafka record batches (magic v2): header parsing, validation, offset stamping, decoding.
+
+Batches are stored exactly as the client sent them; the broker only rewrites the fields that
+lie outside the CRC (base offset and partition leader epoch), plus the timestamp fields for
+LogAppendTime topics (then the CRC is recomputed). Record-level decoding is only used off the
+hot path (timestamp lookups, compaction, tools).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = BATCH_HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength precede the part counted by batchLength
+CRC_START = 21  # the CRC covers attributes .. end of batch
+MAGIC_OFFSET = 16
+OFFSET_LENGTH = struct.Struct(">qi")
+MAGIC_V2 = 2
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+class InvalidRecordError(ValueError):
+    """The bytes are not a well-formed batch (maps to INVALID_RECORD / CORRUPT_MESSAGE)."""
+
+
+class CorruptRecordError(InvalidRecordError):
+    """The batch is well framed but its CRC does not match (maps to CORRUPT_MESSAGE)."""
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    return BatchHeader(*BATCH_HEADER.unpack_from(buf, pos))
+
+
+def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
+    end = pos + header.size
+    return crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]) == header.crc
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """Yields (position, header) for every complete batch; stops at a partial tail."""
+    pos = 0
+    total = len(buf)
+    while pos + HEADER_SIZE <= total:
+        header = parse_header(buf, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > total:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[BatchHeader]:
+    """Checks that buf is a whole number of well-formed, CRC-valid magic-v2 batches.
+
+    Raises CorruptRecordError on a CRC mismatch and InvalidRecordError on anything else.
+    """
+    headers: list[BatchHeader] = []
+    pos = 0
+    total = len(buf)
+    if total == 0:
+        raise InvalidRecordError("empty record set")
+    while pos < total:
+        if pos + HEADER_SIZE > total:
+            raise InvalidRecordError("truncated batch header")
+        header = parse_header(buf, pos)
+        if header.magic != MAGIC_V2:
+            raise InvalidRecordError(f"unsupported record batch magic {header.magic} (only v2)")
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > total:
+            raise InvalidRecordError("batch length does not match the record set size")
+        if header.size > max_batch_bytes:
+            raise RecordTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes")
+        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+            raise InvalidRecordError("record count does not match the last offset delta")
+        if header.compression > 4:
+            raise InvalidRecordError(f"unknown compression codec {header.compression}")
+        if not crc_matches(buf, pos, header):
+            raise CorruptRecordError("record batch CRC mismatch")
+        headers.append(header)
+        pos += header.size
+    return headers
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch is larger than max.message.bytes (maps to MESSAGE_TOO_LARGE)."""
+
+
+def stamp_batch(
+    buf: bytearray, pos: int, base_offset: int, leader_epoch: int, append_time_ms: int | None
+) -> None:
+    """Assigns the broker-side fields of one batch in place.
+
+    base offset and partition leader epoch are outside the CRC; for LogAppendTime topics the
+    timestamp type bit and max timestamp change, so the CRC is recomputed.
+    """
+    struct.pack_into(">q", buf, pos, base_offset)
+    struct.pack_into(">i", buf, pos + 12, leader_epoch)
+    if append_time_ms is not None:
+        (attributes,) = struct.unpack_from(">h", buf, pos + 21)
+        struct.pack_into(">h", buf, pos + 21, attributes | TIMESTAMP_TYPE_BIT)
+        struct.pack_into(">q", buf, pos + 35, append_time_ms)
+        (length,) = struct.unpack_from(">i", buf, pos + 8)
+        end = pos + LOG_OVERHEAD + length
+        struct.pack_into(">I", buf, pos + 17, crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Record-level decoding (off the hot path)
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidRecordError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError("varint too long")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _read_varbytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise InvalidRecordError("truncated record field")
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    import cramjam
+
+    if codec == 0:
+        return data
+    if codec == 1:
+        return bytes(cramjam.gzip.decompress(data))
+    if codec == 2:
+        return _snappy_decompress(data)
+    if codec == 3:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.decompress(data))
+    raise InvalidRecordError(f"unknown compression codec {codec}")
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    """Java clients frame snappy with xerial's block format; librdkafka may send raw snappy."""
+    import cramjam
+
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    pos = 16  # magic (8) + version (4) + compatible version (4)
+    out = bytearray()
+    while pos + 4 <= len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out += cramjam.snappy.decompress_raw(data[pos : pos + size])
+        pos += size
+    return bytes(out)
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    import cramjam
+
+    if codec == 0:
+        return data
+    if codec == 1:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def decode_records(batch: bytes) -> list[Record]:
+    """Decodes every record of one complete batch (decompressing if needed)."""
+    header = parse_header(batch)
+    body = bytes(batch[HEADER_SIZE : header.size])
+    data = decompress(header.compression, body)
+    records: list[Record] = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        if end > len(data):
+            raise InvalidRecordError("truncated record")
+        pos += 1  # record attributes (unused)
+        ts_delta, pos = _read_varint(data, pos)
+        off_delta, pos = _read_varint(data, pos)
+        key, pos = _read_varbytes(data, pos)
+        value, pos = _read_varbytes(data, pos)
+        count, pos = _read_varint(data, pos)
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(count):
+            hkey, pos = _read_varbytes(data, pos)
+            hval, pos = _read_varbytes(data, pos)
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+        timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + ts_delta
+        records.append(Record(header.base_offset + off_delta, timestamp, key, value, headers))
+        pos = end
+    return records
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    value = (value << 1) ^ (value >> 63)
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _write_varbytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _write_varint(out, -1)
+    else:
+        _write_varint(out, len(data))
+        out += data
+
+
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int,
+    codec: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    attributes_extra: int = 0,
+) -> bytes:
+    """Encodes (key, value, headers) tuples as one magic-v2 batch (used by internal writers)."""
+    body = bytearray()
+    for delta, (key, value, headers) in enumerate(records):
+        rec = bytearray(b"\x00")
+        _write_varint(rec, 0)
+        _write_varint(rec, delta)
+        _write_varbytes(rec, key)
+        _write_varbytes(rec, value)
+        _write_varint(rec, len(headers))
+        for hkey, hval in headers:
+            _write_varbytes(rec, hkey.encode())
+            _write_varbytes(rec, hval)
+        _write_varint(body, len(rec))
+        body += rec
+    payload = compress(codec, bytes(body))
+    attributes = codec | attributes_extra
+    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    out = bytearray(
+        BATCH_HEADER.pack(
+            base_offset, length, -1, MAGIC_V2, 0, attributes, len(records) - 1,
+            timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence, len(records),
+        )
+    )
+    out += payload
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)

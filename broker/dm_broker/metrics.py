@@ -1,0 +1,63 @@
+"""Prometheus metrics of one broker (its own registry, served on the HTTP side port)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class _LogCollector(Collector):
+    """Reads offsets and sizes from the logs at scrape time instead of on every append."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        end = GaugeMetricFamily("dm_log_end_offset", "Log end offset", labels=["topic", "partition"])
+        start = GaugeMetricFamily("dm_log_start_offset", "Log start offset", labels=["topic", "partition"])
+        hw = GaugeMetricFamily("dm_high_watermark", "High watermark", labels=["topic", "partition"])
+        size = GaugeMetricFamily("dm_log_size_bytes", "Bytes on disk", labels=["topic", "partition"])
+        for (topic, index), part in list(self.broker.partitions.items()):
+            labels = [topic, str(index)]
+            end.add_metric(labels, part.log.log_end_offset)
+            start.add_metric(labels, part.log.log_start_offset)
+            hw.add_metric(labels, part.high_watermark)
+            size.add_metric(labels, part.log.size_bytes)
+        yield from (end, start, hw, size)
+
+
+class BrokerMetrics:
+    def __init__(self, broker: Broker) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.bytes_in = Counter("dm_bytes_in", "Record bytes produced", ["topic"], registry=r)
+        self.bytes_out = Counter("dm_bytes_out", "Record bytes fetched", ["topic"], registry=r)
+        self.messages_in = Counter("dm_messages_in", "Records produced", ["topic"], registry=r)
+        self.messages_out = Counter("dm_messages_out", "Records fetched (whole batches sent)", ["topic"],
+                                    registry=r)
+        self.request_latency = Histogram(
+            "dm_request_duration_seconds", "Request handling time by API", ["api"], registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.request_errors = Counter("dm_request_errors", "Partition-level errors returned", ["api", "error"],
+                                      registry=r)
+        self.connections = Gauge("dm_active_connections", "Open Kafka connections", registry=r)
+        self.closed_bad_frames = Counter("dm_connections_closed_bad_input",
+                                         "Connections closed for malformed or oversized frames", registry=r)
+        r.register(_LogCollector(broker))
+
+    def forget_topic(self, topic: str) -> None:
+        for metric in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
+            try:
+                metric.remove(topic)
+            except KeyError:
+                pass

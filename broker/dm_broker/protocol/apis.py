@@ -1,0 +1,26 @@
+"""The APIs dm serves and their version ranges.
+
+Ranges stay inside what kio has schemas for and what dm implements fully: versions that need
+topic ids in produce/fetch (Produce 13, Fetch 13+) are not offered yet.
+"""
+
+from __future__ import annotations
+
+from .dispatch import ApiSpec
+from .handlers import admin, fetch, metadata, offsets, produce
+
+SPECS: list[ApiSpec] = [
+    ApiSpec(0, "Produce", 3, 11, produce.handle, advertised_min=0),
+    ApiSpec(1, "Fetch", 4, 12, fetch.handle),
+    ApiSpec(2, "ListOffsets", 1, 7, offsets.handle_list_offsets),
+    ApiSpec(3, "Metadata", 0, 12, metadata.handle_metadata),
+    ApiSpec(18, "ApiVersions", 0, 4, metadata.handle_api_versions),
+    ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics),
+    ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
+    ApiSpec(22, "InitProducerId", 0, 5, admin.handle_init_producer_id),
+    ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, offsets.handle_offset_for_leader_epoch),
+    ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
+    ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
+    ApiSpec(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
+]

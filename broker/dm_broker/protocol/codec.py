@@ -1,0 +1,108 @@
+"""Request/response (de)serialisation through kio's generated schemas.
+
+Only the frame envelope is handled here by hand: a 4-byte size, then a request header whose
+version follows the API's flexible versions, then the body. Readers and writers are cached per
+(api key, version) so the per-request cost is one native parse.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+
+API_KEY_VERSION = struct.Struct(">hh")
+CORRELATION = struct.Struct(">i")
+SIZE = struct.Struct(">i")
+API_VERSIONS_KEY = 18
+
+
+class ProtocolError(Exception):
+    """The frame cannot be understood; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@cache
+def request_class(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _reader(cls: type):
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type):
+    return entity_writer(cls)
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """api key, api version and correlation id: readable for any API, known or not."""
+    if len(frame) < 8:
+        raise ProtocolError("request shorter than a request header")
+    api_key, api_version = API_KEY_VERSION.unpack_from(frame, 0)
+    (correlation_id,) = CORRELATION.unpack_from(frame, 4)
+    return api_key, api_version, correlation_id
+
+
+def decode_request(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
+    """Parses the request header; returns it and the offset where the body starts."""
+    header_cls = RequestHeaderV2 if flexible else RequestHeaderV1
+    try:
+        header, size = _reader(header_cls)(frame, 0)
+    except Exception as exc:
+        raise ProtocolError(f"malformed request header: {exc}") from exc
+    return RequestHeader(header.request_api_key, header.request_api_version, header.correlation_id,
+                         header.client_id), size
+
+
+def decode_body(frame: bytes, offset: int, cls: type) -> Any:
+    try:
+        body, size = _reader(cls)(frame, offset)
+    except Exception as exc:
+        raise ProtocolError(f"malformed {cls.__name__}: {exc}") from exc
+    if offset + size != len(frame):
+        raise ProtocolError(f"{len(frame) - offset - size} trailing bytes after {cls.__name__}")
+    return body
+
+
+def encode_response(correlation_id: int, response: Any, flexible_header: bool) -> bytes:
+    """A whole response frame, size prefix included."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_cls = ResponseHeaderV1 if flexible_header else ResponseHeaderV0
+    _writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    _writer(type(response))(buf, response)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    del data
+    return out
+
+
+def encode_body(response: Any) -> bytes:
+    buf = io.BytesIO()
+    _writer(type(response))(buf, response)
+    return buf.getvalue()

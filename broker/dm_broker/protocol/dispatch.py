@@ -1,0 +1,111 @@
+"""Dispatch of decoded requests to handlers, and the table of supported APIs."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from .build import ZERO, make, nested
+from .codec import (
+    API_VERSIONS_KEY,
+    ProtocolError,
+    RequestHeader,
+    decode_body,
+    decode_request,
+    encode_response,
+    peek_header,
+    request_class,
+    response_class,
+)
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    header: RequestHeader
+    response_cls: type
+    peer: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+    # Kafka keeps advertising Produce v0-2 after removing them (librdkafka refuses a broker that
+    # does not); requests at those versions are still refused.
+    advertised_min: int | None = None
+
+
+CLIENT_SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+class Dispatcher:
+    def __init__(self, broker: Broker, specs: list[ApiSpec]) -> None:
+        self.broker = broker
+        self.apis = {spec.key: spec for spec in specs}
+
+    def advertised(self) -> list[tuple[int, int, int]]:
+        return [
+            (s.key, s.min_version if s.advertised_min is None else s.advertised_min, s.max_version)
+            for s in sorted(self.apis.values(), key=lambda s: s.key)
+        ]
+
+    async def handle(self, frame: bytes, peer: str) -> bytes | None:
+        """Returns the response frame, or None when the request gets no response (acks=0).
+        Raises ProtocolError when the connection must be closed."""
+        api_key, version, correlation_id = peek_header(frame)
+        spec = self.apis.get(api_key)
+        if spec is None:
+            raise ProtocolError(f"unsupported API key {api_key}")
+        if not spec.min_version <= version <= spec.max_version:
+            if api_key == API_VERSIONS_KEY:
+                return self._api_versions_fallback(correlation_id)
+            raise ProtocolError(
+                f"unsupported version {version} of {spec.name} (supported {spec.min_version}-{spec.max_version})"
+            )
+        req_cls = request_class(api_key, version)
+        header, offset = decode_request(frame, req_cls.__flexible__)
+        body = decode_body(frame, offset, req_cls)
+        resp_cls = response_class(api_key, version)
+        ctx = RequestContext(self.broker, header, resp_cls, peer)
+        started = time.perf_counter()
+        response = await spec.handler(ctx, body)
+        self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
+        if response is None:
+            return None
+        # ApiVersions responses always use header v0 so that any client can read them.
+        flexible_header = resp_cls.__flexible__ and api_key != API_VERSIONS_KEY
+        return encode_response(correlation_id, response, flexible_header)
+
+    def _api_versions_fallback(self, correlation_id: int) -> bytes:
+        """An ApiVersions request newer than ours gets a v0 answer with UNSUPPORTED_VERSION and
+        our version ranges, so the client can retry with a version we know (KIP-511)."""
+        cls = response_class(API_VERSIONS_KEY, 0)
+        return encode_response(correlation_id, api_versions_response(cls, self, ErrorCode.unsupported_version),
+                               flexible_header=False)
+
+
+def api_versions_response(cls: type, dispatcher: Dispatcher, error: ErrorCode = ErrorCode.none) -> Any:
+    api_version = nested(cls, "ApiVersion")
+    keys = tuple(api_version(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in dispatcher.advertised())
+    return make(cls, error_code=error, api_keys=keys, throttle_time=ZERO)

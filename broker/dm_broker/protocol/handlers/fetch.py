@@ -1,0 +1,147 @@
+"""Fetch: long-poll until min_bytes are available or max_wait passes, then return raw batches.
+
+Batches go out exactly as stored; the last one may be cut at max_bytes (clients drop a partial
+trailing batch, as with Kafka). Reads never go past the high watermark (or the last stable
+offset for read_committed, which is the same without transactions). Fetch sessions (KIP-227)
+are not kept: session id 0 tells clients to send full fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...log.records import iter_batches
+from ...replication.partition import Partition
+from ..build import ZERO, make, nested
+from ..dispatch import RequestContext
+
+READ_COMMITTED = 1
+
+
+class _PartitionRead:
+    __slots__ = ("data", "error", "partition", "request")
+
+    def __init__(self, request: Any, partition: Partition | None, error: ErrorCode) -> None:
+        self.request = request
+        self.partition = partition
+        self.error = error
+        self.data = b""
+
+
+def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
+    if current_leader_epoch < 0 or current_leader_epoch == part.leader_epoch:
+        return ErrorCode.none
+    if current_leader_epoch < part.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch
+
+
+def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool) -> int:
+    total = 0
+    first = True
+    for topic_reads in reads:
+        for r in topic_reads:
+            part = r.partition
+            if part is None or r.error != ErrorCode.none:
+                continue
+            if part.closed:
+                r.error = ErrorCode.unknown_topic_or_partition
+                continue
+            offset = r.request.fetch_offset
+            log = part.log
+            limit = part.last_stable_offset if committed else part.high_watermark
+            if offset < log.log_start_offset or offset > log.log_end_offset:
+                r.error = ErrorCode.offset_out_of_range
+                continue
+            budget = min(r.request.partition_max_bytes, max_bytes - total)
+            if budget <= 0 and not first:
+                r.data = b""
+                continue
+            result = log.read(offset, max(budget, 0), limit, min_one_batch=first)
+            if result.size:
+                r.data = result.slices[0].read() if len(result.slices) == 1 else \
+                    b"".join(s.read() for s in result.slices)
+                total += result.size
+                first = False
+            else:
+                r.data = b""
+    return total
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+
+    if getattr(req, "session_id", 0) != 0 or getattr(req, "session_epoch", -1) > 0:
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.fetch_session_id_not_found, session_id=0,
+                    responses=())
+
+    reads: list[list[_PartitionRead]] = []
+    for topic in req.topics:
+        topic_reads = []
+        for p in topic.partitions:
+            part = broker.partition(topic.topic, p.partition)
+            if part is None:
+                topic_reads.append(_PartitionRead(p, None, ErrorCode.unknown_topic_or_partition))
+                continue
+            error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
+            topic_reads.append(_PartitionRead(p, part, error))
+        reads.append(topic_reads)
+
+    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    total = _read_all(reads, max_bytes, committed)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + req.max_wait.total_seconds()
+    while total < req.min_bytes and not _has_errors(reads):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        await _wait_for_data(reads, remaining)
+        total = _read_all(reads, max_bytes, committed)
+
+    metrics = broker.metrics
+    responses = []
+    for topic, topic_reads in zip(req.topics, reads, strict=True):
+        partitions = []
+        for r in topic_reads:
+            part = r.partition
+            hw = lso = start = -1
+            if part is not None:
+                hw, lso, start = part.high_watermark, part.last_stable_offset, part.log.log_start_offset
+            if r.data:
+                metrics.bytes_out.labels(topic.topic).inc(len(r.data))
+                metrics.messages_out.labels(topic.topic).inc(sum(h.records_count for _, h in iter_batches(r.data)))
+            elif r.error != ErrorCode.none:
+                metrics.request_errors.labels("fetch", r.error.name).inc()
+            partitions.append(make(
+                part_cls, partition_index=r.request.partition, error_code=r.error, high_watermark=hw,
+                last_stable_offset=lso, log_start_offset=start, aborted_transactions=(),
+                preferred_read_replica=-1, records=r.data,
+            ))
+        responses.append(make(topic_cls, topic=topic.topic, partitions=tuple(partitions)))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, session_id=0, responses=tuple(responses))
+
+
+def _has_errors(reads: list[list[_PartitionRead]]) -> bool:
+    return any(r.error != ErrorCode.none for topic_reads in reads for r in topic_reads)
+
+
+async def _wait_for_data(reads: list[list[_PartitionRead]], timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    parts = {r.partition for topic_reads in reads for r in topic_reads if r.partition is not None}
+    for part in parts:
+        part.add_waiter(fut)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fut, timeout)
+    finally:
+        for part in parts:
+            part.remove_waiter(fut)

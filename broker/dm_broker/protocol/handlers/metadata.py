@@ -1,0 +1,100 @@
+"""Metadata, ApiVersions and DescribeCluster: what the cluster looks like to a client."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...errors import KafkaError
+from ...topics import TopicInfo
+from ..build import ZERO, make, nested
+from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
+
+NULL_UUID = uuid.UUID(int=0)
+
+
+async def handle_api_versions(ctx: RequestContext, req: Any) -> Any:
+    name = getattr(req, "client_software_name", None)
+    version = getattr(req, "client_software_version", None)
+    dispatcher = ctx.broker.dispatcher
+    if ctx.version >= 3 and not (CLIENT_SOFTWARE.match(name or "") and CLIENT_SOFTWARE.match(version or "")):
+        return api_versions_response(ctx.response_cls, dispatcher, ErrorCode.invalid_request)
+    return api_versions_response(ctx.response_cls, dispatcher)
+
+
+def _topic_metadata(ctx: RequestContext, topic: TopicInfo) -> Any:
+    cls = ctx.response_cls
+    part_cls = nested(cls, "MetadataResponsePartition")
+    topic_cls = nested(cls, "MetadataResponseTopic")
+    partitions = []
+    for i in range(topic.partitions):
+        part = ctx.broker.partition(topic.name, i)
+        if part is None:
+            partitions.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=i,
+                                   leader_id=-1, leader_epoch=-1, replica_nodes=(), isr_nodes=(),
+                                   offline_replicas=()))
+            continue
+        partitions.append(make(
+            part_cls, error_code=ErrorCode.none, partition_index=i, leader_id=part.leader_id,
+            leader_epoch=part.leader_epoch, replica_nodes=tuple(part.replicas), isr_nodes=tuple(part.isr),
+            offline_replicas=(),
+        ))
+    return make(topic_cls, error_code=ErrorCode.none, name=topic.name, topic_id=topic.uuid,
+                is_internal=topic.internal, partitions=tuple(partitions))
+
+
+def _missing(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
+    topic_cls = nested(ctx.response_cls, "MetadataResponseTopic")
+    return make(topic_cls, error_code=error, name=name, topic_id=topic_id or NULL_UUID, is_internal=False,
+                partitions=())
+
+
+async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    broker_cls = nested(cls, "MetadataResponseBroker")
+    requested = req.topics
+    if ctx.version == 0 and requested == ():
+        requested = None  # v0: an empty list means every topic
+    auto_create = getattr(req, "allow_auto_topic_creation", True)
+    topics = []
+    if requested is None:
+        topics = [_topic_metadata(ctx, t) for t in broker.store.topics.values()]
+    else:
+        for entry in requested:
+            name = entry.name
+            topic_id = getattr(entry, "topic_id", None)
+            if name is None:
+                found = broker.store.by_id(topic_id) if topic_id else None
+                topics.append(_topic_metadata(ctx, found) if found else
+                              _missing(ctx, None, topic_id, ErrorCode.unknown_topic_id))
+                continue
+            topic = broker.store.get(name)
+            if topic is None and auto_create:
+                try:
+                    topic = broker.auto_create(name)
+                except KafkaError as exc:
+                    topics.append(_missing(ctx, name, None, exc.code))
+                    continue
+            topics.append(_topic_metadata(ctx, topic) if topic else
+                          _missing(ctx, name, None, ErrorCode.unknown_topic_or_partition))
+    brokers = tuple(broker_cls(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                    for e in broker.endpoints())
+    return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
+                controller_id=broker.controller_id, topics=tuple(topics))
+
+
+async def handle_describe_cluster(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    if getattr(req, "endpoint_type", 1) != 1:
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.unsupported_endpoint_type,
+                    error_message="dm brokers only describe broker endpoints", endpoint_type=req.endpoint_type,
+                    cluster_id=broker.cluster_id, controller_id=-1, brokers=())
+    broker_cls = nested(cls, "DescribeClusterBroker")
+    brokers = tuple(make(broker_cls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=False)
+                    for e in broker.endpoints())
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                cluster_id=broker.cluster_id, controller_id=broker.controller_id, brokers=brokers)

@@ -1,0 +1,80 @@
+"""ListOffsets and OffsetForLeaderEpoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from ..build import ZERO, make, nested
+from ..dispatch import RequestContext
+from .fetch import READ_COMMITTED, _check_epoch
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+
+
+async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "ListOffsetsTopicResponse")
+    part_cls = nested(cls, "ListOffsetsPartitionResponse")
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in req.topics:
+        results = []
+        for p in topic.partitions:
+            part = broker.partition(topic.name, p.partition_index)
+            error, offset, timestamp, epoch = ErrorCode.none, -1, -1, -1
+            if part is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
+            if part is not None and error == ErrorCode.none:
+                log = part.log
+                epoch = part.leader_epoch
+                if p.timestamp == LATEST:
+                    offset = part.last_stable_offset if committed else part.high_watermark
+                elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
+                    offset = log.log_start_offset
+                elif p.timestamp == MAX_TIMESTAMP:
+                    found = log.max_timestamp_offset()
+                    if found is not None:
+                        offset, timestamp = found
+                elif p.timestamp < 0:
+                    error = ErrorCode.invalid_request
+                else:
+                    found = log.offset_for_timestamp(p.timestamp)
+                    limit = part.high_watermark
+                    if found is not None and found[0] < limit:
+                        offset, timestamp = found
+            results.append(make(part_cls, partition_index=p.partition_index, error_code=error,
+                                timestamp=timestamp, offset=offset, leader_epoch=epoch))
+        topics.append(make(topic_cls, name=topic.name, partitions=tuple(results)))
+    return make(cls, throttle_time=ZERO, topics=tuple(topics))
+
+
+async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "OffsetForLeaderTopicResult")
+    part_cls = nested(cls, "EpochEndOffset")
+    topics = []
+    for topic in req.topics:
+        results = []
+        for p in topic.partitions:
+            part = broker.partition(topic.topic, p.partition)
+            epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            if part is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
+            if part is not None and error == ErrorCode.none:
+                epoch, end = part.log.leader_epochs.end_offset_for(p.leader_epoch, part.log.log_end_offset)
+            results.append(make(part_cls, error_code=error, partition=p.partition, leader_epoch=epoch,
+                                end_offset=end))
+        topics.append(make(topic_cls, topic=topic.topic, partitions=tuple(results)))
+    return make(cls, throttle_time=ZERO, topics=tuple(topics))

@@ -1,0 +1,99 @@
+"""The Kafka listener: framing, one request at a time per connection, responses in order.
+
+Like Kafka, a connection's next request is read only after the previous one is answered (the
+client pipelines; the socket buffers), so a client's produce requests are appended in the order
+it sent them. A malformed or oversized frame closes only that connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+
+from .protocol.codec import ProtocolError
+from .protocol.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+SIZE = struct.Struct(">i")
+MIN_FRAME = 8  # api key, api version, correlation id
+STREAM_LIMIT = 1 << 20
+IDLE_SWEEP_SECONDS = 30
+
+
+class KafkaServer:
+    def __init__(self, dispatcher: Dispatcher, max_request_bytes: int, idle_ms: int) -> None:
+        self.dispatcher = dispatcher
+        self.metrics = dispatcher.broker.metrics
+        self.max_request_bytes = max_request_bytes
+        self.idle_seconds = idle_ms / 1000
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: dict[asyncio.StreamWriter, float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT, backlog=1024)
+        self._sweeper = asyncio.create_task(self._sweep_idle())
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._connections):
+            writer.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def _sweep_idle(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_SWEEP_SECONDS)
+            now = time.monotonic()
+            for writer, last in list(self._connections.items()):
+                if now - last > self.idle_seconds:
+                    log.info("closing idle connection %s", writer.get_extra_info("peername"))
+                    writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                import socket
+
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.metrics.connections.inc()
+        self._connections[writer] = time.monotonic()
+        try:
+            while True:
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                if size < MIN_FRAME or size > self.max_request_bytes:
+                    self.metrics.closed_bad_frames.inc()
+                    log.warning("closing %s: request size %d outside 8..%d (socket.request.max.bytes)",
+                                peer, size, self.max_request_bytes)
+                    return
+                frame = await reader.readexactly(size)
+                self._connections[writer] = time.monotonic()
+                response = await self.dispatcher.handle(frame, peer)
+                if response is not None:
+                    writer.write(response)
+                    if writer.transport.get_write_buffer_size() > STREAM_LIMIT:
+                        await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ProtocolError as exc:
+            self.metrics.closed_bad_frames.inc()
+            log.warning("closing %s: %s", peer, exc)
+        except Exception:
+            log.exception("closing %s after an unexpected error", peer)
+        finally:
+            self.metrics.connections.dec()
+            self._connections.pop(writer, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -1,0 +1,31 @@
+"""Shared confluent-kafka plumbing of the CLI tools."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, NoReturn
+
+DEFAULT_BOOTSTRAP = os.environ.get("DM_BOOTSTRAP", "127.0.0.1:9092")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    print(f"dm: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:
+    """Resolves admin futures; errors are reported per item, not raised."""
+    results = {}
+    for key, fut in futures.items():
+        try:
+            results[key] = fut.result(timeout=timeout)
+        except Exception as exc:  # confluent-kafka raises KafkaException with the broker's error
+            results[key] = exc
+    return results

@@ -1,0 +1,89 @@
+"""`dm topics create|list|describe|delete`."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from .client import admin, fail, wait
+
+
+def parse_configs(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--config expects key=value, got {item!r}")
+        out[key] = value
+    return out
+
+
+def create(args: argparse.Namespace) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    topic = NewTopic(args.name, num_partitions=args.partitions, replication_factor=args.replication_factor,
+                     config=parse_configs(args.config))
+    result = wait(admin(args.bootstrap).create_topics([topic], operation_timeout=30))[args.name]
+    if isinstance(result, Exception):
+        fail(f"cannot create topic {args.name}: {result}")
+    print(f"created topic {args.name} ({args.partitions} partitions)")
+
+
+def delete(args: argparse.Namespace) -> None:
+    result = wait(admin(args.bootstrap).delete_topics([args.name], operation_timeout=30))[args.name]
+    if isinstance(result, Exception):
+        fail(f"cannot delete topic {args.name}: {result}")
+    print(f"deleted topic {args.name}")
+
+
+def list_topics(args: argparse.Namespace) -> None:
+    md = admin(args.bootstrap).list_topics(timeout=15)
+    for name in sorted(md.topics):
+        print(name)
+
+
+def describe(args: argparse.Namespace) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    client = admin(args.bootstrap)
+    md = client.list_topics(topic=args.name, timeout=15) if args.name else client.list_topics(timeout=15)
+    names = [args.name] if args.name else sorted(md.topics)
+    console = Console()
+    for name in names:
+        topic = md.topics.get(name)
+        if topic is None or topic.error is not None:
+            fail(f"topic {name}: {topic.error if topic else 'not found'}")
+        table = Table(title=f"{name}  ({len(topic.partitions)} partitions)")
+        for col in ("partition", "leader", "replicas", "isr"):
+            table.add_column(col)
+        for pid in sorted(topic.partitions):
+            p = topic.partitions[pid]
+            table.add_row(str(pid), str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)))
+        console.print(table)
+        resource = ConfigResource("topic", name)
+        configs = wait(client.describe_configs([resource]))[resource]
+        if isinstance(configs, Exception):
+            fail(f"cannot describe configs of {name}: {configs}")
+        overrides = {k: v.value for k, v in configs.items() if not v.is_default and v.source == 1}
+        console.print("configs: " + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(defaults)"))
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    topics = sub.add_parser("topics", help="manage topics")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    p = tsub.add_parser("create", parents=[common], help="create a topic")
+    p.add_argument("name")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config (repeatable)")
+    p.set_defaults(func=create)
+    p = tsub.add_parser("list", parents=[common], help="list topics")
+    p.set_defaults(func=list_topics)
+    p = tsub.add_parser("describe", parents=[common], help="partitions, leaders, replicas, ISR, configs")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=describe)
+    p = tsub.add_parser("delete", parents=[common], help="delete a topic")
+    p.add_argument("name")
+    p.set_defaults(func=delete)
