@@ -85,7 +85,8 @@ class Broker:
 
     def endpoints(self) -> list[BrokerEndpoint]:
         rack = self.config["rack"] or None
-        return [BrokerEndpoint(self.node_id, self.config.advertised_host, self.port, rack)]
+        port = self.config["advertised.port"] or self.port
+        return [BrokerEndpoint(self.node_id, self.config.advertised_host, port, rack)]
 
     def _host_partitions(self, topic: TopicInfo, indexes: range) -> None:
         settings = TopicSettings(self.config, topic.configs)

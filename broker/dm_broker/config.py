@@ -77,6 +77,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("listener.host", "str", "127.0.0.1", "Address the Kafka listener binds to."),
         Property("listener.port", "int", 9092, "Port of the Kafka listener (0 picks a free one).", minimum=0),
         Property("advertised.host", "str", "", "Host advertised in metadata (default: listener.host)."),
+        Property("advertised.port", "int", 0, "Port advertised in metadata (0: the listener's port).", minimum=0),
         Property("http.port", "int", 8080, "Port of the HTTP side port (0 picks a free one, -1 disables).",
                  minimum=-1),
         Property("log.dirs", "str", "./data", "Directory holding the partition logs."),

@@ -80,11 +80,10 @@ def decode_request(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
 
 def decode_body(frame: bytes, offset: int, cls: type) -> Any:
     try:
-        body, size = _reader(cls)(frame, offset)
+        body, _ = _reader(cls)(frame, offset)
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from exc
-    if offset + size != len(frame):
-        raise ProtocolError(f"{len(frame) - offset - size} trailing bytes after {cls.__name__}")
+    # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends some after Metadata v12.
     return body
 
 

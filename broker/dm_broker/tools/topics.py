@@ -25,14 +25,16 @@ def create(args: argparse.Namespace) -> None:
 
     topic = NewTopic(args.name, num_partitions=args.partitions, replication_factor=args.replication_factor,
                      config=parse_configs(args.config))
-    result = wait(admin(args.bootstrap).create_topics([topic], operation_timeout=30))[args.name]
+    client = admin(args.bootstrap)  # keep the handle alive until the futures resolve
+    result = wait(client.create_topics([topic], operation_timeout=30))[args.name]
     if isinstance(result, Exception):
         fail(f"cannot create topic {args.name}: {result}")
     print(f"created topic {args.name} ({args.partitions} partitions)")
 
 
 def delete(args: argparse.Namespace) -> None:
-    result = wait(admin(args.bootstrap).delete_topics([args.name], operation_timeout=30))[args.name]
+    client = admin(args.bootstrap)
+    result = wait(client.delete_topics([args.name], operation_timeout=30))[args.name]
     if isinstance(result, Exception):
         fail(f"cannot delete topic {args.name}: {result}")
     print(f"deleted topic {args.name}")

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import BrokerProcess
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker shared by tests that only need a working broker; each test uses its own topics."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("shared") / "data", {"log.index.interval.bytes": 1024})
+    proc.start()
+    yield proc
+    assert proc.alive(), "the shared broker died during the session:\n" + proc.log_tail()
+    proc.stop()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"

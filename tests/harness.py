@@ -1,0 +1,227 @@
+"""Test harness: real broker processes on 127.0.0.1 with ephemeral ports, and a TCP proxy that
+can inject faults between a client and a broker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """`dm broker` as a subprocess; keeps its ports across restarts so clients reconnect."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, node_id: int = 0) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.http_port = free_port()
+        self.node_id = node_id
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "dm_broker.cli", "broker", "--data-dir", str(self.data_dir),
+               "--port", str(self.port), "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
+        for key, value in self.overrides.items():
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    def start(self, timeout: float = 30) -> BrokerProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, cwd=REPO)
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(b"DM_READY"):
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+            if not line and self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
+        raise TimeoutError(f"broker not ready after {timeout}s:\n{self.log_tail()}")
+
+    def _drain(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.stdout is not None:
+            for _ in proc.stdout:
+                pass
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no checkpoint, like a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def http_get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=10) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Value of one sample from /metrics (0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        _, text = self.http_get("/metrics")
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return 0.0
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class FaultProxy:
+    """Forwards TCP between clients and a broker. `drop_next_response(api_key)` closes the
+    connection right after the broker answered a request of that API, so the client never sees
+    the answer and must retry (the way a lost response looks in production)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._drops: dict[int, int] = {}
+        self.dropped = 0
+        self._stop = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    def drop_responses(self, api_key: int, count: int = 1) -> None:
+        with self._lock:
+            self._drops[api_key] = self._drops.get(api_key, 0) + count
+
+    def _accept_loop(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self._stop:
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
+
+    def _pipe(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+        except OSError:
+            client.close()
+            return
+        pending: list[int] = []  # api keys of requests in flight, in order
+        cbuf = b""
+        sbuf = b""
+        sel = selectors.DefaultSelector()
+        sel.register(client, selectors.EVENT_READ, "c")
+        sel.register(upstream, selectors.EVENT_READ, "s")
+        try:
+            while not self._stop:
+                for key, _ in sel.select(0.2):
+                    data = key.fileobj.recv(1 << 20)
+                    if not data:
+                        return
+                    if key.data == "c":
+                        cbuf += data
+                        while len(cbuf) >= 6:
+                            (size,) = struct.unpack_from(">i", cbuf)
+                            if len(cbuf) < 4 + size:
+                                break
+                            (api,) = struct.unpack_from(">h", cbuf, 4)
+                            pending.append(api)
+                            cbuf = cbuf[4 + size :]
+                        upstream.sendall(data)
+                    else:
+                        sbuf += data
+                        out = b""
+                        while len(sbuf) >= 4:
+                            (size,) = struct.unpack_from(">i", sbuf)
+                            if len(sbuf) < 4 + size:
+                                break
+                            api = pending.pop(0) if pending else -1
+                            frame, sbuf = sbuf[: 4 + size], sbuf[4 + size :]
+                            with self._lock:
+                                if self._drops.get(api, 0) > 0:
+                                    self._drops[api] -= 1
+                                    self.dropped += 1
+                                    client.sendall(out)
+                                    return
+                            out += frame
+                        if out:
+                            client.sendall(out)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                client.close()
+            with contextlib.suppress(OSError):
+                upstream.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.listener.close()
+
+
+@contextlib.contextmanager
+def running_broker(tmp: Path, **overrides: object) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp / "data", overrides)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def listeners(data_dir: Path) -> dict[str, object]:
+    return json.loads((data_dir / "__dm_meta" / "listeners.json").read_text())
+
+

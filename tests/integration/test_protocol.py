@@ -1,0 +1,216 @@
+"""Protocol behaviour at the wire level: versions, errors, idempotence, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+
+import pytest
+from dm_broker.log.records import decode_records, iter_batches
+from dm_broker.protocol.build import make
+from dm_broker.protocol.client import KafkaConnection, decode_response
+from dm_broker.protocol.codec import request_class
+from kio.schema.errors import ErrorCode
+from wire import batch, create_topics_request, fetch_request, produce_request, raw_frame
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def connect(broker) -> KafkaConnection:
+    return await KafkaConnection.open("127.0.0.1", broker.port)
+
+
+async def create(conn: KafkaConnection, name: str, partitions: int = 1, **configs: str) -> None:
+    resp = await conn.request(create_topics_request(name, partitions, configs))
+    assert resp.topics[0].error_code == ErrorCode.none, resp.topics[0].error_message
+
+
+async def still_serving(broker) -> None:
+    conn = await connect(broker)
+    resp = await conn.request(make(request_class(18, 3), client_software_name="t", client_software_version="1"))
+    assert resp.error_code == ErrorCode.none
+    await conn.close()
+
+
+async def test_api_versions_lists_apis_and_keeps_produce_v0_advertised(broker):
+    conn = await connect(broker)
+    resp = await conn.request(make(request_class(18, 3), client_software_name="t", client_software_version="1"))
+    versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert versions[0][0] == 0 and versions[0][1] >= 9
+    assert versions[1] == (4, 12)
+    assert {2, 3, 18, 19, 20, 22, 23, 32, 37, 60} <= set(versions)
+    await conn.close()
+
+
+async def test_api_versions_newer_than_supported_gets_v0_error_35(broker):
+    conn = await connect(broker)
+    # ApiVersions v99: the broker answers in v0 with UNSUPPORTED_VERSION and its ranges.
+    await conn.send_raw(raw_frame(18, 99, 7, b""))
+    frame = await conn.read_frame()
+    correlation, resp = decode_response(18, 0, frame)
+    assert correlation == 7
+    assert resp.error_code == ErrorCode.unsupported_version
+    assert any(k.api_key == 0 for k in resp.api_keys)
+    await conn.close()
+
+
+async def test_removed_produce_version_closes_only_that_connection(broker):
+    conn = await connect(broker)
+    await conn.send_raw(raw_frame(0, 2, 1, b"\x00\x01\x00\x00\x03\xe8\x00\x00\x00\x00"))
+    with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+        await conn.read_frame()
+    await still_serving(broker)
+
+
+async def test_unknown_api_key_and_garbage_close_connection(broker):
+    for frame in (raw_frame(999, 0, 1, b""), struct.pack(">i", 3) + b"abc", raw_frame(3, 12, 1, b"\xff" * 7)):
+        conn = await connect(broker)
+        await conn.send_raw(frame)
+        with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+            await conn.read_frame()
+        await conn.close()
+    await still_serving(broker)
+
+
+async def test_oversized_request_is_refused_without_reading_it(broker):
+    conn = await connect(broker)
+    await conn.send_raw(struct.pack(">i", 200 * 1024 * 1024) + b"\x00\x03")
+    with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+        await conn.read_frame()
+    await still_serving(broker)
+
+
+async def test_crc_mismatch_is_corrupt_message_and_nothing_is_written(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    data = bytearray(batch([b"hello"]))
+    data[-1] ^= 0xFF
+    resp = await conn.request(produce_request(topic_name, 0, bytes(data)))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
+    fetched = await conn.request(fetch_request(topic_name, 0, 0))
+    assert fetched.responses[0].partitions[0].high_watermark == 0
+    await conn.close()
+
+
+async def test_truncated_batch_is_invalid_record(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    data = batch([b"hello", b"world"])[:-3]
+    resp = await conn.request(produce_request(topic_name, 0, data))
+    assert resp.responses[0].partition_responses[0].error_code in (ErrorCode.invalid_record,
+                                                                   ErrorCode.corrupt_message)
+    await conn.close()
+
+
+async def test_unknown_topic_and_partition(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name, 1)
+    resp = await conn.request(produce_request(topic_name, 5, batch([b"x"])))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
+    resp = await conn.request(fetch_request("no-such-topic-" + topic_name, 0, 0))
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+    await conn.close()
+
+
+async def test_message_too_large(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name, 1, **{"max.message.bytes": "1000"})
+    resp = await conn.request(produce_request(topic_name, 0, batch([b"x" * 2000])))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.message_too_large
+    await conn.close()
+
+
+async def test_invalid_acks(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    resp = await conn.request(produce_request(topic_name, 0, batch([b"x"]), acks=2))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_required_acks
+    await conn.close()
+
+
+async def test_idempotent_retry_is_deduplicated(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    pid_resp = await conn.request(make(request_class(22, 4), transactional_id=None,
+                                       transaction_timeout=datetime.timedelta(seconds=60),
+                                       producer_id=-1, producer_epoch=-1))
+    pid, epoch = pid_resp.producer_id, pid_resp.producer_epoch
+    first = batch([b"a", b"b"], pid, epoch, 0)
+    r1 = await conn.request(produce_request(topic_name, 0, first))
+    r2 = await conn.request(produce_request(topic_name, 0, first))  # the retry
+    p1, p2 = r1.responses[0].partition_responses[0], r2.responses[0].partition_responses[0]
+    assert p1.error_code == p2.error_code == ErrorCode.none
+    assert p1.base_offset == p2.base_offset == 0
+    # a gap in sequence numbers is refused
+    gap = await conn.request(produce_request(topic_name, 0, batch([b"c"], pid, epoch, 5)))
+    assert gap.responses[0].partition_responses[0].error_code == ErrorCode.out_of_order_sequence_number
+    nxt = await conn.request(produce_request(topic_name, 0, batch([b"c"], pid, epoch, 2)))
+    assert nxt.responses[0].partition_responses[0].base_offset == 2
+    # an older epoch is fenced
+    old = await conn.request(produce_request(topic_name, 0, batch([b"d"], pid, epoch - 1 if epoch else -2, 0)))
+    if epoch > 0:
+        assert old.responses[0].partition_responses[0].error_code == ErrorCode.invalid_producer_epoch
+    fetched = await conn.request(fetch_request(topic_name, 0, 0))
+    data = fetched.responses[0].partitions[0].records
+    values = [r.value for _, h in iter_batches(data) for r in decode_records(data[_ : _ + h.size])]
+    assert values[:3] == [b"a", b"b", b"c"]
+    await conn.close()
+
+
+async def test_fetch_long_poll_waits_for_data(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    poller = await connect(broker)
+    fetch = asyncio.create_task(poller.request(fetch_request(topic_name, 0, 0, max_wait_ms=5000, min_bytes=1)))
+    await asyncio.sleep(0.3)
+    assert not fetch.done()
+    await conn.request(produce_request(topic_name, 0, batch([b"wake"])))
+    resp = await asyncio.wait_for(fetch, 3)
+    assert resp.responses[0].partitions[0].records
+    # and without data, max_wait bounds the wait
+    started = asyncio.get_running_loop().time()
+    resp = await poller.request(fetch_request(topic_name, 0, 1, max_wait_ms=300, min_bytes=1))
+    assert asyncio.get_running_loop().time() - started >= 0.25
+    assert not resp.responses[0].partitions[0].records
+    out_of_range = await poller.request(fetch_request(topic_name, 0, 99))
+    assert out_of_range.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+    await conn.close()
+    await poller.close()
+
+
+async def test_pipelined_requests_are_answered_in_order(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    from dm_broker.protocol.client import encode_request
+
+    frames = b"".join(encode_request(0, 9, i, produce_request(topic_name, 0, batch([b"%d" % i]))) for i in range(50))
+    await conn.send_raw(frames)
+    seen = []
+    for _ in range(50):
+        correlation, resp = decode_response(0, 9, await conn.read_frame())
+        seen.append((correlation, resp.responses[0].partition_responses[0].base_offset))
+    assert seen == [(i, i) for i in range(50)]
+    await conn.close()
+
+
+async def test_acks_zero_gets_no_response(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    from dm_broker.protocol.client import encode_request
+
+    await conn.send_raw(encode_request(0, 9, 1, produce_request(topic_name, 0, batch([b"fire"]), acks=0)))
+    await conn.send_raw(encode_request(0, 9, 2, produce_request(topic_name, 0, batch([b"ack"]), acks=1)))
+    correlation, resp = decode_response(0, 9, await conn.read_frame())
+    assert correlation == 2
+    assert resp.responses[0].partition_responses[0].base_offset == 1
+    await conn.close()
+
+
+async def test_transactions_are_refused_clearly(broker):
+    conn = await connect(broker)
+    resp = await conn.request(make(request_class(22, 4), transactional_id="tx",
+                                   transaction_timeout=datetime.timedelta(seconds=60),
+                                   producer_id=-1, producer_epoch=-1))
+    assert resp.error_code == ErrorCode.transactional_id_authorization_failed
+    await conn.close()
