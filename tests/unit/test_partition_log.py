@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from dm_broker.config import BrokerConfig, TopicSettings
+from dm_broker.log.partition_log import PartitionLog
+from dm_broker.log.records import build_batch, decode_records, validate_batches
+
+
+def settings(**overrides: str) -> TopicSettings:
+    return TopicSettings(BrokerConfig.build({"log.index.interval.bytes": 200}, environ={}), overrides)
+
+
+def append(plog: PartitionLog, value: bytes, ts: int = 1_000, producer: tuple[int, int, int] | None = None):
+    pid, epoch, seq = producer or (-1, -1, -1)
+    data = bytearray(build_batch([(None, value, [])], timestamp_ms=ts, producer_id=pid, producer_epoch=epoch,
+                                 base_sequence=seq))
+    return plog.append(data, validate_batches(data, 1 << 20), 0)
+
+
+def values(plog: PartitionLog, offset: int = 0) -> list[bytes]:
+    result = plog.read(offset, 1 << 30, plog.log_end_offset, True)
+    data = b"".join(s.read() for s in result.slices)
+    from dm_broker.log.records import iter_batches
+
+    return [r.value for pos, h in iter_batches(data) for r in decode_records(data[pos : pos + h.size])]
+
+
+@pytest.fixture
+def plog(tmp_path: Path) -> PartitionLog:
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024"}))
+    log.open()
+    return log
+
+
+def test_append_read_roll(plog):
+    for i in range(40):
+        result = append(plog, b"v%03d" % i + b"." * 60, ts=1_000 + i)
+        assert result.base_offset == i
+    assert plog.log_end_offset == 40
+    assert len(plog.segments) > 3
+    assert all(s.size <= 1024 for s in plog.segments)
+    assert values(plog, 17)[0].startswith(b"v017")
+    assert len(values(plog)) == 40
+
+
+def test_read_respects_max_bytes_but_returns_first_batch(plog):
+    for _ in range(5):
+        append(plog, b"x" * 300)
+    result = plog.read(0, 10, plog.log_end_offset, min_one_batch=True)
+    assert result.size > 300  # KIP-74: the first batch is returned whole
+    assert plog.read(0, 10, plog.log_end_offset, min_one_batch=False).size == 10
+    assert plog.read(2, 1 << 20, 2, True).size == 0  # nothing at or past max_offset
+
+
+def test_offset_for_timestamp(plog):
+    for i in range(20):
+        append(plog, b"%d" % i, ts=10_000 + i * 100)
+    assert plog.offset_for_timestamp(10_550) == (6, 10_600)
+    assert plog.offset_for_timestamp(0) == (0, 10_000)
+    assert plog.offset_for_timestamp(99_999) is None
+    assert plog.max_timestamp_offset() == (19, 11_900)
+
+
+def test_recovery_truncates_torn_tail_and_reopens(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    log.open()
+    for i in range(10):
+        append(log, b"%d" % i)
+    log.close()
+    seg = next((tmp_path / "t-0").glob("*.log"))
+    os.truncate(seg, seg.stat().st_size - 3)
+    again = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    again.open()
+    assert again.log_end_offset == 9
+    assert again.truncated_bytes_on_recovery > 0
+    assert append(again, b"next").base_offset == 9
+
+
+def test_recovery_point_skips_rescanning_old_segments(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024"}))
+    log.open()
+    for i in range(40):
+        append(log, b"%03d" % i + b"." * 60)
+    log.flush_sync()
+    end = log.recovery_point
+    first = log.segments[0].path
+    log.close()
+    # damage an old, checkpointed segment: trusted, so not rescanned (only the tail is)
+    with first.open("r+b") as fh:
+        fh.seek(30)
+        fh.write(b"\xff")
+    again = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024"}), recovery_point=end)
+    again.open()
+    assert again.log_end_offset == 40
+    # without the checkpoint the damage is found and everything after it is dropped
+    again.close()
+    fresh = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024"}), recovery_point=0)
+    fresh.open()
+    assert fresh.log_end_offset == 0
+
+
+def test_retention_by_size_and_time(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024", "retention.bytes": "2048"}),
+                       clock=lambda: 10_000_000)
+    log.open()
+    for i in range(40):
+        append(log, b"%03d" % i + b"." * 60, ts=9_000_000)
+    deleted = log.apply_retention()
+    assert deleted > 0
+    assert sum(s.size for s in log.segments[:-1]) <= 2048
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    log.settings = settings(**{"segment.bytes": "1024", "retention.ms": "1000"})
+    log.apply_retention()
+    assert log.log_start_offset == log.log_end_offset == 40  # everything expired, active segment rolled
+
+
+def test_producer_state_survives_reopen(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    log.open()
+    for seq in range(3):
+        append(log, b"%d" % seq, producer=(5, 0, seq))
+    log.checkpoint_producers()
+    append(log, b"3", producer=(5, 0, 3))  # after the snapshot: replayed from the log
+    log.close()
+    again = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    again.open()
+    from dm_broker.log.records import parse_header
+
+    retry = build_batch([(None, b"3", [])], timestamp_ms=1, producer_id=5, producer_epoch=0, base_sequence=3)
+    cached = again.check_duplicate(parse_header(retry))
+    assert cached is not None and cached.first_offset == 3
+
+
+def test_truncate_to(plog):
+    for i in range(30):
+        append(plog, b"%03d" % i + b"." * 60)
+    plog.truncate_to(12)
+    assert plog.log_end_offset == 12
+    assert values(plog)[-1].startswith(b"011")
+    assert append(plog, b"again").base_offset == 12

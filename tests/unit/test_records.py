@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+from dm_broker.log.records import (
+    HEADER_SIZE,
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    build_batch,
+    crc_matches,
+    decode_records,
+    iter_batches,
+    parse_header,
+    stamp_batch,
+    validate_batches,
+)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_build_decode_round_trip(codec):
+    records = [(b"k%d" % i, b"value-%d" % i * 20, [("h", b"%d" % i), ("n", None)]) for i in range(50)]
+    data = build_batch(records, timestamp_ms=1_000, codec=codec, producer_id=7, producer_epoch=1, base_sequence=3)
+    [header] = validate_batches(data, 1 << 20)
+    assert header.records_count == 50 and header.compression == codec
+    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence) == (7, 1, 3, 52)
+    decoded = decode_records(data)
+    assert [(r.key, r.value, r.headers) for r in decoded] == records
+    assert [r.offset for r in decoded] == list(range(50))
+
+
+def test_stamp_sets_offset_and_epoch_without_breaking_crc():
+    data = bytearray(build_batch([(None, b"x", [])] * 3, timestamp_ms=5))
+    stamp_batch(data, 0, 1000, 7, None)
+    header = parse_header(data)
+    assert (header.base_offset, header.partition_leader_epoch, header.last_offset) == (1000, 7, 1002)
+    assert crc_matches(data, 0, header)
+
+
+def test_log_append_time_rewrites_timestamp_and_crc():
+    data = bytearray(build_batch([(None, b"x", [])], timestamp_ms=5))
+    stamp_batch(data, 0, 0, 0, 123456)
+    header = parse_header(data)
+    assert header.log_append_time and header.max_timestamp == 123456
+    assert crc_matches(data, 0, header)
+    assert decode_records(bytes(data))[0].timestamp == 123456
+
+
+def test_validation_errors():
+    good = build_batch([(None, b"x", [])], timestamp_ms=1)
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 1
+    with pytest.raises(CorruptRecordError):
+        validate_batches(bytes(corrupt), 1 << 20)
+    with pytest.raises(InvalidRecordError):
+        validate_batches(good[:-2], 1 << 20)
+    with pytest.raises(InvalidRecordError):
+        validate_batches(good + b"\x00" * 5, 1 << 20)
+    wrong_magic = bytearray(good)
+    wrong_magic[16] = 1
+    with pytest.raises(InvalidRecordError, match="magic"):
+        validate_batches(bytes(wrong_magic), 1 << 20)
+    with pytest.raises(RecordTooLargeError):
+        validate_batches(good, HEADER_SIZE)
+    with pytest.raises(InvalidRecordError):
+        validate_batches(b"", 1 << 20)
+
+
+def test_iter_batches_stops_at_partial_tail():
+    a = build_batch([(None, b"a", [])], timestamp_ms=1)
+    b = build_batch([(None, b"b", [])], timestamp_ms=1)
+    positions = [pos for pos, _ in iter_batches(a + b[:-1])]
+    assert positions == [0]
+    assert [pos for pos, _ in iter_batches(a + b)] == [0, len(a)]
+
+
+def test_decodes_xerial_framed_snappy():
+    import struct
+
+    import cramjam
+
+    body = build_batch([(b"k", b"v" * 100, [])], timestamp_ms=1)[HEADER_SIZE:]
+    block = bytes(cramjam.snappy.compress_raw(body))
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+    from dm_broker.log.records import decompress
+
+    assert decompress(2, framed) == body
