@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
 import time
 
+from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
 
@@ -58,6 +60,44 @@ class KafkaServer:
                     log.info("closing idle connection %s", writer.get_extra_info("peername"))
                     writer.close()
 
+    def _write(self, writer: asyncio.StreamWriter, chunks: list) -> None:
+        """Writes a response; record data in FileSlices goes out with sendfile(2) while the
+        socket takes it directly (nothing queued before it), and through pread otherwise."""
+        transport = writer.transport
+        pending: list = []
+        for chunk in chunks:
+            if not isinstance(chunk, FileSlice):
+                pending.append(chunk)
+                continue
+            if pending:
+                transport.writelines(pending)
+                pending = []
+            sent = 0
+            if transport.get_write_buffer_size() == 0:
+                sent = self._sendfile(transport, chunk)
+            if sent < chunk.size:
+                transport.write(os.pread(chunk.fd, chunk.size - sent, chunk.position + sent))
+        if pending:
+            transport.writelines(pending)
+
+    @staticmethod
+    def _sendfile(transport: asyncio.BaseTransport, chunk: FileSlice) -> int:
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return 0
+        sent = 0
+        try:
+            while sent < chunk.size:
+                n = os.sendfile(sock.fileno(), chunk.fd, chunk.position + sent, chunk.size - sent)
+                if n == 0:
+                    break
+                sent += n
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            pass  # e.g. sendfile unsupported here: the caller sends the rest with pread
+        return sent
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
@@ -81,7 +121,7 @@ class KafkaServer:
                 self._connections[writer] = time.monotonic()
                 response = await self.dispatcher.handle(frame, peer)
                 if response is not None:
-                    writer.write(response)
+                    self._write(writer, response)
                     if writer.transport.get_write_buffer_size() > STREAM_LIMIT:
                         await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 
@@ -13,7 +14,33 @@ from wire import batch, fetch_request, produce_request
 
 pytestmark = pytest.mark.timeout(300)
 
+def _more_requests() -> list[bytes]:
+    from dm_broker.protocol.build import make, nested
+    from dm_broker.protocol.codec import request_class
+
+    md = request_class(3, 12)
+    lo = request_class(2, 7)
+    dc = request_class(32, 4)
+    ofl = request_class(23, 4)
+    cp = request_class(37, 3)
+    return [
+        encode_request(3, 12, 5, make(md, topics=(nested(md, "MetadataRequestTopic")(topic_id=None, name="fuzz"),),
+                                      allow_auto_topic_creation=False, include_topic_authorized_operations=False)),
+        encode_request(2, 7, 6, make(lo, replica_id=-1, isolation_level=0, topics=(nested(lo, "ListOffsetsTopic")(
+            name="fuzz", partitions=(nested(lo, "ListOffsetsPartition")(partition_index=0, timestamp=-3),)),))),
+        encode_request(32, 4, 7, make(dc, resources=(nested(dc, "DescribeConfigsResource")(
+            resource_type=2, resource_name="fuzz", configuration_keys=None),), include_synonyms=False,
+            include_documentation=True)),
+        encode_request(23, 4, 8, make(ofl, replica_id=-1, topics=(nested(ofl, "OffsetForLeaderTopic")(
+            topic="fuzz", partitions=(nested(ofl, "OffsetForLeaderPartition")(partition=0, leader_epoch=0),)),))),
+        encode_request(37, 3, 9, make(cp, topics=(nested(cp, "CreatePartitionsTopic")(
+            name="nope", count=2, assignments=None),), timeout=datetime.timedelta(seconds=1),
+            validate_only=True)),
+    ]
+
+
 VALID = [
+    *_more_requests(),
     encode_request(0, 9, 1, produce_request("fuzz", 0, batch([b"a", b"b"]))),
     encode_request(1, 12, 2, fetch_request("fuzz", 0, 0)),
     encode_request(1, 4, 3, fetch_request("fuzz", 0, 0, version=4)),
@@ -46,6 +73,8 @@ def assert_serving(port: int) -> None:
 def mutated_frames(draw) -> bytes:
     data = bytearray(draw(st.sampled_from(VALID)))
     for _ in range(draw(st.integers(1, 8))):
+        if not data:
+            break
         op = draw(st.sampled_from(["flip", "set", "cut", "insert"]))
         pos = draw(st.integers(0, len(data) - 1))
         if op == "flip":
@@ -79,14 +108,14 @@ def fuzz_broker(broker):
     return broker
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=mutated_frames())
 def test_mutated_frames(fuzz_broker, frame):
     exchange(fuzz_broker.port, frame)
     assert fuzz_broker.alive()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=random_frames())
 def test_random_frames(fuzz_broker, frame):
     exchange(fuzz_broker.port, frame)

@@ -30,6 +30,21 @@ class FileSlice:
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, self.position)
 
+    def __len__(self) -> int:
+        return self.size
+
+    def record_count(self) -> int:
+        """Records in the complete batches of this slice (a cut-off last batch is not counted)."""
+        count = 0
+        position, end = self.position, self.position + self.size
+        while position + HEADER_SIZE <= end:
+            header = parse_header(os.pread(self.fd, HEADER_SIZE, position))
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or position + header.size > end:
+                break
+            count += header.records_count
+            position += header.size
+        return count
+
 
 class Segment:
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:

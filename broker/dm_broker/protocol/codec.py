@@ -7,8 +7,10 @@ version follows the API's flexible versions, then the body. Readers and writers 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+import typing
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -78,11 +80,41 @@ def decode_request(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
                          header.client_id), size
 
 
+@cache
+def _array_fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+    """(name, nullable, holds entities) of every array field of an entity class."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        tuple_hint = next((a for a in (hint, *args) if typing.get_origin(a) is tuple), None)
+        if tuple_hint is None:
+            continue
+        item = typing.get_args(tuple_hint)[0]
+        out.append((f.name, nullable, dataclasses.is_dataclass(item)))
+    return tuple(out)
+
+
+def _check_arrays(entity: Any) -> None:
+    """kio reads a length of -1 as None even where the schema forbids null; Kafka rejects that."""
+    for name, nullable, nested_entities in _array_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                raise ProtocolError(f"null array in non-nullable field {type(entity).__name__}.{name}")
+        elif nested_entities:
+            for item in value:
+                _check_arrays(item)
+
+
 def decode_body(frame: bytes, offset: int, cls: type) -> Any:
     try:
         body, _ = _reader(cls)(frame, offset)
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from exc
+    _check_arrays(body)
     # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends some after Metadata v12.
     return body
 
@@ -94,11 +126,17 @@ def encode_response(correlation_id: int, response: Any, flexible_header: bool) -
     header_cls = ResponseHeaderV1 if flexible_header else ResponseHeaderV0
     _writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
     _writer(type(response))(buf, response)
-    data = buf.getbuffer()
-    SIZE.pack_into(data, 0, len(data) - 4)
-    out = bytes(data)
-    del data
-    return out
+    size = buf.tell() - 4
+    buf.seek(0)
+    buf.write(SIZE.pack(size))
+    return buf.getvalue()
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedResponse:
+    """A response a handler encoded itself (the zero-copy Fetch path), as frame chunks."""
+
+    chunks: list[Any]  # bytes-like, or FileSlice for record data sent from the segment file
 
 
 def encode_body(response: Any) -> bytes:

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from .build import ZERO, make, nested
 from .codec import (
     API_VERSIONS_KEY,
+    EncodedResponse,
     ProtocolError,
     RequestHeader,
     decode_body,
@@ -70,7 +71,7 @@ class Dispatcher:
             for s in sorted(self.apis.values(), key=lambda s: s.key)
         ]
 
-    async def handle(self, frame: bytes, peer: str) -> bytes | None:
+    async def handle(self, frame: bytes, peer: str) -> list[bytes | memoryview] | None:
         """Returns the response frame, or None when the request gets no response (acks=0).
         Raises ProtocolError when the connection must be closed."""
         api_key, version, correlation_id = peek_header(frame)
@@ -93,16 +94,18 @@ class Dispatcher:
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
         if response is None:
             return None
+        if isinstance(response, EncodedResponse):
+            return response.chunks
         # ApiVersions responses always use header v0 so that any client can read them.
         flexible_header = resp_cls.__flexible__ and api_key != API_VERSIONS_KEY
-        return encode_response(correlation_id, response, flexible_header)
+        return [encode_response(correlation_id, response, flexible_header)]
 
-    def _api_versions_fallback(self, correlation_id: int) -> bytes:
+    def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """An ApiVersions request newer than ours gets a v0 answer with UNSUPPORTED_VERSION and
         our version ranges, so the client can retry with a version we know (KIP-511)."""
         cls = response_class(API_VERSIONS_KEY, 0)
-        return encode_response(correlation_id, api_versions_response(cls, self, ErrorCode.unsupported_version),
-                               flexible_header=False)
+        return [encode_response(correlation_id, api_versions_response(cls, self, ErrorCode.unsupported_version),
+                                flexible_header=False)]
 
 
 def api_versions_response(cls: type, dispatcher: Dispatcher, error: ErrorCode = ErrorCode.none) -> Any:

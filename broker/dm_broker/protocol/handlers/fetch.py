@@ -14,22 +14,24 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...log.records import iter_batches
+from ...log.segment import FileSlice
 from ...replication.partition import Partition
-from ..build import ZERO, make, nested
+from ..codec import EncodedResponse
 from ..dispatch import RequestContext
+from ..fetch_encoder import PartitionResult, TopicResult, encode_fetch_response
 
 READ_COMMITTED = 1
 
 
 class _PartitionRead:
-    __slots__ = ("data", "error", "partition", "request")
+    __slots__ = ("error", "partition", "request", "size", "slices")
 
     def __init__(self, request: Any, partition: Partition | None, error: ErrorCode) -> None:
         self.request = request
         self.partition = partition
         self.error = error
-        self.data = b""
+        self.slices: list[FileSlice] = []
+        self.size = 0
 
 
 def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
@@ -59,29 +61,23 @@ def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool
                 continue
             budget = min(r.request.partition_max_bytes, max_bytes - total)
             if budget <= 0 and not first:
-                r.data = b""
+                r.slices, r.size = [], 0
                 continue
             result = log.read(offset, max(budget, 0), limit, min_one_batch=first)
+            r.slices, r.size = result.slices, result.size
             if result.size:
-                r.data = result.slices[0].read() if len(result.slices) == 1 else \
-                    b"".join(s.read() for s in result.slices)
                 total += result.size
                 first = False
-            else:
-                r.data = b""
     return total
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
-    cls = ctx.response_cls
-    topic_cls = nested(cls, "FetchableTopicResponse")
-    part_cls = nested(cls, "PartitionData")
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
 
     if getattr(req, "session_id", 0) != 0 or getattr(req, "session_epoch", -1) > 0:
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.fetch_session_id_not_found, session_id=0,
-                    responses=())
+        return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id,
+                                                     ErrorCode.fetch_session_id_not_found.value, 0, []))
 
     reads: list[list[_PartitionRead]] = []
     for topic in req.topics:
@@ -107,26 +103,25 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         total = _read_all(reads, max_bytes, committed)
 
     metrics = broker.metrics
-    responses = []
+    topics = []
     for topic, topic_reads in zip(req.topics, reads, strict=True):
-        partitions = []
+        result = TopicResult(topic.topic)
         for r in topic_reads:
             part = r.partition
             hw = lso = start = -1
-            if part is not None:
+            if part is not None and r.error == ErrorCode.none:
                 hw, lso, start = part.high_watermark, part.last_stable_offset, part.log.log_start_offset
-            if r.data:
-                metrics.bytes_out.labels(topic.topic).inc(len(r.data))
-                metrics.messages_out.labels(topic.topic).inc(sum(h.records_count for _, h in iter_batches(r.data)))
+            if r.size:
+                metrics.bytes_out.labels(topic.topic).inc(r.size)
+                metrics.messages_out.labels(topic.topic).inc(sum(s.record_count() for s in r.slices))
             elif r.error != ErrorCode.none:
                 metrics.request_errors.labels("fetch", r.error.name).inc()
-            partitions.append(make(
-                part_cls, partition_index=r.request.partition, error_code=r.error, high_watermark=hw,
-                last_stable_offset=lso, log_start_offset=start, aborted_transactions=(),
-                preferred_read_replica=-1, records=r.data,
+            result.partitions.append(PartitionResult(
+                r.request.partition, r.error.value, hw, lso, start, r.slices,
+                aborted=[] if committed else None,
             ))
-        responses.append(make(topic_cls, topic=topic.topic, partitions=tuple(partitions)))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, session_id=0, responses=tuple(responses))
+        topics.append(result)
+    return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, 0, topics))
 
 
 def _has_errors(reads: list[list[_PartitionRead]]) -> bool:

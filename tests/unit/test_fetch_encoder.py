@@ -1,0 +1,39 @@
+"""The hand-written Fetch encoder must produce exactly what kio (Kafka's schemas) decodes."""
+
+from __future__ import annotations
+
+import pytest
+from dm_broker.log.records import build_batch
+from dm_broker.protocol.client import decode_response
+from dm_broker.protocol.fetch_encoder import PartitionResult, TopicResult, encode_fetch_response
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_kio_decodes_every_version(version):
+    big = build_batch([(b"k", b"v" * 9000, [("h", b"1")])], timestamp_ms=5)
+    small = build_batch([(None, b"s", [])], timestamp_ms=6)
+    topics = [
+        TopicResult("alpha", [
+            PartitionResult(0, 0, 10, 10, 0, big, aborted=None),
+            PartitionResult(1, 1, -1, -1, -1, None, aborted=[(7, 3)]),
+            PartitionResult(2, 0, 5, 4, 2, small, aborted=[], diverging_epoch=(3, 40), current_leader=(1, 3)),
+        ]),
+        TopicResult("beta", []),
+    ]
+    chunks = encode_fetch_response(version, 42, 0, 0, topics)
+    frame = b"".join(bytes(c) for c in chunks)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    correlation, resp = decode_response(1, version, frame[4:])
+    assert correlation == 42
+    alpha, beta = resp.responses
+    assert alpha.topic == "alpha" and beta.topic == "beta" and beta.partitions == ()
+    p0, p1, p2 = alpha.partitions
+    assert (p0.partition_index, p0.high_watermark, bytes(p0.records)) == (0, 10, big)
+    assert p1.error_code.value == 1 and p1.records is None
+    assert bytes(p2.records) == small and p2.last_stable_offset == 4
+    if version >= 5:
+        assert p2.log_start_offset == 2
+    assert [(a.producer_id, a.first_offset) for a in p1.aborted_transactions] == [(7, 3)]
+    if version >= 12:
+        assert (p2.diverging_epoch.epoch, p2.diverging_epoch.end_offset) == (3, 40)
+        assert (p2.current_leader.leader_id, p2.current_leader.leader_epoch) == (1, 3)
