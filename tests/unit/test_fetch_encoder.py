@@ -37,3 +37,29 @@ def test_kio_decodes_every_version(version):
     if version >= 12:
         assert (p2.diverging_epoch.epoch, p2.diverging_epoch.end_offset) == (3, 40)
         assert (p2.current_leader.leader_id, p2.current_leader.leader_epoch) == (1, 3)
+
+
+def test_forged_array_length_is_refused_before_kio_allocates():
+    import struct
+
+    from dm_broker.protocol.codec import ProtocolError, decode_body, request_class
+
+    # Metadata v9 (flexible): topics array claiming 2^31 elements in a 6-byte body
+    body = b"\x80\x80\x80\x80\x08" + b"\x00"
+    with pytest.raises(ProtocolError, match="array claims"):
+        decode_body(body, 0, request_class(3, 9))
+    # Produce v3 (legacy encoding): topic_data int32 length of 0x7fffffff
+    legacy = struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", 0x7FFFFFFF)
+    with pytest.raises(ProtocolError):
+        decode_body(legacy, 0, request_class(0, 3))
+
+
+def test_bounds_plan_covers_every_supported_request():
+    from dm_broker.protocol import bounds
+    from dm_broker.protocol.apis import SPECS
+    from dm_broker.protocol.codec import request_class, response_class
+
+    for spec in SPECS:
+        for version in range(spec.min_version, spec.max_version + 1):
+            assert isinstance(bounds.plan(request_class(spec.key, version)), tuple)
+            assert isinstance(bounds.plan(response_class(spec.key, version)), tuple)

@@ -17,6 +17,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
+from . import bounds
 from .codec import API_VERSIONS_KEY, request_class, response_class
 
 SIZE = struct.Struct(">i")
@@ -40,6 +41,7 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
     flexible = cls.__flexible__ and api_key != API_VERSIONS_KEY
     header_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
     header, offset = entity_reader(header_cls)(frame, 0)
+    bounds.check(cls, frame, offset)  # a forged length must not abort this process either
     body, _ = entity_reader(cls)(frame, offset)
     return header.correlation_id, body
 

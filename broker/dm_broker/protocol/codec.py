@@ -22,6 +22,8 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
+from . import bounds
+
 API_KEY_VERSION = struct.Struct(">hh")
 CORRELATION = struct.Struct(">i")
 SIZE = struct.Struct(">i")
@@ -110,6 +112,10 @@ def _check_arrays(entity: Any) -> None:
 
 
 def decode_body(frame: bytes, offset: int, cls: type) -> Any:
+    try:
+        bounds.check(cls, frame, offset)
+    except bounds.BoundsError as exc:
+        raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
     try:
         body, _ = _reader(cls)(frame, offset)
     except Exception as exc:

@@ -1,0 +1,146 @@
+"""Structural bounds check of a request body, run before kio parses it.
+
+kio's native reader reserves memory for an array from its declared length before reading the
+elements, so a forged length (say 2^31) makes the allocator abort the whole process. This walk
+follows the same schema without building anything and refuses any array, string or byte field
+that claims more elements or bytes than the frame has left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import typing
+from functools import cache
+
+FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "timedelta_i32": 4,
+         "int64": 8, "uint64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16,
+         "error_code": 2}
+VARLEN = {"string", "bytes", "records"}
+
+
+class BoundsError(ValueError):
+    pass
+
+
+# A step is (kind, payload): ("fixed", size), ("varlen", None), ("entity", steps),
+# ("array", item step), ("tags", None).
+Step = tuple[str, typing.Any]
+
+
+@cache
+def plan(cls: type) -> tuple[Step, ...]:
+    hints = typing.get_type_hints(cls)
+    steps: list[Step] = []
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:
+            continue  # tagged fields are skipped by size in the tags section
+        steps.append(_field_step(hints[f.name], f.metadata.get("kafka_type")))
+    if cls.__flexible__:
+        steps.append(("tags", None))
+    return tuple(steps)
+
+
+def _field_step(hint: typing.Any, kafka_type: str | None) -> Step:
+    args = typing.get_args(hint)
+    candidates = (hint, *args)
+    tuple_hint = next((a for a in candidates if typing.get_origin(a) is tuple), None)
+    if tuple_hint is not None:
+        item = typing.get_args(tuple_hint)[0]
+        if dataclasses.is_dataclass(item):
+            return ("array", ("entity", plan(item)))
+        return ("array", _primitive(kafka_type))
+    entity = next((a for a in candidates if dataclasses.is_dataclass(a)), None)
+    if entity is not None:
+        return ("entity", plan(entity))
+    return _primitive(kafka_type)
+
+
+def _primitive(kafka_type: str | None) -> Step:
+    if kafka_type in FIXED:
+        return ("fixed", FIXED[kafka_type])
+    if kafka_type in VARLEN:
+        return ("varlen", kafka_type)
+    raise TypeError(f"bounds check does not know kafka type {kafka_type!r}")
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise BoundsError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise BoundsError("varint too long")
+
+
+def check(cls: type, buf: bytes, pos: int) -> None:
+    """Raises BoundsError unless every length in the body fits in the frame."""
+    _walk(plan(cls), buf, pos, cls.__flexible__)
+
+
+def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
+    end = len(buf)
+    for kind, payload in steps:
+        if kind == "fixed":
+            pos += payload
+        elif kind == "varlen":
+            pos = _varlen(buf, pos, flexible, payload)
+        elif kind == "entity":
+            pos = _walk(payload, buf, pos, flexible)
+        elif kind == "array":
+            if flexible:
+                n, pos = _uvarint(buf, pos)
+                n -= 1
+            else:
+                if pos + 4 > end:
+                    raise BoundsError("truncated array length")
+                (n,) = struct.unpack_from(">i", buf, pos)
+                pos += 4
+            if n > end - pos:
+                raise BoundsError(f"array claims {n} elements with {end - pos} bytes left")
+            for _ in range(max(n, 0)):
+                item_kind, item = payload
+                if item_kind == "entity":
+                    pos = _walk(item, buf, pos, flexible)
+                elif item_kind == "fixed":
+                    pos += item
+                else:
+                    pos = _varlen(buf, pos, flexible, item)
+        else:  # tags
+            count, pos = _uvarint(buf, pos)
+            if count > end - pos:
+                raise BoundsError("tagged field count exceeds the frame")
+            for _ in range(count):
+                _, pos = _uvarint(buf, pos)
+                size, pos = _uvarint(buf, pos)
+                pos += size
+        if pos > end:
+            raise BoundsError("field runs past the end of the frame")
+    return pos
+
+
+def _varlen(buf: bytes, pos: int, flexible: bool, kafka_type: str) -> int:
+    end = len(buf)
+    if flexible:
+        n, pos = _uvarint(buf, pos)
+        n -= 1
+    elif kafka_type == "string":
+        if pos + 2 > end:
+            raise BoundsError("truncated string length")
+        (n,) = struct.unpack_from(">h", buf, pos)
+        pos += 2
+    else:
+        if pos + 4 > end:
+            raise BoundsError("truncated bytes length")
+        (n,) = struct.unpack_from(">i", buf, pos)
+        pos += 4
+    if n > end - pos:
+        raise BoundsError(f"{kafka_type} of {n} bytes with {end - pos} left")
+    return pos + max(n, 0)
