@@ -86,7 +86,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("default.replication.factor", "int", 1, "Replication factor of auto-created topics.",
                  minimum=1),
         Property("auto.create.topics.enable", "bool", True,
-                 "Create a topic when a client asks for its metadata or produces to it."),
+                 "Create a topic when a client asks for its metadata (and allows auto-creation)."),
         Property("socket.request.max.bytes", "int", 100 * 1024 * 1024,
                  "Largest request frame accepted; larger frames close the connection.", minimum=1024),
         Property("message.max.bytes", "int", 1048588, "Largest record batch accepted (after compression).",

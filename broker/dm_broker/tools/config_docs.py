@@ -1,0 +1,46 @@
+"""Renders docs/configuration.md from the property table in config.py.
+
+    .venv/bin/python -m dm_broker.tools.config_docs > docs/configuration.md
+"""
+
+from __future__ import annotations
+
+from ..config import BROKER_PROPERTIES, LONG_MAX
+
+
+def _default(value: object) -> str:
+    if value is True or value is False:
+        return "true" if value else "false"
+    if value == LONG_MAX:
+        return "Long.MAX (never)"
+    return f"`{value}`" if value != "" else "(empty)"
+
+
+def render() -> str:
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `broker/dm_broker/config.py` by `python -m dm_broker.tools.config_docs`; a test keeps",
+        "this page equal to the code.",
+        "",
+        "A broker reads, in increasing priority: the defaults below, a Kafka-style `.properties` file",
+        "(`dm broker --config FILE`), environment variables (`DM_` + the name upper-cased with `.` → `_`,",
+        "e.g. `DM_LOG_SEGMENT_BYTES`), then `--override name=value` and the dedicated flags (`--port` sets",
+        "`listener.port`, `--data-dir` sets `log.dirs`, ...). Unknown names and invalid values stop the",
+        "broker with a message naming the property.",
+        "",
+        "Properties with a topic-level name can be overridden per topic (`dm topics create --config",
+        "retention.ms=3600000`, CreateTopics configs, or IncrementalAlterConfigs at run time).",
+        "",
+        "| broker property | topic override | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for prop in BROKER_PROPERTIES.values():
+        choices = f" One of: {', '.join(prop.choices)}." if prop.choices else ""
+        lines.append(f"| `{prop.name}` | {f'`{prop.topic_name}`' if prop.topic_name else ''} | "
+                     f"{_default(prop.default)} | {prop.doc}{choices} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
