@@ -50,6 +50,13 @@ class Property:
     topic_name: str | None = None  # per-topic override that falls back to this broker property
 
     def parse(self, raw: Any) -> Any:
+        try:
+            return self._parse(raw)
+        except ConfigError as exc:
+            message = str(exc)
+            raise ConfigError(message if message.startswith(self.name) else f"{self.name}: {message}") from None
+
+    def _parse(self, raw: Any) -> Any:
         if self.kind == "int":
             value = raw if isinstance(raw, int) and not isinstance(raw, bool) else _parse_int(str(raw))
             if self.minimum is not None and value < self.minimum:

@@ -214,3 +214,55 @@ async def test_transactions_are_refused_clearly(broker):
                                    producer_id=-1, producer_epoch=-1))
     assert resp.error_code == ErrorCode.transactional_id_authorization_failed
     await conn.close()
+
+
+async def test_offset_for_leader_epoch(broker, topic_name):
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    for i in range(3):
+        await conn.request(produce_request(topic_name, 0, batch([b"%d" % i])))
+    cls = request_class(23, 4)
+    from dm_broker.protocol.build import nested
+
+    def req(epoch: int, current: int = -1):
+        return make(cls, replica_id=-1, topics=(nested(cls, "OffsetForLeaderTopic")(
+            topic=topic_name, partitions=(nested(cls, "OffsetForLeaderPartition")(
+                partition=0, current_leader_epoch=current, leader_epoch=epoch),)),))
+
+    resp = await conn.request(req(0))
+    p = resp.topics[0].partitions[0]
+    assert (p.error_code, p.leader_epoch, p.end_offset) == (ErrorCode.none, 0, 3)
+    fenced = await conn.request(req(0, current=7))
+    assert fenced.topics[0].partitions[0].error_code == ErrorCode.unknown_leader_epoch
+    await conn.close()
+
+
+def test_describe_cluster_and_create_partitions(broker, topic_name):
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    cluster = admin.describe_cluster().result(10)
+    assert [n.id for n in cluster.nodes] == [0] and cluster.controller.id == 0 and cluster.cluster_id
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(10)
+    admin.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(10)
+    assert len(admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 5
+    with pytest.raises(Exception, match=r"(?i)partition"):
+        admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name].result(10)
+    with pytest.raises(Exception, match=r"(?i)already exists"):
+        admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    with pytest.raises(Exception, match=r"(?i)replication factor"):
+        admin.create_topics([NewTopic(topic_name + "-rf", 1, 3)])[topic_name + "-rf"].result(10)
+    with pytest.raises(Exception, match=r"(?i)retention.ms"):
+        admin.create_topics([NewTopic(topic_name + "-bad", 1, 1, config={"retention.ms": "soon"})])[
+            topic_name + "-bad"].result(10)
+
+
+def test_auto_create_can_be_disabled(tmp_path, topic_name):
+    from confluent_kafka.admin import AdminClient
+    from harness import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data", {"auto.create.topics.enable": "false"}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        md = admin.list_topics(topic_name, timeout=10)
+        assert md.topics[topic_name].error is not None  # UNKNOWN_TOPIC_OR_PARTITION
+        assert topic_name not in admin.list_topics(timeout=10).topics
