@@ -13,12 +13,13 @@ from kio.schema.errors import ErrorCode
 
 from .config import BrokerConfig, ConfigError, TopicSettings, validate_topic_configs
 from .errors import KafkaError
+from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .log.manager import LogManager
 from .metrics import BrokerMetrics
 from .protocol.apis import SPECS
 from .protocol.dispatch import Dispatcher
 from .replication.partition import Partition
-from .topics import InvalidTopicError, TopicInfo, TopicStore, validate_topic_name
+from .topics import INTERNAL_TOPICS, InvalidTopicError, TopicInfo, TopicStore, validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,14 @@ class Broker:
         self.ready = False
         self.port = config["listener.port"]
         self.dispatcher = Dispatcher(self, SPECS)
+        self.coordinator = GroupCoordinator(self, CoordinatorSettings(
+            partitions=config["offsets.topic.num.partitions"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            max_metadata_bytes=config["offset.metadata.max.bytes"],
+            max_group_size=config["group.max.size"],
+        ))
         self._next_pid = 0
         self._pid_block_end = 0
 
@@ -65,6 +74,12 @@ class Broker:
         """Hosts every partition once the logs are recovered; the broker is then ready."""
         for topic in self.store.topics.values():
             self._host_partitions(topic, range(topic.partitions))
+        offsets_topic = self._ensure_offsets_topic()
+        # A standalone broker leads every partition, so it coordinates every group.
+        for partition in range(offsets_topic.partitions):
+            self.coordinator.load(partition)
+        self.coordinator.settings.partitions = offsets_topic.partitions
+        self.coordinator.start()
         self.logs.start()
         self.ready = True
         log.info(
@@ -75,7 +90,17 @@ class Broker:
 
     async def close(self) -> None:
         self.ready = False
+        await self.coordinator.close()
         await self.logs.close()
+
+    def _ensure_offsets_topic(self) -> TopicInfo:
+        existing = self.store.get(OFFSETS_TOPIC)
+        if existing is not None:
+            return existing
+        rf = min(self.config["offsets.topic.replication.factor"], len(self.endpoints()))
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+        return self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], rf, configs,
+                                 internal=True)
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -98,12 +123,14 @@ class Broker:
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str | None],
-        validate_only: bool = False,
+        validate_only: bool = False, internal: bool = False,
     ) -> TopicInfo:
         try:
             validate_topic_name(name)
         except InvalidTopicError as exc:
             raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from None
+        if name in INTERNAL_TOPICS and not internal and self.store.get(name) is None:
+            raise KafkaError(ErrorCode.invalid_request, f"{name} is an internal topic managed by dm")
         if self.store.get(name) is not None:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         if partitions == -1:
@@ -137,6 +164,8 @@ class Broker:
         topic = self.store.get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        if topic.internal:
+            raise KafkaError(ErrorCode.invalid_request, f"{name} is an internal topic and cannot be deleted")
         for key in [k for k in self.partitions if k[0] == name]:
             self.partitions.pop(key).close()
         self.logs.delete_topic(name)
@@ -149,6 +178,8 @@ class Broker:
         topic = self.store.get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        if topic.internal:
+            raise KafkaError(ErrorCode.invalid_request, f"{name} is internal; its partition count is fixed")
         if count <= topic.partitions:
             raise KafkaError(
                 ErrorCode.invalid_partitions,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
-from .tools import consume, produce, topics
+from .tools import consume, groups, produce, topics
 from .tools.client import DEFAULT_BOOTSTRAP
 
 
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.register(sub, common)
     produce.register(sub, common)
     consume.register(sub, common)
+    groups.register(sub, common)
     from .tools import bench
 
     bench.register(sub, common)

@@ -42,7 +42,7 @@ def _parse_int(value: str) -> int:
 @dataclass(frozen=True)
 class Property:
     name: str
-    kind: str  # "int", "bool", "str", "choice"
+    kind: str  # "int", "float", "bool", "str", "choice"
     default: Any
     doc: str
     minimum: int | None = None
@@ -64,6 +64,14 @@ class Property:
             return value
         if self.kind == "bool":
             return raw if isinstance(raw, bool) else _parse_bool(str(raw))
+        if self.kind == "float":
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ConfigError(f"expected a number, got {raw!r}") from None
+            if not 0 <= value <= 1:
+                raise ConfigError(f"expected a ratio between 0 and 1, got {value}")
+            return value
         text = str(raw).strip()
         if self.kind == "choice" and text not in self.choices:
             raise ConfigError(f"{self.name} must be one of {', '.join(self.choices)}, got {text!r}")
@@ -143,6 +151,30 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("producer.id.expiration.ms", "int", 86_400_000,
                  "Forget an idempotent producer's sequence state after this much inactivity.", minimum=1),
         Property("connections.max.idle.ms", "int", 600_000, "Close connections idle this long.", minimum=1),
+        Property("offsets.topic.num.partitions", "int", 50,
+                 "Partitions of __consumer_offsets (fixed once the topic exists).", minimum=1),
+        Property("offsets.topic.replication.factor", "int", 3,
+                 "Replication factor of __consumer_offsets (capped at the number of brokers).", minimum=1),
+        Property("offsets.topic.segment.bytes", "int", 100 * 1024 * 1024,
+                 "Segment size of __consumer_offsets (smaller segments compact sooner).", minimum=1024),
+        Property("offset.metadata.max.bytes", "int", 4096, "Largest metadata string of a committed offset.",
+                 minimum=0),
+        Property("group.initial.rebalance.delay.ms", "int", 3000,
+                 "How long the first rebalance of an empty group waits for more members.", minimum=0),
+        Property("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a member may ask for.",
+                 minimum=1),
+        Property("group.max.session.timeout.ms", "int", 1_800_000, "Largest session timeout a member may ask for.",
+                 minimum=1),
+        Property("group.max.size", "int", 2**31 - 1, "Most members in one group.", minimum=1),
+        Property("log.cleaner.enable", "bool", True, "Compact topics with cleanup.policy=compact.",),
+        Property("log.cleaner.backoff.ms", "int", 15_000, "How often the cleaner looks for logs to compact.",
+                 minimum=10),
+        Property("log.cleaner.min.cleanable.ratio", "float", 0.5,
+                 "Compact a log when this share of its closed segments was written since the last compaction.",
+                 topic_name="min.cleanable.dirty.ratio"),
+        Property("log.cleaner.delete.retention.ms", "int", 86_400_000,
+                 "How long a tombstone (null value) survives compaction, so consumers see deletes.",
+                 minimum=0, topic_name="delete.retention.ms"),
     ]
 }
 

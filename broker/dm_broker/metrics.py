@@ -33,6 +33,19 @@ class _LogCollector(Collector):
             hw.add_metric(labels, part.high_watermark)
             size.add_metric(labels, part.log.size_bytes)
         yield from (end, start, hw, size)
+        yield from self._groups()
+
+    def _groups(self) -> Iterator[GaugeMetricFamily]:
+        members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])
+        lag = GaugeMetricFamily("dm_group_lag", "High watermark minus committed offset, for partitions led here",
+                                labels=["group", "topic", "partition"])
+        for group in list(self.broker.coordinator.groups.values()):
+            members.add_metric([group.group_id, group.state.value], len(group.members))
+            for (topic, index), committed in list(group.offsets.items()):
+                part = self.broker.partition(topic, index)
+                if part is not None:
+                    lag.add_metric([group.group_id, topic, str(index)], max(0, part.high_watermark - committed.offset))
+        yield from (members, lag)
 
 
 class BrokerMetrics:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..config import BrokerConfig, TopicSettings
 from .checkpoints import read_offsets, write_offsets
+from .compaction import LogCleaner
 from .partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self.on_retention: Callable[[PartitionLog, int], None] | None = None
         self.recovery_seconds = 0.0
+        self.cleaner = LogCleaner(self.logs, config["log.cleaner.backoff.ms"], config["log.cleaner.enable"])
         self.was_clean_shutdown = False
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
@@ -98,6 +100,7 @@ class LogManager:
             asyncio.create_task(self._every(c["log.flush.offset.checkpoint.interval.ms"], self.checkpoint)),
             asyncio.create_task(self._every(c["log.retention.check.interval.ms"], self._retention)),
         ]
+        self.cleaner.start()
 
     async def _every(self, interval_ms: int, job: Callable[[], object]) -> None:
         while True:
@@ -132,6 +135,7 @@ class LogManager:
                 self.on_retention(plog, deleted)
 
     async def close(self) -> None:
+        await self.cleaner.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -79,6 +79,9 @@ class PartitionLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         for stray in self.directory.glob("*.tmp"):
             stray.unlink()
+        from .compaction import finish_interrupted_swap
+
+        finish_interrupted_swap(self.directory)
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         index_interval = self.settings["index.interval.bytes"]
         max_batch = self.settings["max.message.bytes"]

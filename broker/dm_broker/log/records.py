@@ -341,3 +341,36 @@ def build_batch(
     out += payload
     struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+def _encode_record(out: bytearray, record: Record, base_offset: int, base_timestamp: int) -> None:
+    rec = bytearray(b"\x00")
+    _write_varint(rec, record.timestamp - base_timestamp)
+    _write_varint(rec, record.offset - base_offset)
+    _write_varbytes(rec, record.key)
+    _write_varbytes(rec, record.value)
+    _write_varint(rec, len(record.headers))
+    for hkey, hval in record.headers:
+        _write_varbytes(rec, hkey.encode())
+        _write_varbytes(rec, hval)
+    _write_varint(out, len(rec))
+    out += rec
+
+
+def rebuild_batch(original: bytes, kept: list[Record]) -> bytes:
+    """The same batch with only `kept` records (compaction): base offset, last offset delta,
+    timestamps, producer fields and codec stay, so offsets and producer state are unchanged."""
+    header = parse_header(original)
+    body = bytearray()
+    for record in kept:
+        _encode_record(body, record, header.base_offset, header.base_timestamp)
+    payload = compress(header.compression, bytes(body))
+    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    out = bytearray(BATCH_HEADER.pack(
+        header.base_offset, length, header.partition_leader_epoch, MAGIC_V2, 0, header.attributes,
+        header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, len(kept),
+    ))
+    out += payload
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)

@@ -7,7 +7,7 @@ topic ids in produce/fetch (Produce 13, Fetch 13+) are not offered yet.
 from __future__ import annotations
 
 from .dispatch import ApiSpec
-from .handlers import admin, fetch, metadata, offsets, produce
+from .handlers import admin, fetch, groups, metadata, offsets, produce
 
 SPECS: list[ApiSpec] = [
     ApiSpec(0, "Produce", 3, 11, produce.handle, advertised_min=0),
@@ -23,4 +23,15 @@ SPECS: list[ApiSpec] = [
     ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
     ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
     ApiSpec(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
+    ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit),
+    ApiSpec(9, "OffsetFetch", 1, 9, groups.handle_offset_fetch),
+    ApiSpec(10, "FindCoordinator", 0, 6, groups.handle_find_coordinator),
+    ApiSpec(11, "JoinGroup", 0, 9, groups.handle_join_group),
+    ApiSpec(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
+    ApiSpec(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
+    ApiSpec(14, "SyncGroup", 0, 5, groups.handle_sync_group),
+    ApiSpec(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
+    ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
+    ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
+    ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
 ]

@@ -53,6 +53,12 @@ class Partition:
             await self.log.flush()
         return result
 
+    async def append_internal(self, data: bytearray) -> AppendResult:
+        """Appends a batch the broker built itself (group metadata, offsets), once committed."""
+        from ..log.records import validate_batches
+
+        return await self.append_as_leader(data, validate_batches(data, 1 << 30))
+
     # -- fetch long-poll ---------------------------------------------------------------------
 
     def add_waiter(self, fut: asyncio.Future[None]) -> None:

@@ -8,7 +8,14 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaError
 from ...log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
-from ...log.records import CorruptRecordError, InvalidRecordError, RecordTooLargeError, validate_batches
+from ...log.records import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    decode_records,
+    validate_batches,
+)
+from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
 
@@ -36,6 +43,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 if part is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"{topic.name}-{pdata.index} does not exist")
+                if topic.name in INTERNAL_TOPICS:
+                    raise KafkaError(ErrorCode.invalid_topic_exception,
+                                     f"{topic.name} is internal; clients cannot write to it")
                 records = pdata.records
                 if not records:
                     raise KafkaError(ErrorCode.invalid_record, "no records")
@@ -46,6 +56,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                                      "per partition")
                 if headers[0].is_transactional or headers[0].is_control:
                     raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by dm")
+                if settings.compacted and any(r.key is None for r in decode_records(records)):
+                    raise KafkaError(ErrorCode.invalid_record, "compacted topics only accept records with a key")
                 result = await part.append_as_leader(bytearray(records), headers)
                 base_offset, append_time = result.base_offset, result.log_append_time
                 start = part.log.log_start_offset

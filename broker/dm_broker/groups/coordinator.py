@@ -1,0 +1,672 @@
+"""The classic group coordinator (Kafka's GroupCoordinator, JoinGroup/SyncGroup protocol).
+
+A group lives in partition `murmur2(group id) % n` of `__consumer_offsets`; this broker
+coordinates the groups of the partitions it leads and has loaded. Group metadata and committed
+offsets are records in that partition, written before the request is answered, and replayed when
+the partition is loaded (at start, or when leadership moves here).
+
+Rebalance: Empty → PreparingRebalance (members rejoin; the first rebalance of an empty group
+waits group.initial.rebalance.delay.ms for more members) → CompletingRebalance (the leader
+computes the assignment client-side) → Stable (SyncGroup delivered it). Members that miss their
+session timeout are removed and the group rebalances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from ..log.records import build_batch, decode_records
+from ..partitioners import murmur2_partition
+from .group import Group, GroupState, JoinResult, Member
+from .records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    RecordFormatError,
+    decode_group,
+    decode_key,
+    decode_offset,
+    encode_group,
+    encode_key,
+    encode_offset,
+)
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+SWEEP_SECONDS = 0.1
+
+E = ErrorCode
+
+
+@dataclass
+class CoordinatorSettings:
+    partitions: int = 50
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    max_metadata_bytes: int = 4096
+    max_group_size: int = 2**31 - 1
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker, settings: CoordinatorSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.groups: dict[str, Group] = {}
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self._pending_deadlines: dict[tuple[str, str], float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self.on_change: Callable[[], None] | None = None
+
+    # -- ownership -------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return murmur2_partition(group_id.encode(), self.settings.partitions)
+
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for partition in list(self.owned):
+            self.unload(partition)
+
+    def error_for(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this broker cannot serve the group."""
+        partition = self.partition_for(group_id)
+        if partition in self.loading:
+            return E.coordinator_load_in_progress
+        if partition not in self.owned:
+            return E.not_coordinator
+        return None
+
+    def load(self, partition: int) -> None:
+        """Replays one __consumer_offsets partition (blocking; called when it becomes ours)."""
+        self.loading.add(partition)
+        try:
+            part = self.broker.partition(OFFSETS_TOPIC, partition)
+            if part is None:
+                return
+            loaded: dict[str, Group] = {}
+            plog = part.log
+            for batch in plog.read_batches(plog.log_start_offset, part.high_watermark, 1 << 62):
+                for record in decode_records(batch):
+                    try:
+                        self._replay(loaded, record.key, record.value)
+                    except (RecordFormatError, UnicodeDecodeError) as exc:
+                        log.warning("skipping unreadable %s-%d record at %d: %s", OFFSETS_TOPIC, partition,
+                                    record.offset, exc)
+            deadline = time.monotonic()
+            for group in loaded.values():
+                for member in group.members.values():
+                    member.heartbeat_deadline = deadline + member.session_timeout_ms / 1000
+                self.groups[group.group_id] = group
+            self.owned.add(partition)
+            if loaded:
+                log.info("loaded %d groups from %s-%d", len(loaded), OFFSETS_TOPIC, partition)
+        finally:
+            self.loading.discard(partition)
+
+    def _replay(self, groups: dict[str, Group], key_bytes: bytes | None, value: bytes | None) -> None:
+        if key_bytes is None:
+            return
+        key = decode_key(key_bytes)
+        group = groups.get(key.group)
+        if isinstance(key, OffsetKey):
+            if value is None:
+                if group is not None:
+                    group.offsets.pop((key.topic, key.partition), None)
+                return
+            if group is None:
+                group = groups[key.group] = Group(key.group)
+            group.offsets[(key.topic, key.partition)] = decode_offset(value)
+            return
+        if value is None:
+            groups.pop(key.group, None)
+            return
+        meta = decode_group(value)
+        offsets = group.offsets if group is not None else {}
+        group = groups[key.group] = Group(key.group, offsets=offsets)
+        group.protocol_type = meta.protocol_type or None
+        group.generation = meta.generation
+        group.protocol_name = meta.protocol
+        group.leader_id = meta.leader
+        for m in meta.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
+                            m.session_timeout, meta.protocol_type, [(meta.protocol or "", m.subscription)],
+                            assignment=m.assignment)
+            group.members[m.member_id] = member
+            if m.group_instance_id:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    def unload(self, partition: int) -> None:
+        """Leadership of the partition moved away: drop its groups, fail waiting members."""
+        self.owned.discard(partition)
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            for member in group.members.values():
+                if member.awaiting_join:
+                    member.join_future.set_result(JoinResult(E.not_coordinator.value))
+                if member.awaiting_sync:
+                    member.sync_future.set_result((E.not_coordinator.value, b""))
+            if group.rebalance_deadline is not None:
+                group.rebalance_deadline.cancel()
+
+    # -- persistence -----------------------------------------------------------------------
+
+    async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        if partition is None or self.partition_for(group_id) not in self.owned:
+            return E.not_coordinator
+        batch = bytearray(build_batch([(k, v, []) for k, v in records], timestamp_ms=now_ms()))
+        try:
+            await partition.append_internal(batch)
+        except Exception as exc:  # the log refused the write: the client retries elsewhere
+            log.warning("cannot write group %s to %s: %s", group_id, OFFSETS_TOPIC, exc)
+            return E.not_coordinator
+        return E.none
+
+    async def _store_group(self, group: Group) -> ErrorCode:
+        record = (encode_key(GroupKey(group.group_id)), encode_group(group.to_value()))
+        return await self._write(group.group_id, [record])
+
+    # -- JoinGroup -------------------------------------------------------------------------
+
+    async def join(
+        self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
+        protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+        client_id: str, client_host: str, require_known_member_id: bool, supports_skip_assignment: bool,
+    ) -> JoinResult:
+        if not group_id:
+            return JoinResult(E.invalid_group_id.value, member_id=member_id)
+        error = self.error_for(group_id)
+        if error is not None:
+            return JoinResult(error.value, member_id=member_id)
+        s = self.settings
+        if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
+            return JoinResult(E.invalid_session_timeout.value, member_id=member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(E.unknown_member_id.value, member_id=member_id)
+            group = self.groups[group_id] = Group(group_id)
+        if group.state == GroupState.DEAD:
+            return JoinResult(E.coordinator_not_available.value, member_id=member_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(E.inconsistent_group_protocol.value, member_id=member_id)
+        if len(group.members) >= s.max_group_size and member_id not in group.members:
+            return JoinResult(E.group_max_size_reached.value, member_id=member_id)
+        new = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                     protocol_type, protocols)
+        if not member_id:
+            return await self._join_new_member(group, new, require_known_member_id, supports_skip_assignment)
+        return await self._join_known_member(group, new)
+
+    async def _join_new_member(self, group: Group, new: Member, require_known: bool, skip_ok: bool) -> JoinResult:
+        new.member_id = f"{new.client_id or 'member'}-{uuid.uuid4()}"
+        if new.group_instance_id:
+            old_id = group.static_members.get(new.group_instance_id)
+            if old_id is not None and old_id in group.members:
+                return await self._replace_static_member(group, group.members[old_id], new, skip_ok)
+        elif require_known:
+            # KIP-394: hand out the id first so a member that times out here is not a ghost.
+            group.pending_members.add(new.member_id)
+            self._pending_deadlines[(group.group_id, new.member_id)] = \
+                time.monotonic() + new.session_timeout_ms / 1000
+            return JoinResult(E.member_id_required.value, member_id=new.member_id)
+        return await self._add_and_join(group, new)
+
+    async def _join_known_member(self, group: Group, new: Member) -> JoinResult:
+        member_id = new.member_id
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            self._pending_deadlines.pop((group.group_id, member_id), None)
+            return await self._add_and_join(group, new)
+        member = group.members.get(member_id)
+        if member is None:
+            return JoinResult(E.unknown_member_id.value, member_id=member_id)
+        if new.group_instance_id and member.group_instance_id != new.group_instance_id:
+            return JoinResult(E.fenced_instance_id.value, member_id=member_id)
+        changed = not member.same_protocols(new.protocols)
+        self._update_member(member, new)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return await self._await_join(group, member)
+        if group.state == GroupState.COMPLETING_REBALANCE and not changed:
+            return self._current_generation(group, member, include_members=group.is_leader(member_id))
+        if group.state == GroupState.STABLE and not changed and not group.is_leader(member_id):
+            return self._current_generation(group, member, include_members=False)
+        self._prepare_rebalance(group, f"member {member_id} rejoined")
+        return await self._await_join(group, member)
+
+    async def _replace_static_member(self, group: Group, old: Member, new: Member, skip_ok: bool) -> JoinResult:
+        """KIP-345: a restarted static member takes over its old identity without a rebalance
+        when its subscription is unchanged."""
+        if old.awaiting_join:
+            old.join_future.set_result(JoinResult(E.fenced_instance_id.value, member_id=old.member_id))
+        if old.awaiting_sync:
+            old.sync_future.set_result((E.fenced_instance_id.value, b""))
+        was_leader = group.is_leader(old.member_id)
+        unchanged = old.same_protocols(new.protocols)
+        del group.members[old.member_id]
+        new.assignment = old.assignment
+        group.members[new.member_id] = new
+        group.static_members[new.group_instance_id] = new.member_id
+        if was_leader:
+            group.leader_id = new.member_id
+        if group.state == GroupState.STABLE and unchanged and (not was_leader or skip_ok):
+            error = await self._store_group(group)
+            if error != E.none:
+                return JoinResult(error.value, member_id=new.member_id)
+            new.heartbeat_deadline = time.monotonic() + new.session_timeout_ms / 1000
+            return self._current_generation(group, new, include_members=was_leader, skip_assignment=was_leader)
+        self._prepare_rebalance(group, f"static member {new.group_instance_id} rejoined")
+        return await self._await_join(group, new)
+
+    async def _add_and_join(self, group: Group, member: Member) -> JoinResult:
+        group.add(member)
+        if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member.member_id} joined")
+        elif group.initial_delay_until is not None:
+            group.new_member_added = True
+        return await self._await_join(group, member)
+
+    @staticmethod
+    def _update_member(member: Member, new: Member) -> None:
+        member.protocols = new.protocols
+        member.session_timeout_ms = new.session_timeout_ms
+        member.rebalance_timeout_ms = new.rebalance_timeout_ms
+        member.client_id = new.client_id or member.client_id
+        member.client_host = new.client_host or member.client_host
+
+    async def _await_join(self, group: Group, member: Member) -> JoinResult:
+        member.join_future = asyncio.get_running_loop().create_future()
+        future = member.join_future
+        self._maybe_complete_join(group)
+        return await future
+
+    def _current_generation(self, group: Group, member: Member, include_members: bool,
+                            skip_assignment: bool = False) -> JoinResult:
+        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        members = []
+        if include_members:
+            members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or ""))
+                       for m in group.members.values()]
+        return JoinResult(E.none.value, group.generation, group.protocol_type, group.protocol_name,
+                          group.leader_id or "", member.member_id, members, skip_assignment)
+
+    # -- rebalance -------------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                m.assignment = b""
+                if m.awaiting_sync:
+                    m.sync_future.set_result((E.rebalance_in_progress.value, b""))
+        was_empty = group.state == GroupState.EMPTY
+        group.transition(GroupState.PREPARING_REBALANCE)
+        log.info("group %s rebalancing (generation %d): %s", group.group_id, group.generation, reason)
+        loop = asyncio.get_running_loop()
+        if group.rebalance_deadline is not None:
+            group.rebalance_deadline.cancel()
+        rebalance_s = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        delay_s = self.settings.initial_rebalance_delay_ms / 1000
+        if was_empty and delay_s > 0:
+            group.new_member_added = False
+            group.initial_delay_until = loop.time() + delay_s
+            started = loop.time()
+            group.rebalance_deadline = loop.call_later(
+                delay_s, self._initial_delay_expired, group, started, delay_s, rebalance_s)
+        else:
+            group.initial_delay_until = None
+            group.rebalance_deadline = loop.call_later(rebalance_s, self._complete_join, group)
+        self._notify()
+
+    def _initial_delay_expired(self, group: Group, started: float, delay_s: float, rebalance_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        elapsed = loop.time() - started
+        if group.new_member_added and elapsed + delay_s < rebalance_s:
+            group.new_member_added = False
+            group.rebalance_deadline = loop.call_later(
+                delay_s, self._initial_delay_expired, group, started, delay_s, rebalance_s)
+            return
+        group.initial_delay_until = None
+        if group.all_rejoined() and not group.pending_members:
+            self._complete_join(group)
+        else:
+            group.rebalance_deadline = loop.call_later(max(0.0, rebalance_s - elapsed), self._complete_join, group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if (group.state == GroupState.PREPARING_REBALANCE and group.initial_delay_until is None
+                and group.all_rejoined() and not group.pending_members):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE or self.groups.get(group.group_id) is not group:
+            return
+        if group.rebalance_deadline is not None:
+            group.rebalance_deadline.cancel()
+            group.rebalance_deadline = None
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            log.info("group %s: removing member %s that did not rejoin in time", group.group_id, member.member_id)
+            group.remove(member.member_id)
+        for pending in group.pending_members:
+            self._pending_deadlines.pop((group.group_id, pending), None)
+        group.pending_members.clear()
+        group.generation += 1
+        if not group.members:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(GroupState.EMPTY)
+            asyncio.get_running_loop().create_task(self._store_group(group))
+            self._notify()
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(GroupState.COMPLETING_REBALANCE)
+        deadline = time.monotonic()
+        for member in group.members.values():
+            member.is_new = False
+            member.heartbeat_deadline = deadline + member.session_timeout_ms / 1000
+            result = self._current_generation(group, member, include_members=group.is_leader(member.member_id))
+            member.join_future.set_result(result)
+        log.info("group %s: generation %d with %d members, protocol %s", group.group_id, group.generation,
+                 len(group.members), group.protocol_name)
+        self._notify()
+
+    # -- SyncGroup / Heartbeat / LeaveGroup ------------------------------------------------
+
+    def _member_error(self, group: Group | None, member_id: str, instance_id: str | None,
+                      generation: int | None) -> ErrorCode | None:
+        if group is None or group.state == GroupState.DEAD:
+            return E.unknown_member_id if group is None else E.coordinator_not_available
+        member = group.members.get(member_id)
+        if instance_id:
+            known = group.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                return E.fenced_instance_id
+        if member is None:
+            return E.unknown_member_id
+        if generation is not None and generation != group.generation:
+            return E.illegal_generation
+        return None
+
+    async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> tuple[int, bytes, str | None, str | None]:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value, b"", None, None
+        group = self.groups.get(group_id)
+        error = self._member_error(group, member_id, instance_id, generation)
+        if error is not None:
+            return error.value, b"", None, None
+        assert group is not None
+        if (protocol_type and protocol_type != group.protocol_type) or (
+                protocol_name and protocol_name != group.protocol_name):
+            return E.inconsistent_group_protocol.value, b"", None, None
+        member = group.members[member_id]
+        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return E.rebalance_in_progress.value, b"", None, None
+        if group.state == GroupState.STABLE:
+            return E.none.value, member.assignment, group.protocol_type, group.protocol_name
+        if group.state != GroupState.COMPLETING_REBALANCE:
+            return E.unknown_member_id.value, b"", None, None
+        member.sync_future = asyncio.get_running_loop().create_future()
+        future = member.sync_future
+        if group.is_leader(member_id):
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            gen = group.generation
+            stored = await self._store_group(group)
+            if group.state == GroupState.COMPLETING_REBALANCE and group.generation == gen:
+                if stored != E.none:
+                    for m in group.members.values():
+                        m.assignment = b""
+                        if m.awaiting_sync:
+                            m.sync_future.set_result((stored.value, b""))
+                else:
+                    group.transition(GroupState.STABLE)
+                    for m in group.members.values():
+                        if m.awaiting_sync:
+                            m.sync_future.set_result((E.none.value, m.assignment))
+                    self._notify()
+        code, assignment = await future
+        return code, assignment, group.protocol_type, group.protocol_name
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value
+        group = self.groups.get(group_id)
+        if group is not None and group.state == GroupState.EMPTY:
+            return E.unknown_member_id.value
+        error = self._member_error(group, member_id, instance_id, generation)
+        if error is not None:
+            return error.value
+        assert group is not None
+        member = group.members[member_id]
+        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return E.rebalance_in_progress.value
+        return E.none.value
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.unknown_member_id.value, [E.unknown_member_id.value] * len(members)
+        results = []
+        removed = False
+        for member_id, instance_id in members:
+            if instance_id:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    results.append(E.unknown_member_id.value)
+                    continue
+                if member_id and member_id != known:
+                    results.append(E.fenced_instance_id.value)
+                    continue
+                member_id = known
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                results.append(E.none.value)
+                continue
+            member = group.remove(member_id)
+            if member is None:
+                results.append(E.unknown_member_id.value)
+                continue
+            if member.awaiting_join:
+                member.join_future.set_result(JoinResult(E.unknown_member_id.value, member_id=member_id))
+            if member.awaiting_sync:
+                member.sync_future.set_result((E.unknown_member_id.value, b""))
+            log.info("group %s: member %s left", group_id, member_id)
+            results.append(E.none.value)
+            removed = True
+        if removed:
+            self._after_removal(group, "member left")
+        return E.none.value, results
+
+    def _after_removal(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        elif group.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group)
+
+    async def _sweep(self) -> None:
+        """Expires members whose session timed out and pending members that never rejoined."""
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            now = time.monotonic()
+            for group in list(self.groups.values()):
+                expired = [m for m in group.members.values()
+                           if not m.awaiting_join and not m.awaiting_sync and now > m.heartbeat_deadline]
+                for member in expired:
+                    log.info("group %s: member %s session timed out after %d ms", group.group_id, member.member_id,
+                             member.session_timeout_ms)
+                    group.remove(member.member_id)
+                if expired:
+                    self._after_removal(group, "member session expired")
+            for key, deadline in list(self._pending_deadlines.items()):
+                if now > deadline:
+                    del self._pending_deadlines[key]
+                    group = self.groups.get(key[0])
+                    if group is not None:
+                        group.pending_members.discard(key[1])
+                        self._maybe_complete_join(group)
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    async def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                     offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> dict[tuple[str, int], int]:
+        def all_error(code: ErrorCode) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(offsets, code.value)
+
+        error = self.error_for(group_id)
+        if error is not None:
+            return all_error(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return all_error(E.unknown_member_id if member_id else E.illegal_generation)
+            group = self.groups[group_id] = Group(group_id)  # offsets-only group (assign() consumers)
+        if group.state == GroupState.DEAD:
+            return all_error(E.coordinator_not_available)
+        if not (generation < 0 and group.state == GroupState.EMPTY):
+            if group.state == GroupState.COMPLETING_REBALANCE:
+                return all_error(E.rebalance_in_progress)
+            error = self._member_error(group, member_id, instance_id, generation)
+            if error is not None:
+                return all_error(error)
+            member = group.members[member_id]
+            member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        results: dict[tuple[str, int], int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        values: dict[tuple[str, int], OffsetValue] = {}
+        timestamp = now_ms()
+        for (topic, partition), (offset, epoch, metadata) in offsets.items():
+            topic_info = self.broker.store.get(topic)
+            if topic_info is None or not 0 <= partition < topic_info.partitions:
+                results[(topic, partition)] = E.unknown_topic_or_partition.value
+                continue
+            if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:
+                results[(topic, partition)] = E.offset_metadata_too_large.value
+                continue
+            value = OffsetValue(offset, epoch, metadata or "", timestamp)
+            values[(topic, partition)] = value
+            records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
+        if records:
+            stored = await self._write(group_id, records)
+            for key, value in values.items():
+                if stored == E.none:
+                    group.offsets[key] = value
+                results[key] = stored.value
+        return results
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> tuple[int, dict[tuple[str, int], OffsetValue | None]]:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value, {}
+        group = self.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if partitions is None:
+            return E.none.value, dict(committed)
+        return E.none.value, {tp: committed.get(tp) for tp in partitions}
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value, {}
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return E.group_id_not_found.value, {}
+        subscribed = group.subscribed_topics() if group.state != GroupState.EMPTY else set()
+        if subscribed is None:
+            return E.non_empty_group.value, {}
+        results: dict[tuple[str, int], int] = {}
+        records = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                results[tp] = E.group_subscribed_to_topic.value
+            else:
+                results[tp] = E.none.value
+                if tp in group.offsets:
+                    records.append((encode_key(OffsetKey(group_id, tp[0], tp[1])), None))
+        if records:
+            stored = await self._write(group_id, records)
+            if stored != E.none:
+                return stored.value, {}
+        for tp, code in results.items():
+            if code == E.none.value:
+                group.offsets.pop(tp, None)
+        return E.none.value, results
+
+    # -- admin -----------------------------------------------------------------------------
+
+    def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[Group]:
+        out = []
+        for group in self.groups.values():
+            if group.state == GroupState.DEAD:
+                continue
+            if states and group.state.value.lower() not in states:
+                continue
+            if types and "classic" not in types:
+                continue
+            out.append(group)
+        return out
+
+    def describe(self, group_id: str) -> tuple[int, Group | None]:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value, None
+        return E.none.value, self.groups.get(group_id)
+
+    async def delete_group(self, group_id: str) -> int:
+        error = self.error_for(group_id)
+        if error is not None:
+            return error.value
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return E.group_id_not_found.value
+        if group.state != GroupState.EMPTY:
+            return E.non_empty_group.value
+        records: list[tuple[bytes, bytes | None]] = [(encode_key(GroupKey(group_id)), None)]
+        records += [(encode_key(OffsetKey(group_id, t, p)), None) for t, p in group.offsets]
+        stored = await self._write(group_id, records)
+        if stored != E.none:
+            return stored.value
+        group.transition(GroupState.DEAD)
+        self.groups.pop(group_id, None)
+        self._notify()
+        return E.none.value
+
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change()

@@ -1,0 +1,214 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...groups.coordinator import OFFSETS_TOPIC
+from ..build import ZERO, has, make, nested
+from ..dispatch import RequestContext
+
+KEY_TYPE_GROUP = 0
+
+
+def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, Any]:
+    broker = ctx.broker
+    if key_type != KEY_TYPE_GROUP:
+        return ErrorCode.invalid_request, "dm coordinates consumer groups only (no transactions or share groups)", None
+    if not key:
+        return ErrorCode.invalid_request, "empty group id", None
+    partition = broker.coordinator.partition_for(key)
+    part = broker.partition(OFFSETS_TOPIC, partition)
+    if part is None or partition not in broker.coordinator.owned:
+        return ErrorCode.coordinator_not_available, "the coordinator is not loaded yet", None
+    endpoint = next((e for e in broker.endpoints() if e.node_id == part.leader_id), None)
+    if endpoint is None:
+        return ErrorCode.coordinator_not_available, "the coordinator's broker is unknown", None
+    return ErrorCode.none, None, endpoint
+
+
+async def handle_find_coordinator(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
+    if has(type(req), "coordinator_keys"):
+        coordinator_cls = nested(cls, "Coordinator")
+        results = []
+        for key in req.coordinator_keys:
+            error, message, endpoint = _coordinator_for(ctx, key, key_type)
+            results.append(coordinator_cls(
+                key=key, node_id=endpoint.node_id if endpoint else -1, host=endpoint.host if endpoint else "",
+                port=endpoint.port if endpoint else -1, error_code=error, error_message=message))
+        return make(cls, throttle_time=ZERO, coordinators=tuple(results))
+    error, message, endpoint = _coordinator_for(ctx, req.key, key_type)
+    return make(cls, throttle_time=ZERO, error_code=error, error_message=message,
+                node_id=endpoint.node_id if endpoint else -1, host=endpoint.host if endpoint else "",
+                port=endpoint.port if endpoint else -1)
+
+
+def _host(ctx: RequestContext) -> str:
+    return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    rebalance = getattr(req, "rebalance_timeout", None)
+    result = await ctx.broker.coordinator.join(
+        req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.protocol_type,
+        [(p.name, p.metadata) for p in req.protocols], int(req.session_timeout.total_seconds() * 1000),
+        int((rebalance or req.session_timeout).total_seconds() * 1000), ctx.header.client_id or "", _host(ctx),
+        require_known_member_id=ctx.version >= 4, supports_skip_assignment=ctx.version >= 9,
+    )
+    member_cls = nested(cls, "JoinGroupResponseMember")
+    members = tuple(make(member_cls, member_id=m, group_instance_id=i, metadata=md) for m, i, md in result.members)
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode(result.error), generation_id=result.generation,
+                protocol_type=result.protocol_type, protocol_name=result.protocol_name or ("" if ctx.version < 7
+                                                                                          else None),
+                leader=result.leader, skip_assignment=result.skip_assignment, member_id=result.member_id,
+                members=members)
+
+
+async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
+    assignments = {a.member_id: a.assignment for a in req.assignments}
+    code, assignment, protocol_type, protocol_name = await ctx.broker.coordinator.sync(
+        req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None),
+        getattr(req, "protocol_type", None), getattr(req, "protocol_name", None), assignments,
+    )
+    return make(ctx.response_cls, throttle_time=ZERO, error_code=ErrorCode(code), protocol_type=protocol_type,
+                protocol_name=protocol_name, assignment=assignment)
+
+
+async def handle_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    code = ctx.broker.coordinator.heartbeat(req.group_id, req.generation_id, req.member_id,
+                                            getattr(req, "group_instance_id", None))
+    return make(ctx.response_cls, throttle_time=ZERO, error_code=ErrorCode(code))
+
+
+async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    if has(type(req), "members"):
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        members = [(req.member_id, None)]
+    code, results = ctx.broker.coordinator.leave(req.group_id, members)
+    if not has(cls, "members"):
+        single = results[0] if results else code
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode(code if code else single))
+    member_cls = nested(cls, "MemberResponse")
+    out = tuple(member_cls(member_id=m, group_instance_id=i, error_code=ErrorCode(r))
+                for (m, i), r in zip(members, results, strict=False))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode(code), members=out)
+
+
+async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    generation = getattr(req, "generation_id_or_member_epoch", None)
+    if generation is None:
+        generation = getattr(req, "generation_id", -1)
+    offsets = {}
+    for t in req.topics:
+        for p in t.partitions:
+            offsets[(t.name, p.partition_index)] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                                    p.committed_metadata)
+    results = await ctx.broker.coordinator.commit(req.group_id, generation, req.member_id,
+                                                  getattr(req, "group_instance_id", None), offsets)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    part_cls = nested(cls, "OffsetCommitResponsePartition")
+    topics = tuple(
+        topic_cls(name=t.name, partitions=tuple(
+            part_cls(partition_index=p.partition_index, error_code=ErrorCode(results[(t.name, p.partition_index)]))
+            for p in t.partitions))
+        for t in req.topics
+    )
+    return make(cls, throttle_time=ZERO, topics=topics)
+
+
+def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type, part_cls: type,
+                   topic_field: str = "partition_indexes") -> tuple[ErrorCode, tuple[Any, ...]]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in getattr(t, topic_field)]
+    code, offsets = ctx.broker.coordinator.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), value in offsets.items():
+        by_topic.setdefault(topic, []).append(make(
+            part_cls, partition_index=partition, committed_offset=value.offset if value else -1,
+            committed_leader_epoch=value.leader_epoch if value else -1, metadata=value.metadata if value else "",
+            error_code=ErrorCode.none))
+    if code != ErrorCode.none.value and topics is not None:
+        for t in topics:
+            by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                     metadata="", error_code=ErrorCode(code)) for p in getattr(t, topic_field)]
+    return ErrorCode(code), tuple(topic_cls(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+
+
+async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    if has(type(req), "groups"):
+        group_cls = nested(cls, "OffsetFetchResponseGroup")
+        topic_cls = nested(cls, "OffsetFetchResponseTopics")
+        part_cls = nested(cls, "OffsetFetchResponsePartitions")
+        groups = []
+        for g in req.groups:
+            code, topics = _offset_topics(ctx, g.group_id, g.topics, topic_cls, part_cls)
+            groups.append(group_cls(group_id=g.group_id, topics=topics, error_code=code))
+        return make(cls, throttle_time=ZERO, groups=tuple(groups))
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    part_cls = nested(cls, "OffsetFetchResponsePartition")
+    code, topics = _offset_topics(ctx, req.group_id, req.topics, topic_cls, part_cls)
+    return make(cls, throttle_time=ZERO, topics=topics, error_code=code)
+
+
+async def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    states = {s.lower() for s in getattr(req, "states_filter", ())} or None
+    types = {t.lower() for t in getattr(req, "types_filter", ())} or None
+    listed_cls = nested(cls, "ListedGroup")
+    groups = tuple(make(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type or "",
+                        group_state=g.state.value, group_type="classic")
+                   for g in ctx.broker.coordinator.list_groups(states, types))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, groups=groups)
+
+
+async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    group_cls = nested(cls, "DescribedGroup")
+    member_cls = nested(cls, "DescribedGroupMember")
+    out = []
+    for group_id in req.groups:
+        code, group = ctx.broker.coordinator.describe(group_id)
+        if group is None:
+            state = "Dead" if code == ErrorCode.none.value else ""
+            out.append(make(group_cls, error_code=ErrorCode(code), group_id=group_id, group_state=state,
+                            protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
+        members = tuple(make(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                             client_id=m.client_id, client_host=m.client_host,
+                             member_metadata=m.metadata_for(group.protocol_name or ""), member_assignment=m.assignment)
+                        for m in group.members.values())
+        out.append(make(group_cls, error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,
+                        protocol_type=group.protocol_type or "", protocol_data=group.protocol_name or "",
+                        members=members, authorized_operations=-2147483648))
+    return make(cls, throttle_time=ZERO, groups=tuple(out))
+
+
+async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    result_cls = nested(cls, "DeletableGroupResult")
+    results = []
+    for group_id in req.groups_names:
+        code = await ctx.broker.coordinator.delete_group(group_id)
+        results.append(result_cls(group_id=group_id, error_code=ErrorCode(code)))
+    return make(cls, throttle_time=ZERO, results=tuple(results))
+
+
+async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    code, results = await ctx.broker.coordinator.delete_offsets(req.group_id, wanted)
+    topic_cls = nested(cls, "OffsetDeleteResponseTopic")
+    part_cls = nested(cls, "OffsetDeleteResponsePartition")
+    topics = tuple(topic_cls(name=t.name, partitions=tuple(
+        part_cls(partition_index=p.partition_index, error_code=ErrorCode(results.get((t.name, p.partition_index), 0)))
+        for p in t.partitions)) for t in req.topics)
+    return make(cls, error_code=ErrorCode(code), throttle_time=ZERO, topics=topics if code == 0 else ())
