@@ -39,13 +39,16 @@ class _LogCollector(Collector):
         members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])
         lag = GaugeMetricFamily("dm_group_lag", "High watermark minus committed offset, for partitions led here",
                                 labels=["group", "topic", "partition"])
+        generation = GaugeMetricFamily("dm_group_generation", "Current generation of a consumer group",
+                                       labels=["group"])
         for group in list(self.broker.coordinator.groups.values()):
             members.add_metric([group.group_id, group.state.value], len(group.members))
+            generation.add_metric([group.group_id], group.generation)
             for (topic, index), committed in list(group.offsets.items()):
                 part = self.broker.partition(topic, index)
                 if part is not None:
                     lag.add_metric([group.group_id, topic, str(index)], max(0, part.high_watermark - committed.offset))
-        yield from (members, lag)
+        yield from (members, lag, generation)
 
 
 class BrokerMetrics:

@@ -29,3 +29,10 @@ def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:
         except Exception as exc:  # confluent-kafka raises KafkaException with the broker's error
             results[key] = exc
     return results
+
+
+def console() -> Any:
+    """A rich console that never truncates columns when the output is piped (scripts, tests)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=400, soft_wrap=True)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
-from .client import admin, fail, wait
+from .client import admin, console, fail, wait
 
 
 def _group_description(client, group: str):
@@ -54,8 +53,8 @@ def describe(args: argparse.Namespace) -> None:
             owners[(tp.topic, tp.partition)] = member
     partitions = sorted(set(committed) | set(owners))
     ends = _end_offsets(args.bootstrap, partitions)
-    console = Console()
-    console.print(f"group {args.group}: state {desc.state.name}, {len(desc.members)} members, "
+    out = console()
+    out.print(f"group {args.group}: state {desc.state.name}, {len(desc.members)} members, "
                   f"assignor {desc.partition_assignor or '-'}, coordinator {desc.coordinator.id}")
     table = Table()
     for col in ("topic", "partition", "current-offset", "log-end-offset", "lag", "consumer-id", "host", "client-id"):
@@ -69,8 +68,8 @@ def describe(args: argparse.Namespace) -> None:
         member = owners.get(tp)
         who = [getattr(member, name, "-") for name in ("member_id", "host", "client_id")]
         table.add_row(tp[0], str(tp[1]), "-" if current < 0 else str(current), str(high), lag, *who)
-    console.print(table)
-    console.print(f"total lag: {total}")
+    out.print(table)
+    out.print(f"total lag: {total}")
 
 
 def reset_offsets(args: argparse.Namespace) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
-from .client import admin, fail, wait
+from .client import admin, console, fail, wait
 
 
 def parse_configs(items: list[str] | None) -> dict[str, str]:
@@ -52,7 +51,7 @@ def describe(args: argparse.Namespace) -> None:
     client = admin(args.bootstrap)
     md = client.list_topics(topic=args.name, timeout=15) if args.name else client.list_topics(timeout=15)
     names = [args.name] if args.name else sorted(md.topics)
-    console = Console()
+    out = console()
     for name in names:
         topic = md.topics.get(name)
         if topic is None or topic.error is not None:
@@ -63,13 +62,13 @@ def describe(args: argparse.Namespace) -> None:
         for pid in sorted(topic.partitions):
             p = topic.partitions[pid]
             table.add_row(str(pid), str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)))
-        console.print(table)
+        out.print(table)
         resource = ConfigResource("topic", name)
         configs = wait(client.describe_configs([resource]))[resource]
         if isinstance(configs, Exception):
             fail(f"cannot describe configs of {name}: {configs}")
         overrides = {k: v.value for k, v in configs.items() if not v.is_default and v.source == 1}
-        console.print("configs: " + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(defaults)"))
+        out.print("configs: " + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(defaults)"))
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

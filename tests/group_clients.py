@@ -1,0 +1,163 @@
+"""Group consumers of each real client, run in threads: subscribe, process, commit after
+processing, record what they saw and what they own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Seen:
+    consumer: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+class GroupConsumer(threading.Thread):
+    client = "?"
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, sink: list[Seen],
+                 session_ms: int = 6000, assignor: str | None = None, instance_id: str | None = None) -> None:
+        super().__init__(daemon=True, name=name)
+        self.bootstrap = bootstrap
+        self.group = group
+        self.topic = topic
+        self.sink = sink
+        self.session_ms = session_ms
+        self.assignor = assignor
+        self.instance_id = instance_id
+        self.stop_event = threading.Event()
+        self.assigned: set[int] = set()
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def record(self, partition: int, offset: int, value: bytes) -> None:
+        with self.lock:
+            self.sink.append(Seen(self.name, partition, offset, value))
+
+    def stop(self, timeout: float = 30) -> None:
+        self.stop_event.set()
+        self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            self.consume()
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+class ConfluentGroupConsumer(GroupConsumer):
+    client = "confluent-kafka"
+
+    def consume(self) -> None:
+        from confluent_kafka import Consumer
+
+        conf = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "session.timeout.ms": self.session_ms,
+                "heartbeat.interval.ms": max(300, self.session_ms // 6), "client.id": self.name}
+        if self.assignor:
+            conf["partition.assignment.strategy"] = self.assignor
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        consumer = Consumer(conf)
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stop_event.is_set():
+                msgs = consumer.consume(500, 0.2)
+                self.assigned = {tp.partition for tp in consumer.assignment()}
+                good = [m for m in msgs if m.error() is None]
+                for m in good:
+                    self.record(m.partition(), m.offset(), m.value())
+                if good:
+                    consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+
+
+class KafkaPythonGroupConsumer(GroupConsumer):
+    client = "kafka-python"
+
+    def consume(self) -> None:
+        from kafka import KafkaConsumer
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+        from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+        assignors = {"range": [RangePartitionAssignor], "roundrobin": [RoundRobinPartitionAssignor]}
+        kwargs = {}
+        if self.assignor:
+            kwargs["partition_assignment_strategy"] = assignors[self.assignor]
+        if self.instance_id:
+            kwargs["group_instance_id"] = self.instance_id
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=self.group, auto_offset_reset="earliest",
+            enable_auto_commit=False, session_timeout_ms=self.session_ms,
+            heartbeat_interval_ms=max(300, self.session_ms // 6), client_id=self.name, **kwargs,
+        )
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stop_event.is_set():
+                batch = consumer.poll(timeout_ms=200)
+                self.assigned = {tp.partition for tp in consumer.assignment()}
+                count = 0
+                for tp, msgs in batch.items():
+                    for m in msgs:
+                        self.record(tp.partition, m.offset, m.value)
+                        count += 1
+                if count:
+                    consumer.commit()
+        finally:
+            consumer.close()
+
+
+class AioKafkaGroupConsumer(GroupConsumer):
+    client = "aiokafka"
+
+    def consume(self) -> None:
+        asyncio.run(self._consume())
+
+    async def _consume(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+        assignors = {"range": (RangePartitionAssignor,), "roundrobin": (RoundRobinPartitionAssignor,)}
+        kwargs = {}
+        if self.assignor:
+            kwargs["partition_assignment_strategy"] = assignors[self.assignor]
+        if self.instance_id:
+            kwargs["group_instance_id"] = self.instance_id
+        consumer = AIOKafkaConsumer(
+            self.topic, bootstrap_servers=self.bootstrap, group_id=self.group, auto_offset_reset="earliest",
+            enable_auto_commit=False, session_timeout_ms=self.session_ms,
+            heartbeat_interval_ms=max(300, self.session_ms // 6), client_id=self.name, **kwargs,
+        )
+        await consumer.start()
+        try:
+            while not self.stop_event.is_set():
+                batch = await consumer.getmany(timeout_ms=200)
+                self.assigned = {tp.partition for tp in consumer.assignment()}
+                count = 0
+                for tp, msgs in batch.items():
+                    for m in msgs:
+                        self.record(tp.partition, m.offset, m.value)
+                        count += 1
+                if count:
+                    await consumer.commit()
+        finally:
+            await consumer.stop()
+
+
+GROUP_CONSUMERS = [ConfluentGroupConsumer, KafkaPythonGroupConsumer, AioKafkaGroupConsumer]
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,0 +1,197 @@
+"""Group protocol at the wire level: refused commits, errors clients expect, admin APIs, CLI,
+compaction of a compacted topic through a broker."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import subprocess
+import sys
+import time
+
+import pytest
+from clients import ConfluentClient, Rec
+from dm_broker.protocol.build import make, nested
+from dm_broker.protocol.client import KafkaConnection
+from dm_broker.protocol.codec import request_class
+from group_clients import wait_for
+from harness import BrokerProcess
+from kio.schema.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(120)
+
+SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"  # consumer protocol v0, topic "t"
+
+
+def join_req(group: str, member_id: str = "", protocols=(("range", SUBSCRIPTION),), protocol_type="consumer"):
+    cls = request_class(11, 5)
+    proto = nested(cls, "JoinGroupRequestProtocol")
+    return make(cls, group_id=group, session_timeout=datetime.timedelta(seconds=10),
+                rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id, group_instance_id=None,
+                protocol_type=protocol_type, protocols=tuple(proto(name=n, metadata=m) for n, m in protocols))
+
+
+def sync_req(group: str, generation: int, member_id: str, assignments: dict[str, bytes]):
+    cls = request_class(14, 3)
+    a = nested(cls, "SyncGroupRequestAssignment")
+    return make(cls, group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None,
+                assignments=tuple(a(member_id=m, assignment=v) for m, v in assignments.items()))
+
+
+def commit_req(group: str, generation: int, member_id: str, topic: str, offset: int):
+    cls = request_class(8, 7)
+    t = nested(cls, "OffsetCommitRequestTopic")
+    p = nested(cls, "OffsetCommitRequestPartition")
+    return make(cls, group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+                group_instance_id=None, topics=(t(name=topic, partitions=(p(
+                    partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                    committed_metadata=f"meta-{offset}"),)),))
+
+
+def fetch_offsets_req(group: str, topic: str):
+    cls = request_class(9, 7)
+    t = nested(cls, "OffsetFetchRequestTopic")
+    return make(cls, group_id=group, topics=(t(name=topic, partition_indexes=(0,)),), require_stable=False)
+
+
+async def commit_code(conn, *args) -> ErrorCode:
+    resp = await conn.request(commit_req(*args))
+    return resp.topics[0].partitions[0].error_code
+
+
+@pytest.fixture(scope="module")
+def gbroker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("gp") / "data",
+                         {"group.initial.rebalance.delay.ms": 0, "log.cleaner.backoff.ms": 200})
+    proc.start()
+    yield proc
+    assert proc.alive(), proc.log_tail()
+    proc.stop()
+
+
+async def test_commits_from_unknown_members_and_stale_generations_are_refused(gbroker, topic_name):
+    ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1)
+    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    group = "wire-" + topic_name
+    first = await conn.request(join_req(group))
+    assert first.error_code == ErrorCode.member_id_required  # KIP-394
+    joined = await conn.request(join_req(group, first.member_id))
+    assert joined.error_code == ErrorCode.none and joined.leader == first.member_id
+    gen, me = joined.generation_id, joined.member_id
+    synced = await conn.request(sync_req(group, gen, me, {me: b"assignment"}))
+    assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"assignment")
+    assert await commit_code(conn, group, gen, me, topic_name, 42) == ErrorCode.none
+    assert await commit_code(conn, group, gen, "intruder", topic_name, 7) == ErrorCode.unknown_member_id
+    assert await commit_code(conn, group, gen - 1, me, topic_name, 7) == ErrorCode.illegal_generation
+    assert await commit_code(conn, group, -1, "", topic_name, 7) == ErrorCode.unknown_member_id
+    fetched = await conn.request(fetch_offsets_req(group, topic_name))
+    part = fetched.topics[0].partitions[0]
+    assert (part.committed_offset, part.metadata) == (42, "meta-42")  # nothing committed was lost
+    hb_cls = request_class(12, 3)
+    hb = await conn.request(make(hb_cls, group_id=group, generation_id=gen + 5, member_id=me, group_instance_id=None))
+    assert hb.error_code == ErrorCode.illegal_generation
+    hb = await conn.request(make(hb_cls, group_id=group, generation_id=gen, member_id="nobody", group_instance_id=None))
+    assert hb.error_code == ErrorCode.unknown_member_id
+    other = await conn.request(join_req(group, protocol_type="connect"))
+    assert other.error_code == ErrorCode.inconsistent_group_protocol
+    other = await conn.request(join_req(group, protocols=(("weird", b""),)))
+    assert other.error_code in (ErrorCode.inconsistent_group_protocol, ErrorCode.member_id_required)
+    await conn.close()
+
+
+async def test_rebalance_in_progress_and_offsets_only_group(gbroker, topic_name):
+    ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1)
+    a = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    b = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    group = "rip-" + topic_name
+    first = await a.request(join_req(group))
+    joined = await a.request(join_req(group, first.member_id))
+    await a.request(sync_req(group, joined.generation_id, joined.member_id, {joined.member_id: b"x"}))
+    # a second member starts a rebalance: the first one's heartbeat says so
+    second = await b.request(join_req(group))
+    pending = asyncio.create_task(b.request(join_req(group, second.member_id)))
+    await asyncio.sleep(0.3)
+    hb = await a.request(make(request_class(12, 3), group_id=group, generation_id=joined.generation_id,
+                              member_id=joined.member_id, group_instance_id=None))
+    assert hb.error_code == ErrorCode.rebalance_in_progress
+    rejoin = await a.request(join_req(group, joined.member_id))
+    assert rejoin.error_code == ErrorCode.none and rejoin.generation_id == joined.generation_id + 1
+    assert len(rejoin.members) == 2  # the leader gets everyone's subscription
+    assert (await pending).generation_id == rejoin.generation_id
+    # a consumer using assign() commits with generation -1 into a group of its own
+    standalone = "solo-" + topic_name
+    assert await commit_code(a, standalone, -1, "", topic_name, 5) == ErrorCode.none
+    await a.close()
+    await b.close()
+
+
+def run_dm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_groups_cli_describe_lag_reset_delete(gbroker, topic_name):
+    from confluent_kafka import Consumer
+
+    client = ConfluentClient(gbroker.bootstrap)
+    client.create_topic(topic_name, 2)
+    client.produce(topic_name, [Rec(None, b"%d" % i, partition=i % 2) for i in range(100)])
+    group = "cli-" + topic_name
+    consumer = Consumer({"bootstrap.servers": gbroker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "client.id": "lag-checker"})
+    consumer.subscribe([topic_name])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 60 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            got += 1
+            if got == 60:
+                consumer.commit(asynchronous=False)
+    b = ["--bootstrap", gbroker.bootstrap]
+    listed = run_dm("groups", "list", *b)
+    assert group in listed.stdout and "STABLE" in listed.stdout.upper()
+    described = run_dm("groups", "describe", group, *b)
+    assert described.returncode == 0, described.stderr
+    assert "lag-checker" in described.stdout and "total lag: 40" in described.stdout
+    refused = run_dm("groups", "reset-offsets", group, "--topic", topic_name, "--to-earliest", "--execute", *b)
+    assert refused.returncode != 0 and "active members" in refused.stderr
+    consumer.close()
+    wait_for(lambda: "EMPTY" in run_dm("groups", "list", *b).stdout.upper(), what="group empty")
+    dry = run_dm("groups", "reset-offsets", group, "--topic", topic_name, "--to-earliest", *b)
+    assert "dry run" in dry.stdout
+    done = run_dm("groups", "reset-offsets", group, "--topic", topic_name, "--to-earliest", "--execute", *b)
+    assert done.returncode == 0, done.stderr
+    assert "total lag: 100" in run_dm("groups", "describe", group, *b).stdout
+    assert run_dm("groups", "delete", group, *b).returncode == 0
+    assert group not in run_dm("groups", "list", *b).stdout
+
+
+def test_compacted_topic_keeps_latest_value_per_key(gbroker, topic_name):
+    client = ConfluentClient(gbroker.bootstrap)
+    client.create_topic(topic_name, 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                        "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0"})
+    records = [Rec(b"user-%d" % (i % 5), b"state-%d" % i + b"." * 100) for i in range(200)]
+    records.append(Rec(b"user-0", None))  # tombstone, past delete.retention.ms=0 at the next pass
+    records += [Rec(b"filler", b"." * 150) for _ in range(30)]
+    for start in range(0, len(records), 10):  # several batches, so several segments
+        client.produce(topic_name, records[start : start + 10])
+    wait_for(lambda: "compacted " + topic_name in gbroker.log_tail(2000), timeout=30, what="a compaction pass")
+    got = client.consume(topic_name, 10_000, timeout=5)  # everything there is
+    latest: dict[bytes, bytes | None] = {}
+    for g in got:
+        latest[g.key] = g.value
+    assert latest[b"user-1"].startswith(b"state-196")
+    assert latest[b"user-4"].startswith(b"state-199")
+    assert b"user-0" not in latest  # its tombstone outlived delete.retention.ms=0 and is gone too
+    offsets = [g.offset for g in got]
+    assert offsets == sorted(offsets) and len(offsets) < 231
+
+
+async def test_compacted_topic_refuses_keyless_records(gbroker, topic_name):
+    from wire import batch, produce_request
+
+    ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1, {"cleanup.policy": "compact"})
+    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    resp = await conn.request(produce_request(topic_name, 0, batch([b"no key"])))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+    await conn.close()
