@@ -29,11 +29,11 @@ def wait_port(port: int, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
-def dm_broker(*overrides: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def dm_broker(*overrides: str, http_port: int = -1) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     data = Path(tempfile.mkdtemp(prefix="dm-bench-"))
     port = free_port()
     cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--data-dir", str(data),
-           "--port", str(port), "--http-port", "-1"]
+           "--port", str(port), "--http-port", str(http_port)]
     for item in overrides:
         cmd += ["--override", item]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)

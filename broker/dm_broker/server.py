@@ -120,6 +120,8 @@ class KafkaServer:
                 frame = await reader.readexactly(size)
                 self._connections[writer] = time.monotonic()
                 response = await self.dispatcher.handle(frame, peer)
+                if writer.transport.is_closing():
+                    return  # the client went away while its request waited (long-poll, join, fsync)
                 if response is not None:
                     self._write(writer, response)
                     if writer.transport.get_write_buffer_size() > STREAM_LIMIT:
