@@ -16,6 +16,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield proc
     assert proc.alive(), "the shared broker died during the session:\n" + proc.log_tail()
     proc.stop()
+    log = proc.log_path.read_text(errors="replace")
+    assert "unexpected error" not in log and "Traceback" not in log, "the shared broker logged a crash:\n" + log[-5000:]
 
 
 @pytest.fixture

@@ -266,3 +266,15 @@ def test_auto_create_can_be_disabled(tmp_path, topic_name):
         md = admin.list_topics(topic_name, timeout=10)
         assert md.topics[topic_name].error is not None  # UNKNOWN_TOPIC_OR_PARTITION
         assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+async def test_client_disconnecting_during_long_poll(broker, topic_name):
+    from dm_broker.protocol.client import encode_request
+
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    await conn.send_raw(encode_request(1, 12, 1, fetch_request(topic_name, 0, 0, max_wait_ms=500, min_bytes=1)))
+    await conn.close()
+    await asyncio.sleep(0.8)
+    await still_serving(broker)
+    assert "unexpected error" not in broker.log_tail(50)
