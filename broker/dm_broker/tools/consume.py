@@ -13,15 +13,22 @@ def run(args: argparse.Namespace) -> None:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group or "dm-cli",
-            "enable.auto.commit": bool(args.group), "enable.partition.eof": True}
+            "enable.auto.commit": bool(args.group), "enable.partition.eof": True,
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest"}
+    as_member = bool(args.group) and args.partition is None and args.offset is None
     consumer = Consumer(conf)
     try:
         md = consumer.list_topics(args.topic, timeout=15).topics.get(args.topic)
         if md is None or md.error is not None:
             fail(f"topic {args.topic}: {md.error if md else 'not found'}")
         partitions = [args.partition] if args.partition is not None else sorted(md.partitions)
-        start = args.offset if args.offset is not None else OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+        if as_member:
+            # A real group member: the group decides the partitions and where to resume.
+            consumer.subscribe([args.topic])
+        else:
+            start = args.offset if args.offset is not None else OFFSET_BEGINNING if args.from_beginning \
+                else OFFSET_END
+            consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
         seen = 0
         eof: set[int] = set()
         deadline = time.monotonic() + args.timeout if args.timeout else None
@@ -35,7 +42,8 @@ def run(args: argparse.Namespace) -> None:
             if msg.error():
                 if msg.error().code() == -191:  # _PARTITION_EOF
                     eof.add(msg.partition())
-                    if args.exit_at_end and eof >= set(partitions):
+                    owned = {tp.partition for tp in consumer.assignment()} if as_member else set(partitions)
+                    if args.exit_at_end and owned and eof >= owned:
                         break
                     continue
                 raise KafkaException(msg.error())
@@ -57,7 +65,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--from-beginning", action="store_true")
     p.add_argument("--partition", type=int)
     p.add_argument("--offset", type=int, help="start offset (with --partition)")
-    p.add_argument("--group", help="consume as this group and commit offsets")
+    p.add_argument("--group", help="consume as a member of this group (subscribe, commit offsets); with "
+                   "--partition/--offset it reads those and commits under the group id")
     p.add_argument("--max-messages", type=int)
     p.add_argument("--timeout", type=float, help="stop after this many seconds")
     p.add_argument("--exit-at-end", action="store_true", help="stop when every partition is read to its end")
