@@ -275,12 +275,15 @@ class GroupCoordinator:
         group.static_members[new.group_instance_id] = new.member_id
         if was_leader:
             group.leader_id = new.member_id
-        if group.state == GroupState.STABLE and unchanged and (not was_leader or skip_ok):
+        # A rejoining static leader gets the member list; with JoinGroup v9 it is told to skip the
+        # assignment (KIP-814), before that its SyncGroup in Stable just returns the current one.
+        if group.state == GroupState.STABLE and unchanged:
             error = await self._store_group(group)
             if error != E.none:
                 return JoinResult(error.value, member_id=new.member_id)
             new.heartbeat_deadline = time.monotonic() + new.session_timeout_ms / 1000
-            return self._current_generation(group, new, include_members=was_leader, skip_assignment=was_leader)
+            return self._current_generation(group, new, include_members=was_leader,
+                                            skip_assignment=was_leader and skip_ok)
         self._prepare_rebalance(group, f"static member {new.group_instance_id} rejoined")
         return await self._await_join(group, new)
 
