@@ -41,14 +41,18 @@ class _LogCollector(Collector):
                                 labels=["group", "topic", "partition"])
         generation = GaugeMetricFamily("dm_group_generation", "Current generation of a consumer group",
                                        labels=["group"])
+        leader = GaugeMetricFamily("dm_group_leader_info", "The member leading (assigning for) a consumer group",
+                                   labels=["group", "member"])
         for group in list(self.broker.coordinator.groups.values()):
             members.add_metric([group.group_id, group.state.value], len(group.members))
             generation.add_metric([group.group_id], group.generation)
+            if group.leader_id:
+                leader.add_metric([group.group_id, group.leader_id], 1)
             for (topic, index), committed in list(group.offsets.items()):
                 part = self.broker.partition(topic, index)
                 if part is not None:
                     lag.add_metric([group.group_id, topic, str(index)], max(0, part.high_watermark - committed.offset))
-        yield from (members, lag, generation)
+        yield from (members, lag, generation, leader)
 
 
 class BrokerMetrics:

@@ -151,6 +151,16 @@ def generation(broker: BrokerProcess, group: str) -> float:
     return broker.metric("dm_group_generation", group=group)
 
 
+def leader_member(broker: BrokerProcess, group: str) -> str:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(broker.http_get("/metrics")[1]):
+        for sample in family.samples:
+            if sample.name == "dm_group_leader_info" and sample.labels["group"] == group:
+                return sample.labels["member"]
+    raise AssertionError("no leader reported")
+
+
 @pytest.mark.parametrize("leader_restarts", [False, True], ids=["follower", "leader"])
 @pytest.mark.parametrize("consumer_cls", [ConfluentGroupConsumer, KafkaPythonGroupConsumer],
                          ids=lambda c: c.client)
@@ -162,31 +172,29 @@ def test_static_member_restart_does_not_rebalance(gbroker, consumer_cls, leader_
     topic, group = unique("static"), unique("g")
     ConfluentClient(gbroker.bootstrap).create_topic(topic, 4)
     seen: list[Seen] = []
-    a = consumer_cls(gbroker.bootstrap, group, topic, "a", seen, session_ms=10000, instance_id="instance-a")
-    b = consumer_cls(gbroker.bootstrap, group, topic, "b", seen, session_ms=10000, instance_id="instance-b")
-    if leader_restarts:
-        b.start()  # the first member to join leads the group
-        time.sleep(0.05)
-        a.start()
-    else:
-        a.start()
-        time.sleep(0.05)
-        b.start()
+    members = {name: consumer_cls(gbroker.bootstrap, group, topic, name, seen, session_ms=10000,
+                                  instance_id=f"instance-{name}") for name in ("a", "b")}
+    for c in members.values():
+        c.start()
     try:
-        wait_for(lambda: len(a.assigned) == 2 and len(b.assigned) == 2, what="2+2")
+        wait_for(lambda: all(len(c.assigned) == 2 for c in members.values()), what="2+2")
         before = generation(gbroker, group)
-        owned = set(b.assigned)
+        leader_name = leader_member(gbroker, group).split("-")[0]
+        name = leader_name if leader_restarts else ({"a", "b"} - {leader_name}).pop()
+        restarting, staying = members[name], members[({"a", "b"} - {name}).pop()]
+        owned = set(restarting.assigned)
         # a static member's close does not send LeaveGroup, so the restart is seamless
-        b.stop()
-        b2 = consumer_cls(gbroker.bootstrap, group, topic, "b2", seen, session_ms=10000, instance_id="instance-b")
-        b2.start()
-        wait_for(lambda: b2.assigned == owned, what="the restarted member getting its partitions back")
+        restarting.stop()
+        again = consumer_cls(gbroker.bootstrap, group, topic, name, seen, session_ms=10000,
+                             instance_id=f"instance-{name}")
+        again.start()
+        wait_for(lambda: again.assigned == owned, what="the restarted member getting its partitions back")
         time.sleep(1.5)
         assert generation(gbroker, group) == before, "a static rejoin caused a rebalance"
-        assert a.assigned | b2.assigned == set(range(4))
-        stop_all([b2])
+        assert staying.assigned | again.assigned == set(range(4))
+        stop_all([again])
     finally:
-        stop_all([a])
+        stop_all([members["a"], members["b"]])
 
 
 def test_mixed_clients_share_a_group_with_the_range_assignor(gbroker):
