@@ -1,4 +1,4 @@
-"""Runs one broker process: recovery, the Kafka listener, the HTTP side port, signals."""
+"""Runs one broker process (or the controller): recovery, listeners, signals."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 
 from aiohttp import web
 
-from .broker import Broker
+from .broker import Broker, embedded_controller
 from .config import BrokerConfig
+from .controller.client import HttpControllerClient, LocalControllerClient
 from .http.app import make_app
 from .log.checkpoints import atomic_write
 from .server import KafkaServer
@@ -28,12 +30,26 @@ def install_event_loop_policy() -> str:
     return "uvloop"
 
 
-async def serve(config: BrokerConfig, banner: bool = False) -> None:
-    broker = Broker(config)
+def _stop_event() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def serve(config: BrokerConfig, banner: bool = False) -> None:
+    stop = _stop_event()
+    loop = asyncio.get_running_loop()
+    token = config["controller.token"] or os.environ.get("DM_CONTROLLER_TOKEN", "")
+    embedded = None
+    if config["controller.url"]:
+        client = HttpControllerClient(config["controller.url"], token)
+    else:
+        embedded = embedded_controller(config)
+        embedded.start()
+        client = LocalControllerClient(embedded)
+    broker = Broker(config, client)
 
     runner: web.AppRunner | None = None
     http_port = config["http.port"]
@@ -45,13 +61,12 @@ async def serve(config: BrokerConfig, banner: bool = False) -> None:
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     # Recovery blocks on disk reads; run it off the loop so /healthz answers meanwhile.
-    await loop.run_in_executor(None, broker.logs.open_all, broker.topic_settings)
-    broker.open_recovered()
-
+    await loop.run_in_executor(None, broker.recover_logs)
     server = KafkaServer(broker.dispatcher, config["socket.request.max.bytes"], config["connections.max.idle.ms"])
     broker.port = await server.start(config["listener.host"], config["listener.port"])
-    listeners = {"kafka": f"{config.advertised_host}:{broker.port}", "http_port": http_port,
-                 "node_id": broker.node_id}
+    await broker.start()
+    listeners = {"kafka": f"{config.advertised_host}:{config['advertised.port'] or broker.port}",
+                 "http_port": http_port, "node_id": broker.node_id}
     atomic_write(config.data_dir / "__dm_meta" / "listeners.json", json.dumps(listeners).encode())
     log.info("dm broker %d ready: kafka %s, http %s", broker.node_id, listeners["kafka"], http_port)
     if banner:
@@ -60,12 +75,37 @@ async def serve(config: BrokerConfig, banner: bool = False) -> None:
 
     await stop.wait()
     log.info("shutting down broker %d", broker.node_id)
+    if embedded is None:
+        await broker.controlled_shutdown()
     await server.close()
     await broker.close()
     if runner is not None:
         with contextlib.suppress(Exception):
             await runner.cleanup()
     log.info("broker %d stopped cleanly", broker.node_id)
+
+
+async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
+    """`dm controller`: the cluster controller as its own process (file-backed store)."""
+    from .controller.controller import Controller
+    from .controller.http import make_app as controller_app
+    from .controller.store import FileControllerStore
+
+    stop = _stop_event()
+    store = FileControllerStore(config.data_dir / "controller")
+    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"])
+    controller.start()
+    runner = web.AppRunner(controller_app(controller, token), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config["listener.host"], port)
+    await site.start()
+    actual = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    log.info("dm controller ready on http://%s:%d (%d topics)", config["listener.host"], actual,
+             len(controller.topics))
+    print(f"DM_READY {json.dumps({'controller': f'http://{config.advertised_host}:{actual}'})}", flush=True)
+    await stop.wait()
+    await controller.close()
+    await runner.cleanup()
 
 
 def print_banner(bootstrap: str, http_port: int) -> None:
@@ -88,3 +128,8 @@ Press Ctrl-C to stop.
 def run(config: BrokerConfig, banner: bool = False) -> None:
     install_event_loop_policy()
     asyncio.run(serve(config, banner))
+
+
+def run_controller(config: BrokerConfig, port: int, token: str) -> None:
+    install_event_loop_policy()
+    asyncio.run(serve_controller(config, port, token))

@@ -1,30 +1,53 @@
-"""Broker state: topics, the partitions this broker hosts, and producer-id allocation.
+"""Broker state: the partitions this broker hosts, driven by controller metadata.
 
+The broker registers with the controller, heartbeats, and long-polls cluster metadata; every new
+snapshot is applied to the local replicas (become leader, become follower, delete). A standalone
+broker runs the same controller in-process, so there is one code path for one broker and many.
 The network layer (server.py) and the protocol handlers call into this; it knows nothing of
 sockets or wire formats.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import logging
+import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from .config import BrokerConfig, ConfigError, TopicSettings, validate_topic_configs
+from .config import BrokerConfig, TopicSettings
+from .controller.client import ControllerClient, ControllerUnavailable
+from .controller.controller import ControllerError
+from .controller.models import (
+    NO_LEADER,
+    AlterConfigsRequest,
+    ClusterMetadata,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    HeartbeatRequest,
+    RegisterRequest,
+    TopicDoc,
+)
 from .errors import KafkaError
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
+from .log.checkpoints import atomic_write, read_offsets, write_offsets
 from .log.manager import LogManager
 from .metrics import BrokerMetrics
 from .protocol.apis import SPECS
 from .protocol.dispatch import Dispatcher
-from .replication.partition import Partition
-from .topics import INTERNAL_TOPICS, InvalidTopicError, TopicInfo, TopicStore, validate_topic_name
+from .replication.manager import ReplicaManager
+from .replication.partition import LEADER, Partition
 
 log = logging.getLogger(__name__)
 
-PRODUCER_ID_BLOCK = 1000
-MAX_PARTITIONS = 10_000
+TOPICS_CACHE = "topics-cache.json"
+HW_CHECKPOINT = "replication-offset-checkpoint"
+PARTITION_METADATA = "partition.metadata"
 
 
 @dataclass(frozen=True)
@@ -36,10 +59,10 @@ class BrokerEndpoint:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, controller: ControllerClient) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.store = TopicStore(config.data_dir)
+        self.controller = controller
         self.logs = LogManager(config)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.metrics = BrokerMetrics(self)
@@ -54,174 +77,369 @@ class Broker:
             max_metadata_bytes=config["offset.metadata.max.bytes"],
             max_group_size=config["group.max.size"],
         ))
+        self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
+        self.metadata: ClusterMetadata | None = None
+        self.broker_epoch = -1
+        self.incarnation = uuid.uuid4().hex
+        self._metadata_changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
         self._next_pid = 0
         self._pid_block_end = 0
+        self._cache_path = config.data_dir / "__dm_meta" / TOPICS_CACHE
+        self._stopping = False
 
-    @property
-    def cluster_id(self) -> str:
-        return self.store.cluster_id
+    # -- startup and shutdown ----------------------------------------------------------------
 
-    @property
-    def controller_id(self) -> int:
-        return self.node_id  # a standalone broker is its own controller
+    def recover_logs(self) -> None:
+        """Recovers every partition directory (blocking; before the broker listens)."""
+        cached = self._read_topics_cache()
+        self.logs.open_all(lambda name: TopicSettings(self.config, cached.get(name, {})))
+        hws = read_offsets(self.config.data_dir / HW_CHECKPOINT)
+        self._initial_hw = {key: hw for key, hw in hws.items()}
 
-    def open(self) -> None:
-        """Recovers every log (blocking) and starts background work."""
-        self.logs.open_all(self.topic_settings)
-        self.open_recovered()
-
-    def open_recovered(self) -> None:
-        """Hosts every partition once the logs are recovered; the broker is then ready."""
-        for topic in self.store.topics.values():
-            self._host_partitions(topic, range(topic.partitions))
-        offsets_topic = self._ensure_offsets_topic()
-        # A standalone broker leads every partition, so it coordinates every group.
-        for partition in range(offsets_topic.partitions):
-            self.coordinator.load(partition)
-        self.coordinator.settings.partitions = offsets_topic.partitions
+    async def start(self) -> None:
+        """Registers with the controller and applies the first metadata snapshot."""
+        await self._register()
+        metadata = await self._fetch_metadata(-1, "", 0)
+        self.apply_metadata(metadata)
+        self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._metadata_loop()),
+                       asyncio.create_task(self._checkpoint_loop())]
+        self.replicas.start()
         self.coordinator.start()
         self.logs.start()
         self.ready = True
-        log.info(
-            "broker %d recovered %d partitions in %.2fs (previous shutdown %s)",
-            self.node_id, len(self.partitions), self.logs.recovery_seconds,
-            "clean" if self.logs.was_clean_shutdown else "unclean",
-        )
+        log.info("broker %d ready: %d partitions (%d led) recovered in %.2fs, previous shutdown %s",
+                 self.node_id, len(self.partitions), sum(p.role == LEADER for p in self.partitions.values()),
+                 self.logs.recovery_seconds, "clean" if self.logs.was_clean_shutdown else "unclean")
+
+    async def controlled_shutdown(self, timeout: float = 10) -> None:
+        """Hands leadership to other ISR members before stopping (SIGTERM)."""
+        self._stopping = True
+        try:
+            await asyncio.wait_for(self.controller.controlled_shutdown(self.node_id, self.broker_epoch), timeout)
+        except (ControllerUnavailable, ControllerError, TimeoutError) as exc:
+            log.warning("controlled shutdown not acknowledged by the controller: %s", exc)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+                p.role == LEADER and len(p.isr) > 1 for p in self.partitions.values()):
+            await self._wait_metadata(deadline - time.monotonic())
 
     async def close(self) -> None:
         self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.replicas.close()
         await self.coordinator.close()
+        self._write_hw_checkpoint()
         await self.logs.close()
+        await self.controller.close()
 
-    def _ensure_offsets_topic(self) -> TopicInfo:
-        existing = self.store.get(OFFSETS_TOPIC)
-        if existing is not None:
-            return existing
-        rf = min(self.config["offsets.topic.replication.factor"], len(self.endpoints()))
-        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
-        return self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], rf, configs,
-                                 internal=True)
+    async def _register(self) -> None:
+        req = RegisterRequest(node_id=self.node_id, host=self.config.advertised_host,
+                              port=self.config["advertised.port"] or self.port, rack=self.config["rack"] or None,
+                              incarnation=self.incarnation)
+        while True:
+            try:
+                resp = await self.controller.register(req)
+                self.broker_epoch = resp.broker_epoch
+                return
+            except ControllerUnavailable as exc:
+                log.warning("cannot register with the controller yet: %s", exc)
+                await asyncio.sleep(0.5)
 
-    # -- topics ----------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config["broker.heartbeat.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                resp = await self.controller.heartbeat(HeartbeatRequest(node_id=self.node_id,
+                                                                        broker_epoch=self.broker_epoch))
+                if resp.reregister:
+                    log.warning("the controller does not know this broker's epoch; registering again")
+                    await self._register()
+            except ControllerUnavailable as exc:
+                log.debug("heartbeat failed: %s", exc)
+
+    async def _fetch_metadata(self, version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
+        while True:
+            try:
+                return await self.controller.metadata(version, incarnation, wait_s)
+            except ControllerUnavailable as exc:
+                log.debug("metadata poll failed: %s", exc)
+                await asyncio.sleep(0.5)
+
+    async def _metadata_loop(self) -> None:
+        while True:
+            known = self.metadata
+            md = await self._fetch_metadata(known.version if known else -1, known.incarnation if known else "", 10)
+            if known is None or md.incarnation != known.incarnation or md.version > known.version:
+                self.apply_metadata(md)
+
+    async def _wait_metadata(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._metadata_changed.wait(), max(timeout, 0))
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config["log.flush.offset.checkpoint.interval.ms"] / 1000)
+            await asyncio.get_running_loop().run_in_executor(None, self._write_hw_checkpoint)
+
+    def _write_hw_checkpoint(self) -> None:
+        write_offsets(self.config.data_dir / HW_CHECKPOINT,
+                      {key: p.high_watermark for key, p in self.partitions.items()})
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def apply_metadata(self, md: ClusterMetadata) -> None:
+        self.metadata = md
+        hosted: set[tuple[str, int]] = set()
+        for name, topic in md.topics.items():
+            settings = TopicSettings(self.config, topic.configs)
+            for index, state in enumerate(topic.partitions):
+                if self.node_id not in state.replicas:
+                    continue
+                key = (name, index)
+                hosted.add(key)
+                part = self.partitions.get(key) or self._host(topic, index, settings)
+                part.log.settings = settings
+                if state.leader == self.node_id:
+                    if part.role != LEADER or part.leader_epoch != state.leader_epoch:
+                        self.replicas.stop_following(part)
+                        part.become_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
+                        log.info("%s-%d: leader in epoch %d, ISR %s", name, index, state.leader_epoch, state.isr)
+                    else:
+                        part.replicas = list(state.replicas)
+                        part.update_isr(state.isr, state.partition_epoch)
+                elif part.role == LEADER or part.leader_id != state.leader or part.leader_epoch != state.leader_epoch:
+                    part.become_follower(state.leader, state.leader_epoch, state.partition_epoch, state.replicas,
+                                         state.isr)
+                    if state.leader != NO_LEADER:
+                        self.replicas.follow(part, state.leader)
+                    else:
+                        self.replicas.stop_following(part)
+                else:
+                    part.isr = list(state.isr)
+                    part.replicas = list(state.replicas)
+        for key in [k for k in self.partitions if k not in hosted]:
+            self._unhost(key, deleted=key[0] not in md.topics)
+        self._sync_coordinator(md)
+        self._write_topics_cache(md)
+        self._metadata_changed.set()
+        self._metadata_changed = asyncio.Event()
+
+    def _host(self, topic: TopicDoc, index: int, settings: TopicSettings) -> Partition:
+        key = (topic.name, index)
+        plog = self.logs.get(*key)
+        marker = self.config.data_dir / f"{topic.name}-{index}" / PARTITION_METADATA
+        if plog is not None and marker.exists() and marker.read_text().strip() != topic.topic_id:
+            log.warning("%s-%d on disk belongs to an older topic of that name; deleting it", *key)
+            self.logs.delete_partition(*key)
+            plog = None
+        if plog is None:
+            plog = self.logs.create(topic.name, index, settings)
+        if not marker.exists():
+            atomic_write(marker, topic.topic_id.encode())
+        part = Partition(topic.name, index, plog, self.node_id)
+        part.hw = min(getattr(self, "_initial_hw", {}).get(key, 0), plog.log_end_offset)
+        self.partitions[key] = part
+        return part
+
+    def _unhost(self, key: tuple[str, int], deleted: bool) -> None:
+        part = self.partitions.pop(key)
+        self.replicas.stop_following(part)
+        part.close()
+        if key[0] == OFFSETS_TOPIC:
+            self.coordinator.unload(key[1])
+        self.logs.delete_partition(*key)
+        log.info("%s-%d: %s", *key, "topic deleted" if deleted else "no longer a replica here; log removed")
+
+    def _sync_coordinator(self, md: ClusterMetadata) -> None:
+        topic = md.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        self.coordinator.settings.partitions = len(topic.partitions)
+        for index in range(len(topic.partitions)):
+            part = self.partitions.get((OFFSETS_TOPIC, index))
+            leads = part is not None and part.role == LEADER
+            if leads and index not in self.coordinator.owned:
+                self.coordinator.load(index)
+            elif not leads and index in self.coordinator.owned:
+                self.coordinator.unload(index)
+
+    def _read_topics_cache(self) -> dict[str, dict[str, str]]:
+        try:
+            return json.loads(self._cache_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _write_topics_cache(self, md: ClusterMetadata) -> None:
+        """Topic configs for the next start's recovery, before the controller is reachable."""
+        cache = {name: t.configs for name, t in md.topics.items()}
+        if cache != self._read_topics_cache():
+            atomic_write(self._cache_path, json.dumps(cache).encode())
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self.metadata.cluster_id if self.metadata else ""
+
+    @property
+    def controller_id(self) -> int:
+        return self.metadata.controller_id if self.metadata and self.metadata.controller_id >= 0 else \
+            min((b.node_id for b in self.metadata.brokers if not b.fenced), default=-1) if self.metadata else -1
+
+    def topic(self, name: str) -> TopicDoc | None:
+        return self.metadata.topics.get(name) if self.metadata else None
+
+    def topics(self) -> dict[str, TopicDoc]:
+        return self.metadata.topics if self.metadata else {}
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicDoc | None:
+        text = str(topic_id)
+        return next((t for t in self.topics().values() if t.topic_id == text), None)
 
     def topic_settings(self, name: str) -> TopicSettings | None:
-        topic = self.store.get(name)
+        topic = self.topic(name)
         return None if topic is None else TopicSettings(self.config, topic.configs)
 
     def endpoints(self) -> list[BrokerEndpoint]:
-        rack = self.config["rack"] or None
-        port = self.config["advertised.port"] or self.port
-        return [BrokerEndpoint(self.node_id, self.config.advertised_host, port, rack)]
+        if not self.metadata:
+            return []
+        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack) for b in self.metadata.brokers if not b.fenced]
 
-    def _host_partitions(self, topic: TopicInfo, indexes: range) -> None:
-        settings = TopicSettings(self.config, topic.configs)
-        for i in indexes:
-            plog = self.logs.create(topic.name, i, settings)
-            self.partitions[(topic.name, i)] = Partition(
-                topic.name, i, plog, self.node_id, 0, [self.node_id], [self.node_id]
-            )
-
-    def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str | None],
-        validate_only: bool = False, internal: bool = False,
-    ) -> TopicInfo:
-        try:
-            validate_topic_name(name)
-        except InvalidTopicError as exc:
-            raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from None
-        if name in INTERNAL_TOPICS and not internal and self.store.get(name) is None:
-            raise KafkaError(ErrorCode.invalid_request, f"{name} is an internal topic managed by dm")
-        if self.store.get(name) is not None:
-            raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
-        if partitions == -1:
-            partitions = self.config["num.partitions"]
-        if replication_factor == -1:
-            replication_factor = self.config["default.replication.factor"]
-        if not 1 <= partitions <= MAX_PARTITIONS:
-            raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be 1..{MAX_PARTITIONS}")
-        if replication_factor < 1:
-            raise KafkaError(ErrorCode.invalid_replication_factor, "replication factor must be >= 1")
-        brokers = len(self.endpoints())
-        if replication_factor > brokers:
-            raise KafkaError(
-                ErrorCode.invalid_replication_factor,
-                f"replication factor {replication_factor} is larger than the {brokers} available brokers",
-            )
-        try:
-            normalised = validate_topic_configs(configs)
-        except ConfigError as exc:
-            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-        topic = TopicInfo(name=name, partitions=partitions, replication_factor=replication_factor,
-                          configs=normalised)
-        if validate_only:
-            return topic
-        self.store.put(topic)
-        self._host_partitions(topic, range(partitions))
-        log.info("created topic %s with %d partitions", name, partitions)
-        return topic
-
-    def delete_topic(self, name: str) -> TopicInfo:
-        topic = self.store.get(name)
-        if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        if topic.internal:
-            raise KafkaError(ErrorCode.invalid_request, f"{name} is an internal topic and cannot be deleted")
-        for key in [k for k in self.partitions if k[0] == name]:
-            self.partitions.pop(key).close()
-        self.logs.delete_topic(name)
-        self.store.remove(name)
-        self.metrics.forget_topic(name)
-        log.info("deleted topic %s", name)
-        return topic
-
-    def create_partitions(self, name: str, count: int, validate_only: bool) -> None:
-        topic = self.store.get(name)
-        if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        if topic.internal:
-            raise KafkaError(ErrorCode.invalid_request, f"{name} is internal; its partition count is fixed")
-        if count <= topic.partitions:
-            raise KafkaError(
-                ErrorCode.invalid_partitions,
-                f"topic {name!r} has {topic.partitions} partitions; the count can only grow (asked {count})",
-            )
-        if count > MAX_PARTITIONS:
-            raise KafkaError(ErrorCode.invalid_partitions, f"at most {MAX_PARTITIONS} partitions")
-        if validate_only:
-            return
-        old = topic.partitions
-        updated = topic.model_copy(update={"partitions": count})
-        self.store.put(updated)
-        self._host_partitions(updated, range(old, count))
-
-    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        topic = self.store.get(name)
-        if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        self.store.put(topic.model_copy(update={"configs": configs}))
-        self.logs.update_settings(name, TopicSettings(self.config, configs))
-
-    def auto_create(self, name: str) -> TopicInfo | None:
-        """Creates a topic on first use when auto.create.topics.enable is set."""
-        if not self.config["auto.create.topics.enable"]:
+    def endpoint(self, node_id: int) -> BrokerEndpoint | None:
+        if not self.metadata:
             return None
-        try:
-            return self.create_topic(name, -1, -1, {})
-        except KafkaError as exc:
-            if exc.code == ErrorCode.topic_already_exists:
-                return self.store.get(name)
-            raise
+        b = next((b for b in self.metadata.brokers if b.node_id == node_id), None)
+        return None if b is None else BrokerEndpoint(b.node_id, b.host, b.port, b.rack)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def missing_partition_error(self, topic: str, index: int) -> ErrorCode:
+        """Why a partition is not served here: it does not exist, or another broker has it."""
+        doc = self.topic(topic)
+        if doc is None or not 0 <= index < len(doc.partitions):
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower
+
+    # -- topic administration (through the controller) ---------------------------------------
+
+    async def _until_visible(self, predicate, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate() and time.monotonic() < deadline:
+            await self._wait_metadata(deadline - time.monotonic())
+
+    @staticmethod
+    def _kafka_error(exc: ControllerError) -> KafkaError:
+        try:
+            code = ErrorCode[exc.error]
+        except KeyError:
+            code = ErrorCode.unknown_server_error
+        return KafkaError(code, exc.message)
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str | None], validate_only: bool = False,
+                           assignments: list[list[int]] | None = None, internal: bool = False) -> TopicDoc:
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        if replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
+        if any(v is None for v in configs.values()):
+            raise KafkaError(ErrorCode.invalid_config, "topic configs need values")
+        req = CreateTopicRequest(name=name, partitions=partitions, replication_factor=replication_factor,
+                                 configs={k: v for k, v in configs.items() if v is not None},
+                                 assignments=assignments, validate_only=validate_only, internal=internal)
+        try:
+            doc = await self.controller.create_topic(req)
+        except ControllerError as exc:
+            raise self._kafka_error(exc) from None
+        except ControllerUnavailable as exc:
+            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        if not validate_only:
+            await self._until_visible(lambda: self.topic(name) is not None)
+        return doc
+
+    async def delete_topic(self, name: str) -> TopicDoc:
+        try:
+            doc = await self.controller.delete_topic(name)
+        except ControllerError as exc:
+            raise self._kafka_error(exc) from None
+        except ControllerUnavailable as exc:
+            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        await self._until_visible(lambda: self.topic(name) is None)
+        return doc
+
+    async def create_partitions(self, name: str, count: int, validate_only: bool,
+                                assignments: list[list[int]] | None = None) -> None:
+        try:
+            await self.controller.create_partitions(name, CreatePartitionsRequest(
+                count=count, assignments=assignments, validate_only=validate_only))
+        except ControllerError as exc:
+            raise self._kafka_error(exc) from None
+        except ControllerUnavailable as exc:
+            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        if not validate_only:
+            await self._until_visible(lambda: (t := self.topic(name)) is not None and len(t.partitions) >= count)
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+        try:
+            doc = await self.controller.alter_configs(name, AlterConfigsRequest(configs=configs,
+                                                                                validate_only=validate_only))
+        except ControllerError as exc:
+            raise self._kafka_error(exc) from None
+        except ControllerUnavailable as exc:
+            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        if not validate_only:
+            await self._until_visible(lambda: (t := self.topic(name)) is not None and t.version >= doc.version)
+
+    async def auto_create(self, name: str) -> TopicDoc | None:
+        """Creates a topic on first use when auto.create.topics.enable is set."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        try:
+            return await self.create_topic(name, -1, -1, {})
+        except KafkaError as exc:
+            if exc.code == ErrorCode.topic_already_exists:
+                await self._until_visible(lambda: self.topic(name) is not None)
+                return self.topic(name)
+            raise
+
+    async def ensure_offsets_topic(self) -> None:
+        """__consumer_offsets is created on first use of groups, when the brokers are up."""
+        if self.topic(OFFSETS_TOPIC) is not None:
+            return
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+        live = len(self.endpoints())
+        rf = max(1, min(self.config["offsets.topic.replication.factor"], live))
+        with contextlib.suppress(KafkaError):
+            await self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], rf, configs,
+                                    internal=True)
+
     # -- producer ids ----------------------------------------------------------------------
 
-    def allocate_producer_id(self) -> int:
-        """Ids come from durable blocks so a restart never hands out an id twice."""
+    async def allocate_producer_id(self) -> int:
+        """Ids come from durable blocks handed out by the controller: never reused."""
         if self._next_pid >= self._pid_block_end:
-            self._next_pid = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
-            self._pid_block_end = self._next_pid + PRODUCER_ID_BLOCK
+            block = await self.controller.allocate_producer_ids()
+            self._next_pid, self._pid_block_end = block.first, block.first + block.size
         pid = self._next_pid
         self._next_pid += 1
         return pid
+
+
+def embedded_controller(config: BrokerConfig):
+    """The in-process controller of a standalone broker, stored under its data dir."""
+    from .controller.controller import Controller
+    from .controller.store import FileControllerStore
+
+    store = FileControllerStore(Path(config.data_dir) / "__dm_meta" / "controller")
+    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"])
+    controller.node_id = config.node_id
+    return controller
+

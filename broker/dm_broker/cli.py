@@ -22,7 +22,8 @@ def _broker(args: argparse.Namespace) -> None:
             raise SystemExit(f"dm: --override expects key=value, got {item!r}")
         overrides[key] = value
     for flag, prop in (("data_dir", "log.dirs"), ("host", "listener.host"), ("port", "listener.port"),
-                       ("http_port", "http.port"), ("node_id", "node.id"), ("advertised_host", "advertised.host")):
+                       ("http_port", "http.port"), ("node_id", "node.id"), ("advertised_host", "advertised.host"),
+                       ("controller", "controller.url")):
         value = getattr(args, flag)
         if value is not None:
             overrides[prop] = value
@@ -31,6 +32,22 @@ def _broker(args: argparse.Namespace) -> None:
     except ConfigError as exc:
         raise SystemExit(f"dm: invalid configuration: {exc}") from None
     run(config, banner=args.banner)
+
+
+def _controller(args: argparse.Namespace) -> None:
+    import os
+
+    from .app import run_controller
+
+    overrides = {"log.dirs": args.data_dir, "listener.host": args.host}
+    for item in args.override or []:
+        key, _, value = item.partition("=")
+        overrides[key] = value
+    try:
+        config = BrokerConfig.build(overrides)
+    except ConfigError as exc:
+        raise SystemExit(f"dm: invalid configuration: {exc}") from None
+    run_controller(config, args.port, args.token or os.environ.get("DM_CONTROLLER_TOKEN", ""))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config", help="Kafka-style .properties file")
     b.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property (repeatable)")
     b.add_argument("--banner", action="store_true", help="print how to use the broker once it is ready")
+    b.add_argument("--controller", help="controller URL (default: run a controller in-process)")
     b.set_defaults(func=_broker)
+
+    c = sub.add_parser("controller", help="run the cluster controller")
+    c.add_argument("--data-dir", default="./data/controller")
+    c.add_argument("--host", default="127.0.0.1")
+    c.add_argument("--port", type=int, default=9990)
+    c.add_argument("--token", help="shared secret brokers must present (or DM_CONTROLLER_TOKEN)")
+    c.add_argument("--override", action="append", metavar="KEY=VALUE",
+                   help="property such as broker.session.timeout.ms (repeatable)")
+    c.set_defaults(func=_controller)
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="host:port (env DM_BOOTSTRAP)")

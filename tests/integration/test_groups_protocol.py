@@ -54,6 +54,16 @@ def fetch_offsets_req(group: str, topic: str):
     return make(cls, group_id=group, topics=(t(name=topic, partition_indexes=(0,)),), require_stable=False)
 
 
+async def find_coordinator(conn, group: str) -> None:
+    """What every client does first; it also creates __consumer_offsets on first use."""
+    for _ in range(100):
+        resp = await conn.request(make(request_class(10, 3), key=group, key_type=0))
+        if resp.error_code == ErrorCode.none:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no coordinator for {group}")
+
+
 async def commit_code(conn, *args) -> ErrorCode:
     resp = await conn.request(commit_req(*args))
     return resp.topics[0].partitions[0].error_code
@@ -73,6 +83,7 @@ async def test_commits_from_unknown_members_and_stale_generations_are_refused(gb
     ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1)
     conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
     group = "wire-" + topic_name
+    await find_coordinator(conn, group)
     first = await conn.request(join_req(group))
     assert first.error_code == ErrorCode.member_id_required  # KIP-394
     joined = await conn.request(join_req(group, first.member_id))
@@ -104,6 +115,7 @@ async def test_rebalance_in_progress_and_offsets_only_group(gbroker, topic_name)
     a = await KafkaConnection.open("127.0.0.1", gbroker.port)
     b = await KafkaConnection.open("127.0.0.1", gbroker.port)
     group = "rip-" + topic_name
+    await find_coordinator(a, group)
     first = await a.request(join_req(group))
     joined = await a.request(join_req(group, first.member_id))
     await a.request(sync_req(group, joined.generation_id, joined.member_id, {joined.member_id: b"x"}))
@@ -120,6 +132,7 @@ async def test_rebalance_in_progress_and_offsets_only_group(gbroker, topic_name)
     assert (await pending).generation_id == rejoin.generation_id
     # a consumer using assign() commits with generation -1 into a group of its own
     standalone = "solo-" + topic_name
+    await find_coordinator(a, standalone)
     assert await commit_code(a, standalone, -1, "", topic_name, 5) == ErrorCode.none
     await a.close()
     await b.close()

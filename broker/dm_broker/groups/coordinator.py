@@ -183,7 +183,10 @@ class GroupCoordinator:
         batch = bytearray(build_batch([(k, v, []) for k, v in records], timestamp_ms=now_ms()))
         try:
             await partition.append_internal(batch)
-        except Exception as exc:  # the log refused the write: the client retries elsewhere
+        except TimeoutError:
+            log.warning("group %s: the ISR of %s did not confirm the write in time", group_id, OFFSETS_TOPIC)
+            return E.request_timed_out
+        except Exception as exc:  # not leader any more, or the log refused it: the client retries
             log.warning("cannot write group %s to %s: %s", group_id, OFFSETS_TOPIC, exc)
             return E.not_coordinator
         return E.none
@@ -573,8 +576,8 @@ class GroupCoordinator:
         values: dict[tuple[str, int], OffsetValue] = {}
         timestamp = now_ms()
         for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            topic_info = self.broker.store.get(topic)
-            if topic_info is None or not 0 <= partition < topic_info.partitions:
+            topic_info = self.broker.topic(topic)
+            if topic_info is None or not 0 <= partition < len(topic_info.partitions):
                 results[(topic, partition)] = E.unknown_topic_or_partition.value
                 continue
             if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:

@@ -41,7 +41,7 @@ class LogManager:
         self.was_clean_shutdown = False
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
-        """Opens every partition directory of a known topic; unknown ones are left alone."""
+        """Opens every partition directory (controller metadata later says which to keep)."""
         start = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN
@@ -76,14 +76,15 @@ class LogManager:
         self.logs[(topic, partition)] = plog
         return plog
 
-    def delete_topic(self, topic: str) -> None:
-        """Renames the partition directories away at once, removes them in the background."""
-        for key in [k for k in self.logs if k[0] == topic]:
-            plog = self.logs.pop(key)
-            plog.close()
-            target = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex[:8]}-delete")
-            plog.directory.rename(target)
-            shutil.rmtree(target, ignore_errors=True)
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Renames the partition directory away at once (atomic), then removes it."""
+        plog = self.logs.pop((topic, partition), None)
+        if plog is None:
+            return
+        plog.close()
+        target = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex[:8]}-delete")
+        plog.directory.rename(target)
+        shutil.rmtree(target, ignore_errors=True)
         self.write_recovery_checkpoint()
 
     def update_settings(self, topic: str, settings: TopicSettings) -> None:

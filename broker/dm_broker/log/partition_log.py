@@ -384,6 +384,18 @@ class PartitionLog:
         self.producers.clear()
         self._rebuild_producer_state_from_log()
 
+    def reset_to(self, offset: int) -> None:
+        """Drops the whole log and starts empty at `offset` (a replica that fell behind the
+        leader's log start)."""
+        for seg in self.segments:
+            seg.delete()
+        self.segments = [Segment(self.directory, offset, self.settings["index.interval.bytes"])]
+        self._bases = [offset]
+        self.recovery_point = offset
+        self.leader_epochs.truncate_from_end(0)
+        self.producers.clear()
+        self._dir_dirty = True
+
     def _rebuild_producer_state_from_log(self) -> None:
         for header in self.batch_headers_from(self.log_start_offset):
             self.producers.update(header, header.base_offset)

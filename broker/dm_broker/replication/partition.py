@@ -1,16 +1,35 @@
-"""A partition replica hosted by this broker: its log plus leadership state.
+"""A partition replica hosted by this broker: its log plus leadership and replication state.
 
-Today every partition has one replica (this broker) and the high watermark is the log end
-offset. The replication layer extends this class with followers, ISR and acks=all waiting.
+As leader it appends, tracks every follower's log end offset (reported by its fetches), advances
+the high watermark to what the whole ISR has, and completes acks=all produce requests waiting for
+that (the purgatory). As follower it only appends what the leader sends and takes the leader's
+high watermark. Consumers never read past the high watermark.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import time
 from dataclasses import dataclass, field
 
 from ..log.partition_log import AppendResult, PartitionLog
-from ..log.records import BatchHeader
+from ..log.records import BatchHeader, validate_batches
+
+LEADER = "leader"
+FOLLOWER = "follower"
+OFFLINE = "offline"
+
+
+class NotLeaderError(Exception):
+    pass
+
+
+@dataclass
+class FollowerState:
+    log_end_offset: int = -1  # unknown until the follower's first fetch in this leader epoch
+    last_caught_up: float = field(default_factory=time.monotonic)
+    last_fetch: float = 0.0
 
 
 @dataclass(eq=False)
@@ -18,29 +37,85 @@ class Partition:
     topic: str
     index: int
     log: PartitionLog
-    leader_id: int
-    leader_epoch: int = 0
+    node_id: int
+    leader_id: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
+    role: str = OFFLINE
+    hw: int = 0
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    pending_isr: list[int] | None = None  # an ISR change sent to the controller, not yet committed
     closed: bool = False
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    _purgatory: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
+    _seq: int = 0
 
-    def close(self) -> None:
-        """The partition is gone from this broker (topic deleted); waiting fetches return."""
-        self.closed = True
-        self._wake_fetchers()
+    @property
+    def is_leader(self) -> bool:
+        return self.role == LEADER and not self.closed
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        return min(self.hw, self.log.log_end_offset)
 
     @property
     def last_stable_offset(self) -> int:
         return self.high_watermark  # no transactions: nothing is ever pending
 
+    def close(self) -> None:
+        """The partition is gone from this broker (topic deleted or reassigned)."""
+        self.closed = True
+        self._fail_purgatory()
+        self._wake_fetchers()
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        new_epoch = leader_epoch != self.leader_epoch or self.role != LEADER
+        self.role = LEADER
+        self.leader_id = self.node_id
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.partition_epoch = partition_epoch
+        self.pending_isr = None
+        if new_epoch:
+            self.leader_epoch = leader_epoch
+            # The new epoch starts at our log end: followers truncate anything past it that they
+            # got from an older leader (OffsetForLeaderEpoch).
+            self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
+            now = time.monotonic()
+            self.followers = {r: FollowerState(last_caught_up=now) for r in replicas if r != self.node_id}
+        self.maybe_advance_hw()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
+                        isr: list[int]) -> None:
+        self.role = FOLLOWER if leader_id >= 0 else OFFLINE
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.followers = {}
+        self.pending_isr = None
+        self._fail_purgatory()
+
+    def update_isr(self, isr: list[int], partition_epoch: int) -> None:
+        if partition_epoch < self.partition_epoch:
+            return
+        self.isr = list(isr)
+        self.partition_epoch = partition_epoch
+        self.pending_isr = None
+        self.maybe_advance_hw()
+
+    # -- leader: appends and the high watermark ----------------------------------------------
+
     async def append_as_leader(self, data: bytearray, headers: list[BatchHeader]) -> AppendResult:
         """Appends validated batches. Raises the producer-state errors; returns the original
         offsets for a retried batch instead of appending it twice."""
+        if not self.is_leader:
+            raise NotLeaderError(f"broker {self.node_id} does not lead {self.topic}-{self.index}")
         first = headers[0]
         cached = self.log.check_duplicate(first)
         if cached is not None:
@@ -49,15 +124,82 @@ class Partition:
             self.log.check_duplicate(header)
         result = self.log.append(data, headers, self.leader_epoch)
         self._wake_fetchers()
+        self.maybe_advance_hw()
         if self.log.flush_due():
             await self.log.flush()
         return result
 
-    async def append_internal(self, data: bytearray) -> AppendResult:
-        """Appends a batch the broker built itself (group metadata, offsets), once committed."""
-        from ..log.records import validate_batches
+    async def append_internal(self, data: bytearray, timeout: float = 30) -> AppendResult:
+        """Appends a batch the broker built itself (group metadata, offsets) and waits until the
+        ISR has it, as acks=all."""
+        result = await self.append_as_leader(data, validate_batches(data, 1 << 30))
+        await self.wait_for_hw(result.last_offset + 1, timeout)
+        return result
 
-        return await self.append_as_leader(data, validate_batches(data, 1 << 30))
+    def update_follower(self, replica: int, fetch_offset: int) -> bool:
+        """A follower fetched from `fetch_offset`, so it has everything before it. Returns True
+        when the follower caught up and is not in the ISR (the caller asks to expand it)."""
+        state = self.followers.get(replica)
+        if state is None:
+            return False
+        now = time.monotonic()
+        state.last_fetch = now
+        state.log_end_offset = fetch_offset
+        if fetch_offset >= self.log.log_end_offset:
+            state.last_caught_up = now
+        self.maybe_advance_hw()
+        epoch_start = self.log.leader_epochs.entries[-1][1] if self.log.leader_epochs.entries else 0
+        return (replica not in self.isr and self.pending_isr is None and fetch_offset >= self.high_watermark
+                and fetch_offset >= epoch_start)
+
+    def maybe_advance_hw(self) -> None:
+        if self.role != LEADER:
+            return
+        # An ISR member being added counts already (Kafka's "maximal ISR"); one being removed
+        # counts until the controller committed the removal.
+        members = set(self.isr) | set(self.pending_isr or ())
+        new_hw = self.log.log_end_offset
+        for replica in members:
+            if replica == self.node_id:
+                continue
+            state = self.followers.get(replica)
+            if state is None or state.log_end_offset < 0:
+                return  # not heard from it in this epoch yet
+            new_hw = min(new_hw, state.log_end_offset)
+        if new_hw > self.hw:
+            self.hw = new_hw
+            self._complete_purgatory()
+            self._wake_fetchers()
+
+    def set_follower_hw(self, leader_hw: int) -> None:
+        self.hw = min(leader_hw, self.log.log_end_offset)
+
+    async def wait_for_hw(self, offset: int, timeout: float) -> None:
+        """Waits until the high watermark reaches `offset` (acks=all). Raises TimeoutError, or
+        NotLeaderError when leadership is lost meanwhile."""
+        if self.high_watermark >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._purgatory, (offset, self._seq, fut))
+        await asyncio.wait_for(fut, timeout)
+
+    def _complete_purgatory(self) -> None:
+        while self._purgatory and self._purgatory[0][0] <= self.high_watermark:
+            _, _, fut = heapq.heappop(self._purgatory)
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail_purgatory(self) -> None:
+        while self._purgatory:
+            _, _, fut = heapq.heappop(self._purgatory)
+            if not fut.done():
+                fut.set_exception(NotLeaderError(f"{self.topic}-{self.index} lost leadership"))
+
+    def stale_followers(self, max_lag_s: float) -> list[int]:
+        now = time.monotonic()
+        return [r for r in self.isr if r != self.node_id and r in self.followers
+                and now - self.followers[r].last_caught_up > max_lag_s]
 
     # -- fetch long-poll ---------------------------------------------------------------------
 

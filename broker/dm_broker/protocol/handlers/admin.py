@@ -3,16 +3,25 @@ IncrementalAlterConfigs."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import BROKER_PROPERTIES, TOPIC_PROPERTIES, TOPIC_TO_BROKER, ConfigError, validate_topic_configs
+from ...config import (
+    BROKER_PROPERTIES,
+    TOPIC_PROPERTIES,
+    TOPIC_TO_BROKER,
+    ConfigError,
+    TopicSettings,
+    validate_topic_configs,
+)
 from ...errors import KafkaError
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 
+log = logging.getLogger(__name__)
 NULL_UUID = uuid.UUID(int=0)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -36,39 +45,36 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
             if t.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} appears twice in the request")
             seen.add(t.name)
-            partitions, rf = t.num_partitions, t.replication_factor
+            partitions, rf, assignments = t.num_partitions, t.replication_factor, None
             if t.assignments:
                 if partitions != -1 or rf != -1:
                     raise KafkaError(ErrorCode.invalid_request,
                                      "give either replica assignments or partitions/replication factor")
-                known = {e.node_id for e in broker.endpoints()}
-                for a in t.assignments:
-                    if not a.broker_ids or set(a.broker_ids) - known or len(set(a.broker_ids)) != len(a.broker_ids):
-                        raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                         f"partition {a.partition_index}: invalid brokers {list(a.broker_ids)}")
                 indexes = sorted(a.partition_index for a in t.assignments)
                 if indexes != list(range(len(indexes))):
                     raise KafkaError(ErrorCode.invalid_replica_assignment, "partitions must be 0..n-1")
-                partitions, rf = len(indexes), len(t.assignments[0].broker_ids)
+                by_index = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+                assignments = [by_index[i] for i in indexes]
+                partitions, rf = len(indexes), len(assignments[0])
             configs = {c.name: c.value for c in t.configs}
-            info = broker.create_topic(t.name, partitions, rf, configs, validate_only=req.validate_only)
+            info = await broker.create_topic(t.name, partitions, rf, configs, validate_only=req.validate_only,
+                                             assignments=assignments)
         except KafkaError as exc:
             error, message = exc.code, exc.message
         configs_out: tuple[Any, ...] = ()
         if info is not None and config_cls is not None:
-            settings = broker.topic_settings(t.name) if not req.validate_only else None
-            values = settings.items() if settings else []
+            settings = TopicSettings(broker.config, info.configs)
             configs_out = tuple(
                 make(config_cls, name=k, value=TOPIC_PROPERTIES[k].render(v), read_only=False,
                      config_source=SOURCE_DYNAMIC_TOPIC if k in info.configs else SOURCE_DEFAULT,
                      is_sensitive=False)
-                for k, v in values
+                for k, v in settings.items()
             )
         results.append(make(
             result_cls, name=t.name, topic_id=info.uuid if info and error == ErrorCode.none else NULL_UUID,
             error_code=error, error_message=message, topic_config_error_code=0,
-            num_partitions=info.partitions if info else -1,
-            replication_factor=info.replication_factor if info else -1, configs=configs_out,
+            num_partitions=len(info.partitions) if info else -1,
+            replication_factor=len(info.partitions[0].replicas) if info else -1, configs=configs_out,
         ))
     return make(cls, throttle_time=ZERO, topics=tuple(results))
 
@@ -86,11 +92,11 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> Any:
         error, message = ErrorCode.none, None
         try:
             if name is None:
-                found = broker.store.by_id(topic_id) if topic_id else None
+                found = broker.topic_by_id(topic_id) if topic_id else None
                 if found is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
                 name = found.name
-            info = broker.delete_topic(name)
+            info = await broker.delete_topic(name)
             topic_id = info.uuid
         except KafkaError as exc:
             error, message = exc.code, exc.message
@@ -107,11 +113,8 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> Any:
     for t in req.topics:
         error, message = ErrorCode.none, None
         try:
-            if t.assignments:
-                known = {e.node_id for e in broker.endpoints()}
-                if any(set(a.broker_ids) - known for a in t.assignments):
-                    raise KafkaError(ErrorCode.invalid_replica_assignment, "assignment names unknown brokers")
-            broker.create_partitions(t.name, t.count, req.validate_only)
+            assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            await broker.create_partitions(t.name, t.count, req.validate_only, assignments)
         except KafkaError as exc:
             error, message = exc.code, exc.message
         results.append(make(result_cls, name=t.name, error_code=error, error_message=message))
@@ -136,7 +139,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
         error, message, entries = ErrorCode.none, None, []
         keys = set(res.configuration_keys) if res.configuration_keys else None
         if res.resource_type == RESOURCE_TOPIC:
-            topic = broker.store.get(res.resource_name)
+            topic = broker.topic(res.resource_name)
             settings = broker.topic_settings(res.resource_name)
             if topic is None or settings is None:
                 error, message = ErrorCode.unknown_topic_or_partition, f"topic {res.resource_name!r} does not exist"
@@ -179,7 +182,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
         try:
             if res.resource_type != RESOURCE_TOPIC:
                 raise KafkaError(ErrorCode.invalid_request, "only topic configs can be altered at run time")
-            topic = broker.store.get(res.resource_name)
+            topic = broker.topic(res.resource_name)
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {res.resource_name!r} does not exist")
             configs = dict(topic.configs)
@@ -194,8 +197,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
                 normalised = validate_topic_configs(configs)
             except ConfigError as exc:
                 raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-            if not req.validate_only:
-                broker.alter_topic_configs(topic.name, normalised)
+            await broker.alter_topic_configs(topic.name, normalised, validate_only=req.validate_only)
         except KafkaError as exc:
             error, message = exc.code, exc.message
         results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
@@ -214,5 +216,10 @@ async def handle_init_producer_id(ctx: RequestContext, req: Any) -> Any:
     if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer bumps its epoch after an unresolved sequence error.
         return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch + 1)
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, producer_id=ctx.broker.allocate_producer_id(),
-                producer_epoch=0)
+    try:
+        pid = await ctx.broker.allocate_producer_id()
+    except Exception as exc:  # the controller is unreachable: the client retries
+        log.warning("cannot allocate a producer id: %s", exc)
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.coordinator_not_available, producer_id=-1,
+                    producer_epoch=-1)
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)

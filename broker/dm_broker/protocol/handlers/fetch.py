@@ -42,7 +42,7 @@ def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
     return ErrorCode.unknown_leader_epoch
 
 
-def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool) -> int:
+def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool, replica: bool) -> int:
     total = 0
     first = True
     for topic_reads in reads:
@@ -53,9 +53,13 @@ def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool
             if part.closed:
                 r.error = ErrorCode.unknown_topic_or_partition
                 continue
+            if not part.is_leader:
+                r.error = ErrorCode.not_leader_or_follower
+                continue
             offset = r.request.fetch_offset
             log = part.log
-            limit = part.last_stable_offset if committed else part.high_watermark
+            # Followers replicate everything; consumers see only what the ISR has (the HW).
+            limit = log.log_end_offset if replica else part.last_stable_offset if committed else part.high_watermark
             if offset < log.log_start_offset or offset > log.log_end_offset:
                 r.error = ErrorCode.offset_out_of_range
                 continue
@@ -85,14 +89,17 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         for p in topic.partitions:
             part = broker.partition(topic.topic, p.partition)
             if part is None:
-                topic_reads.append(_PartitionRead(p, None, ErrorCode.unknown_topic_or_partition))
+                topic_reads.append(_PartitionRead(p, None, broker.missing_partition_error(topic.topic, p.partition)))
                 continue
             error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
             topic_reads.append(_PartitionRead(p, part, error))
         reads.append(topic_reads)
 
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    total = _read_all(reads, max_bytes, committed)
+    replica = req.replica_id >= 0
+    if replica:
+        _track_follower(broker, req.replica_id, reads)
+    total = _read_all(reads, max_bytes, committed, replica)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + req.max_wait.total_seconds()
     while total < req.min_bytes and not _has_errors(reads):
@@ -100,7 +107,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         if remaining <= 0:
             break
         await _wait_for_data(reads, remaining)
-        total = _read_all(reads, max_bytes, committed)
+        total = _read_all(reads, max_bytes, committed, replica)
 
     metrics = broker.metrics
     topics = []
@@ -122,6 +129,20 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             ))
         topics.append(result)
     return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, 0, topics))
+
+
+def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]]) -> None:
+    """A follower's fetch offset is its log end offset: the leader's view of its progress."""
+    for topic_reads in reads:
+        for r in topic_reads:
+            part = r.partition
+            if part is None or r.error != ErrorCode.none or not part.is_leader:
+                continue
+            if replica_id not in part.replicas:
+                r.error = ErrorCode.not_leader_or_follower
+                continue
+            if part.update_follower(replica_id, r.request.fetch_offset):
+                broker.replicas.maybe_expand(part, replica_id)
 
 
 def _has_errors(reads: list[list[_PartitionRead]]) -> bool:

@@ -20,11 +20,14 @@ def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[Erro
         return ErrorCode.invalid_request, "dm coordinates consumer groups only (no transactions or share groups)", None
     if not key:
         return ErrorCode.invalid_request, "empty group id", None
+    topic = broker.topic(OFFSETS_TOPIC)
+    if topic is None:
+        return ErrorCode.coordinator_not_available, "__consumer_offsets is being created", None
     partition = broker.coordinator.partition_for(key)
-    part = broker.partition(OFFSETS_TOPIC, partition)
-    if part is None or partition not in broker.coordinator.owned:
-        return ErrorCode.coordinator_not_available, "the coordinator is not loaded yet", None
-    endpoint = next((e for e in broker.endpoints() if e.node_id == part.leader_id), None)
+    leader = topic.partitions[partition].leader
+    if leader == broker.node_id and partition not in broker.coordinator.owned:
+        return ErrorCode.coordinator_not_available, "the coordinator is loading", None
+    endpoint = next((e for e in broker.endpoints() if e.node_id == leader), None)
     if endpoint is None:
         return ErrorCode.coordinator_not_available, "the coordinator's broker is unknown", None
     return ErrorCode.none, None, endpoint
@@ -32,6 +35,7 @@ def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[Erro
 
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
+    await ctx.broker.ensure_offsets_topic()
     key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
     if has(type(req), "coordinator_keys"):
         coordinator_cls = nested(cls, "Coordinator")

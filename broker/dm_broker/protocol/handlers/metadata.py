@@ -7,8 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...controller.models import TopicDoc
 from ...errors import KafkaError
-from ...topics import TopicInfo
+from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, nested
 from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
 
@@ -24,25 +25,21 @@ async def handle_api_versions(ctx: RequestContext, req: Any) -> Any:
     return api_versions_response(ctx.response_cls, dispatcher)
 
 
-def _topic_metadata(ctx: RequestContext, topic: TopicInfo) -> Any:
+def _topic_metadata(ctx: RequestContext, topic: TopicDoc) -> Any:
     cls = ctx.response_cls
     part_cls = nested(cls, "MetadataResponsePartition")
     topic_cls = nested(cls, "MetadataResponseTopic")
+    live = {e.node_id for e in ctx.broker.endpoints()}
     partitions = []
-    for i in range(topic.partitions):
-        part = ctx.broker.partition(topic.name, i)
-        if part is None:
-            partitions.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=i,
-                                   leader_id=-1, leader_epoch=-1, replica_nodes=(), isr_nodes=(),
-                                   offline_replicas=()))
-            continue
+    for i, state in enumerate(topic.partitions):
+        error = ErrorCode.none if state.leader in live else ErrorCode.leader_not_available
         partitions.append(make(
-            part_cls, error_code=ErrorCode.none, partition_index=i, leader_id=part.leader_id,
-            leader_epoch=part.leader_epoch, replica_nodes=tuple(part.replicas), isr_nodes=tuple(part.isr),
-            offline_replicas=(),
+            part_cls, error_code=error, partition_index=i, leader_id=state.leader if state.leader in live else -1,
+            leader_epoch=state.leader_epoch, replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
+            offline_replicas=tuple(r for r in state.replicas if r not in live),
         ))
     return make(topic_cls, error_code=ErrorCode.none, name=topic.name, topic_id=topic.uuid,
-                is_internal=topic.internal, partitions=tuple(partitions))
+                is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions))
 
 
 def _missing(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
@@ -61,20 +58,20 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     auto_create = getattr(req, "allow_auto_topic_creation", True)
     topics = []
     if requested is None:
-        topics = [_topic_metadata(ctx, t) for t in broker.store.topics.values()]
+        topics = [_topic_metadata(ctx, t) for t in broker.topics().values()]
     else:
         for entry in requested:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
             if name is None:
-                found = broker.store.by_id(topic_id) if topic_id else None
+                found = broker.topic_by_id(topic_id) if topic_id else None
                 topics.append(_topic_metadata(ctx, found) if found else
                               _missing(ctx, None, topic_id, ErrorCode.unknown_topic_id))
                 continue
-            topic = broker.store.get(name)
+            topic = broker.topic(name)
             if topic is None and auto_create:
                 try:
-                    topic = broker.auto_create(name)
+                    topic = await broker.auto_create(name)
                 except KafkaError as exc:
                     topics.append(_missing(ctx, name, None, exc.code))
                     continue

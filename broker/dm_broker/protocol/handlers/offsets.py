@@ -30,7 +30,9 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
             part = broker.partition(topic.name, p.partition_index)
             error, offset, timestamp, epoch = ErrorCode.none, -1, -1, -1
             if part is None:
-                error = ErrorCode.unknown_topic_or_partition
+                error = broker.missing_partition_error(topic.name, p.partition_index)
+            elif not part.is_leader:
+                error = ErrorCode.not_leader_or_follower
             else:
                 error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
             if part is not None and error == ErrorCode.none:
@@ -69,7 +71,9 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
             part = broker.partition(topic.topic, p.partition)
             epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
             if part is None:
-                error = ErrorCode.unknown_topic_or_partition
+                error = broker.missing_partition_error(topic.topic, p.partition)
+            elif not part.is_leader:
+                error = ErrorCode.not_leader_or_follower
             else:
                 error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
             if part is not None and error == ErrorCode.none:

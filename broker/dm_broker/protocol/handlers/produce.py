@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -15,6 +16,7 @@ from ...log.records import (
     decode_records,
     validate_batches,
 )
+from ...replication.partition import NotLeaderError
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
@@ -41,8 +43,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {req.acks}")
                 part = broker.partition(topic.name, pdata.index)
                 if part is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                     f"{topic.name}-{pdata.index} does not exist")
+                    raise KafkaError(broker.missing_partition_error(topic.name, pdata.index),
+                                     f"{topic.name}-{pdata.index} is not on broker {broker.node_id}")
+                if not part.is_leader:
+                    raise KafkaError(ErrorCode.not_leader_or_follower,
+                                     f"broker {broker.node_id} does not lead {topic.name}-{pdata.index}")
                 if topic.name in INTERNAL_TOPICS:
                     raise KafkaError(ErrorCode.invalid_topic_exception,
                                      f"{topic.name} is internal; clients cannot write to it")
@@ -58,7 +63,23 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by dm")
                 if settings.compacted and any(r.key is None for r in decode_records(records)):
                     raise KafkaError(ErrorCode.invalid_record, "compacted topics only accept records with a key")
+                if req.acks == -1 and len(part.isr) < settings["min.insync.replicas"]:
+                    raise KafkaError(ErrorCode.not_enough_replicas,
+                                     f"ISR {part.isr} is smaller than min.insync.replicas="
+                                     f"{settings['min.insync.replicas']}")
                 result = await part.append_as_leader(bytearray(records), headers)
+                if req.acks == -1 and not result.duplicate:
+                    try:
+                        await part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
+                    except TimeoutError:
+                        raise KafkaError(ErrorCode.request_timed_out, "the ISR did not confirm the batch in "
+                                         "time; it may still be committed") from None
+                elif req.acks == -1 and part.high_watermark <= result.last_offset:
+                    # a retry of a batch that is appended but not yet committed: wait for it too
+                    with contextlib.suppress(TimeoutError):
+                        await part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
+                    if part.high_watermark <= result.last_offset:
+                        raise KafkaError(ErrorCode.request_timed_out, "the retried batch is not committed yet")
                 base_offset, append_time = result.base_offset, result.log_append_time
                 start = part.log.log_start_offset
                 if not result.duplicate:
@@ -66,6 +87,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     metrics.messages_in.labels(topic.name).inc(headers[0].records_count)
             except KafkaError as exc:
                 error, message = exc.code, exc.message
+            except NotLeaderError as exc:
+                error, message = ErrorCode.not_leader_or_follower, str(exc)
             except RecordTooLargeError as exc:
                 error, message = ErrorCode.message_too_large, str(exc)
             except CorruptRecordError as exc:

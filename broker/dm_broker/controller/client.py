@@ -1,0 +1,149 @@
+"""How a broker reaches the controller: in-process (standalone broker) or over HTTP/JSON."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import aiohttp
+
+from .controller import Controller, ControllerError
+from .models import (
+    AlterConfigsRequest,
+    AlterIsrRequest,
+    AlterIsrResponse,
+    ClusterMetadata,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    ProducerIdBlock,
+    RegisterRequest,
+    RegisterResponse,
+    TopicDoc,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ControllerUnavailable(Exception):
+    """The controller could not be reached; callers retry or report COORDINATOR/NOT_CONTROLLER."""
+
+
+class ControllerClient(Protocol):
+    async def register(self, req: RegisterRequest) -> RegisterResponse: ...
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse: ...
+    async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata: ...
+    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse: ...
+    async def create_topic(self, req: CreateTopicRequest) -> TopicDoc: ...
+    async def delete_topic(self, name: str) -> TopicDoc: ...
+    async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc: ...
+    async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc: ...
+    async def allocate_producer_ids(self) -> ProducerIdBlock: ...
+    async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]: ...
+    async def close(self) -> None: ...
+
+
+class LocalControllerClient:
+    """Direct calls into a controller running in the same process."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    async def register(self, req: RegisterRequest) -> RegisterResponse:
+        return self.controller.register(req)
+
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        return self.controller.heartbeat(req)
+
+    async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
+        return await self.controller.wait_for_change(known_version, incarnation, wait_s)
+
+    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
+        return self.controller.alter_isr(req)
+
+    async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
+        return self.controller.create_topic(req)
+
+    async def delete_topic(self, name: str) -> TopicDoc:
+        return self.controller.delete_topic(name)
+
+    async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
+        return self.controller.create_partitions(name, req)
+
+    async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc:
+        return self.controller.alter_configs(name, req.configs, req.validate_only)
+
+    async def allocate_producer_ids(self) -> ProducerIdBlock:
+        return self.controller.allocate_producer_ids()
+
+    async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        return self.controller.controlled_shutdown(node_id, broker_epoch)
+
+    async def close(self) -> None:
+        await self.controller.close()
+
+
+class HttpControllerClient:
+    def __init__(self, url: str, token: str = "", timeout_s: float = 10) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.timeout = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(headers=self.headers)
+        return self._session
+
+    async def _call(self, method: str, path: str, body=None, timeout: float | None = None, params=None):
+        try:
+            async with self._sess().request(
+                method, self.url + path, json=body.model_dump() if body is not None else None, params=params,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+            ) as resp:
+                data = await resp.json()
+                if resp.status >= 400:
+                    if resp.status == 401:
+                        raise ControllerUnavailable("the controller refused our token")
+                    raise ControllerError(data.get("error", "unknown_server_error"), data.get("message", str(data)))
+                return data
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ControllerUnavailable(f"{method} {path}: {exc}") from None
+
+    async def register(self, req: RegisterRequest) -> RegisterResponse:
+        return RegisterResponse.model_validate(await self._call("POST", "/v1/brokers/register", req))
+
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        return HeartbeatResponse.model_validate(await self._call("POST", "/v1/brokers/heartbeat", req))
+
+    async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
+        params = {"version": str(known_version), "incarnation": incarnation, "wait_ms": str(int(wait_s * 1000))}
+        data = await self._call("GET", "/v1/metadata", params=params, timeout=wait_s + self.timeout)
+        return ClusterMetadata.model_validate(data)
+
+    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
+        return AlterIsrResponse.model_validate(await self._call("POST", "/v1/isr", req))
+
+    async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
+        return TopicDoc.model_validate(await self._call("POST", "/v1/topics", req))
+
+    async def delete_topic(self, name: str) -> TopicDoc:
+        return TopicDoc.model_validate(await self._call("DELETE", f"/v1/topics/{name}"))
+
+    async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
+        return TopicDoc.model_validate(await self._call("POST", f"/v1/topics/{name}/partitions", req))
+
+    async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc:
+        return TopicDoc.model_validate(await self._call("PUT", f"/v1/topics/{name}/configs", req))
+
+    async def allocate_producer_ids(self) -> ProducerIdBlock:
+        return ProducerIdBlock.model_validate(await self._call("POST", "/v1/producer-ids"))
+
+    async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        data = await self._call("POST", f"/v1/brokers/{node_id}/shutdown", params={"epoch": str(broker_epoch)})
+        return [tuple(x) for x in data["still_leading"]]
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,376 @@
+"""The controller: broker registry and liveness, topic and partition state, leader election, ISR
+changes. Every change is persisted through the store before it is visible or acknowledged, and
+bumps the metadata version that brokers long-poll.
+
+Safety rules (Kafka's):
+- a leader is elected only from the ISR, unless the topic sets unclean.leader.election.enable;
+- a fenced broker leaves every ISR (unless it is the last member, so the partition can come back
+  with its data) and loses its leaderships;
+- ISR changes requested by a leader are compare-and-set on the partition epoch and the leader
+  epoch, so a deposed leader can never shrink the ISR to itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from ..config import ConfigError, validate_topic_configs
+from ..topics import InvalidTopicError, validate_topic_name
+from .models import (
+    NO_LEADER,
+    AlterIsrRequest,
+    AlterIsrResponse,
+    BrokerInfo,
+    ClusterMetadata,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PartitionState,
+    ProducerIdBlock,
+    RegisterRequest,
+    RegisterResponse,
+    TopicDoc,
+)
+from .placement import PlacementError, assign
+from .store import ControllerStore
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 10_000
+PRODUCER_ID_BLOCK = 1000
+
+
+class ControllerError(Exception):
+    """Carries a Kafka error name (e.g. "topic_already_exists") and a message."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+class Controller:
+    def __init__(self, store: ControllerStore, session_timeout_ms: int = 9000,
+                 preferred_leader_check_ms: int = 5000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.session_timeout = session_timeout_ms / 1000
+        self.preferred_check = preferred_leader_check_ms / 1000
+        self.clock = clock
+        self.cluster = store.load_cluster()
+        self.topics: dict[str, TopicDoc] = store.load_topics()
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.last_heartbeat: dict[int, float] = {}
+        self.started_at = clock()
+        self.incarnation = uuid.uuid4().hex
+        self.version = 0
+        self.node_id = -1
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.internal_topic_setup: Callable[[], CreateTopicRequest | None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._liveness_loop()), asyncio.create_task(self._preferred_loop())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def metadata(self) -> ClusterMetadata:
+        return ClusterMetadata(version=self.version, incarnation=self.incarnation, cluster_id=self.cluster.cluster_id,
+                               controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics)
+
+    async def wait_for_change(self, known_version: int, incarnation: str, timeout: float) -> ClusterMetadata:
+        """Long-poll: returns once the metadata is newer than `known_version` (or at timeout)."""
+        if incarnation == self.incarnation and known_version >= self.version:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+        return self.metadata()
+
+    # -- brokers ---------------------------------------------------------------------------
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        return [b for b in self.brokers.values() if not b.fenced and not b.shutting_down]
+
+    def register(self, req: RegisterRequest) -> RegisterResponse:
+        old = self.brokers.get(req.node_id)
+        epoch = (old.epoch if old else 0) + 1
+        if old is not None and old.incarnation != req.incarnation and not old.fenced:
+            # A new process: whatever the old one led may have lost unflushed data.
+            self._fence(req.node_id, "restarted")
+        self.brokers[req.node_id] = BrokerInfo(node_id=req.node_id, host=req.host, port=req.port, rack=req.rack,
+                                               incarnation=req.incarnation, epoch=epoch)
+        self.last_heartbeat[req.node_id] = self.clock()
+        log.info("broker %d registered at %s:%d (epoch %d)", req.node_id, req.host, req.port, epoch)
+        self._ensure_internal_topics()
+        self._elect_offline_partitions()
+        self._bump()
+        return RegisterResponse(broker_epoch=epoch, cluster_id=self.cluster.cluster_id)
+
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        broker = self.brokers.get(req.node_id)
+        if broker is None or broker.epoch != req.broker_epoch:
+            return HeartbeatResponse(ok=False, reregister=True)
+        self.last_heartbeat[req.node_id] = self.clock()
+        if broker.fenced and not broker.shutting_down:
+            broker.fenced = False
+            log.info("broker %d is alive again", req.node_id)
+            self._elect_offline_partitions()
+            self._bump()
+        return HeartbeatResponse(ok=True, fenced=broker.fenced)
+
+    async def _liveness_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(0.25, self.session_timeout / 4))
+            self.check_liveness()
+
+    def check_liveness(self) -> None:
+        now = self.clock()
+        if now - self.started_at < self.session_timeout:
+            return  # after a controller restart, give every broker one session to check in
+        for node_id, broker in self.brokers.items():
+            if broker.fenced:
+                continue
+            if now - self.last_heartbeat.get(node_id, 0) > self.session_timeout:
+                self._fence(node_id, "session timed out")
+                self._bump()
+
+    def _fence(self, node_id: int, reason: str) -> None:
+        broker = self.brokers[node_id]
+        broker.fenced = True
+        log.warning("fencing broker %d: %s", node_id, reason)
+        self._move_away_from(node_id)
+
+    def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        """Moves leadership off a broker that is stopping; returns partitions it still leads
+        (no other ISR member to take over)."""
+        broker = self.brokers.get(node_id)
+        if broker is None or broker.epoch != broker_epoch:
+            raise ControllerError("stale_broker_epoch", f"broker {node_id} epoch {broker_epoch} is not current")
+        broker.shutting_down = True
+        self._move_away_from(node_id)
+        self._bump()
+        return [(name, i) for name, doc in self.topics.items() for i, p in enumerate(doc.partitions)
+                if p.leader == node_id]
+
+    def _move_away_from(self, node_id: int) -> None:
+        for doc in list(self.topics.values()):
+            changed = False
+            partitions = []
+            for p in doc.partitions:
+                new = p
+                if node_id in p.isr and len(p.isr) > 1:
+                    new = new.model_copy(update={"isr": [r for r in p.isr if r != node_id],
+                                                 "partition_epoch": p.partition_epoch + 1})
+                if new.leader == node_id:
+                    new = self._elected(doc, new, exclude=node_id)
+                changed |= new is not p
+                partitions.append(new)
+            if changed:
+                self._save(doc.model_copy(update={"partitions": partitions}))
+
+    def _elected(self, doc: TopicDoc, p: PartitionState, exclude: int = NO_LEADER) -> PartitionState:
+        live = {b.node_id for b in self.live_brokers()} - {exclude}
+        candidates = [r for r in p.replicas if r in p.isr and r in live]
+        isr = p.isr
+        if not candidates and doc.configs.get("unclean.leader.election.enable") == "true":
+            candidates = [r for r in p.replicas if r in live]
+            if candidates:
+                log.warning("%s: unclean election of broker %d (records may be lost)", doc.name, candidates[0])
+                isr = [candidates[0]]
+        leader = candidates[0] if candidates else NO_LEADER
+        if leader == p.leader and isr == p.isr:
+            return p
+        return p.model_copy(update={"leader": leader, "isr": isr, "leader_epoch": p.leader_epoch + 1,
+                                    "partition_epoch": p.partition_epoch + 1})
+
+    def _elect_offline_partitions(self) -> None:
+        for doc in list(self.topics.values()):
+            partitions = [self._elected(doc, p) if p.leader == NO_LEADER or p.leader not in
+                          {b.node_id for b in self.live_brokers()} else p for p in doc.partitions]
+            if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
+                self._save(doc.model_copy(update={"partitions": partitions}))
+
+    async def _preferred_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.preferred_check)
+            if self.elect_preferred_leaders():
+                self._bump()
+
+    def elect_preferred_leaders(self) -> bool:
+        """Moves leadership back to each partition's first replica when it is alive and in sync."""
+        live = {b.node_id for b in self.live_brokers()}
+        changed = False
+        for doc in list(self.topics.values()):
+            partitions = []
+            for p in doc.partitions:
+                preferred = p.replicas[0]
+                if p.leader != preferred and preferred in live and preferred in p.isr:
+                    p = p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
+                                             "partition_epoch": p.partition_epoch + 1})
+                    changed = True
+                partitions.append(p)
+            if partitions != doc.partitions:
+                self._save(doc.model_copy(update={"partitions": partitions}))
+        return changed
+
+    # -- ISR -------------------------------------------------------------------------------
+
+    def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
+        broker = self.brokers.get(req.node_id)
+        doc = self.topics.get(req.topic)
+        if doc is None or not 0 <= req.partition < len(doc.partitions):
+            return AlterIsrResponse(error="unknown_topic_or_partition")
+        p = doc.partitions[req.partition]
+        if broker is None or broker.epoch != req.broker_epoch or broker.fenced:
+            return AlterIsrResponse(error="stale_broker_epoch", state=p)
+        if p.leader != req.node_id or p.leader_epoch != req.leader_epoch:
+            return AlterIsrResponse(error="fenced_leader_epoch", state=p)
+        if p.partition_epoch != req.partition_epoch:
+            return AlterIsrResponse(error="invalid_update_version", state=p)
+        new_isr = sorted(set(req.new_isr), key=p.replicas.index) if set(req.new_isr) <= set(p.replicas) else None
+        if new_isr is None or req.node_id not in new_isr:
+            return AlterIsrResponse(error="invalid_request", state=p)
+        live = {b.node_id for b in self.live_brokers()}
+        if any(r not in live and r not in p.isr for r in new_isr):
+            return AlterIsrResponse(error="ineligible_replica", state=p)
+        new = p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1})
+        partitions = list(doc.partitions)
+        partitions[req.partition] = new
+        self._save(doc.model_copy(update={"partitions": partitions}))
+        log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, p.isr, new_isr)
+        self._bump()
+        return AlterIsrResponse(state=new)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def _save(self, doc: TopicDoc) -> TopicDoc:
+        current = self.topics.get(doc.name)
+        saved = self.store.save_topic(doc, current.version if current else -1)
+        self.topics[doc.name] = saved
+        return saved
+
+    def _placement(self, count: int, rf: int, first: int = 0) -> list[list[int]]:
+        brokers = [(b.node_id, b.rack) for b in self.live_brokers()]
+        try:
+            return assign(brokers, count, rf, first_partition=first)
+        except PlacementError as exc:
+            raise ControllerError("invalid_replication_factor", str(exc)) from None
+
+    def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
+        try:
+            validate_topic_name(req.name)
+        except InvalidTopicError as exc:
+            raise ControllerError("invalid_topic_exception", str(exc)) from None
+        if req.name in self.topics:
+            raise ControllerError("topic_already_exists", f"topic {req.name!r} already exists")
+        if req.name.startswith("__") and not req.internal:
+            raise ControllerError("invalid_request", f"{req.name} is reserved for internal topics")
+        try:
+            configs = validate_topic_configs(req.configs)
+        except ConfigError as exc:
+            raise ControllerError("invalid_config", str(exc)) from None
+        if req.assignments:
+            known = set(self.brokers)
+            for i, replicas in enumerate(req.assignments):
+                if not replicas or len(set(replicas)) != len(replicas) or set(replicas) - known:
+                    raise ControllerError("invalid_replica_assignment", f"partition {i}: invalid brokers {replicas}")
+            assignment = req.assignments
+        else:
+            if not 1 <= req.partitions <= MAX_PARTITIONS:
+                raise ControllerError("invalid_partitions", f"partitions must be 1..{MAX_PARTITIONS}")
+            assignment = self._placement(req.partitions, req.replication_factor)
+        live = {b.node_id for b in self.live_brokers()}
+        partitions = []
+        for replicas in assignment:
+            isr = [r for r in replicas if r in live] or replicas[:1]
+            leader = next((r for r in replicas if r in live), NO_LEADER)
+            partitions.append(PartitionState(replicas=replicas, leader=leader, isr=isr))
+        doc = TopicDoc(name=req.name, configs=configs, partitions=partitions)
+        if req.validate_only:
+            return doc
+        saved = self._save(doc)
+        log.info("created topic %s: %d partitions, replicas %s", req.name, len(partitions), assignment)
+        self._bump()
+        return saved
+
+    def delete_topic(self, name: str) -> TopicDoc:
+        doc = self.topics.get(name)
+        if doc is None:
+            raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        if name.startswith("__"):
+            raise ControllerError("invalid_request", f"{name} is an internal topic and cannot be deleted")
+        self.store.delete_topic(name, doc.version)
+        del self.topics[name]
+        log.info("deleted topic %s", name)
+        self._bump()
+        return doc
+
+    def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
+        doc = self.topics.get(name)
+        if doc is None:
+            raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        if name.startswith("__"):
+            raise ControllerError("invalid_request", f"{name} is internal; its partition count is fixed")
+        current = len(doc.partitions)
+        if req.count <= current:
+            raise ControllerError("invalid_partitions", f"topic {name!r} has {current} partitions; the count can only "
+                                                        f"grow (asked {req.count})")
+        if req.count > MAX_PARTITIONS:
+            raise ControllerError("invalid_partitions", f"at most {MAX_PARTITIONS} partitions")
+        rf = len(doc.partitions[0].replicas)
+        assignment = req.assignments or self._placement(req.count - current, rf, first=current)
+        if len(assignment) != req.count - current:
+            raise ControllerError("invalid_replica_assignment", "one assignment per new partition is needed")
+        if req.validate_only:
+            return doc
+        live = {b.node_id for b in self.live_brokers()}
+        added = [PartitionState(replicas=r, leader=next((x for x in r if x in live), NO_LEADER),
+                                isr=[x for x in r if x in live] or r[:1]) for r in assignment]
+        saved = self._save(doc.model_copy(update={"partitions": doc.partitions + added}))
+        self._bump()
+        return saved
+
+    def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicDoc:
+        doc = self.topics.get(name)
+        if doc is None:
+            raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+        try:
+            normalised = validate_topic_configs(configs)
+        except ConfigError as exc:
+            raise ControllerError("invalid_config", str(exc)) from None
+        if validate_only:
+            return doc
+        saved = self._save(doc.model_copy(update={"configs": normalised}))
+        self._bump()
+        return saved
+
+    def allocate_producer_ids(self) -> ProducerIdBlock:
+        first = self.cluster.next_producer_id
+        updated = self.cluster.model_copy(update={"next_producer_id": first + PRODUCER_ID_BLOCK})
+        self.cluster = self.store.save_cluster(updated, self.cluster.version)
+        return ProducerIdBlock(first=first, size=PRODUCER_ID_BLOCK)
+
+    def _ensure_internal_topics(self) -> None:
+        if self.internal_topic_setup is None:
+            return
+        req = self.internal_topic_setup()
+        if req is None or req.name in self.topics:
+            return
+        req = req.model_copy(update={"replication_factor": min(req.replication_factor, len(self.live_brokers()))})
+        self.create_topic(req)

@@ -1,0 +1,131 @@
+"""Cluster metadata and the controller API's request/response bodies (pydantic)."""
+
+from __future__ import annotations
+
+import uuid
+
+from pydantic import BaseModel, Field
+
+NO_LEADER = -1
+
+
+class BrokerInfo(BaseModel):
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    incarnation: str = ""  # changes with every process start
+    epoch: int = 0  # broker epoch, bumped at every registration
+    fenced: bool = False
+    shutting_down: bool = False
+
+
+class PartitionState(BaseModel):
+    replicas: list[int]
+    leader: int
+    isr: list[int]
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+class TopicDoc(BaseModel):
+    """One topic, stored as one document and updated with compare-and-set on `version`."""
+
+    name: str
+    topic_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    configs: dict[str, str] = Field(default_factory=dict)
+    partitions: list[PartitionState]
+    version: int = 0
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+
+class ClusterDoc(BaseModel):
+    cluster_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:22])
+    next_producer_id: int = 0
+    version: int = 0
+
+
+class ClusterMetadata(BaseModel):
+    """What brokers learn from the controller: a full snapshot at `version`."""
+
+    version: int
+    incarnation: str
+    cluster_id: str
+    controller_id: int = -1
+    brokers: list[BrokerInfo]
+    topics: dict[str, TopicDoc]
+
+
+class RegisterRequest(BaseModel):
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    incarnation: str
+
+
+class RegisterResponse(BaseModel):
+    broker_epoch: int
+    cluster_id: str
+
+
+class HeartbeatRequest(BaseModel):
+    node_id: int
+    broker_epoch: int
+
+
+class HeartbeatResponse(BaseModel):
+    ok: bool
+    fenced: bool = False
+    reregister: bool = False
+
+
+class AlterIsrRequest(BaseModel):
+    node_id: int
+    broker_epoch: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: list[int]
+
+
+class AlterIsrResponse(BaseModel):
+    error: str | None = None  # None when applied
+    state: PartitionState | None = None
+
+
+class CreateTopicRequest(BaseModel):
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = Field(default_factory=dict)
+    assignments: list[list[int]] | None = None
+    validate_only: bool = False
+    internal: bool = False
+
+
+class CreatePartitionsRequest(BaseModel):
+    count: int
+    assignments: list[list[int]] | None = None
+    validate_only: bool = False
+
+
+class AlterConfigsRequest(BaseModel):
+    configs: dict[str, str]
+    validate_only: bool = False
+
+
+class ProducerIdBlock(BaseModel):
+    first: int
+    size: int
+
+
+class ApiError(BaseModel):
+    """Errors carry the Kafka error name so brokers can hand the same code to clients."""
+
+    error: str
+    message: str

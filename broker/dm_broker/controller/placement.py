@@ -1,0 +1,52 @@
+"""Replica placement: rack-aware round robin with leaders spread evenly (Kafka's algorithm).
+
+Brokers are ordered by alternating racks (r1-b0, r2-b3, r1-b1, ...); partition p's first replica is
+broker (start + p) of that list and the others follow at a shifting distance, so leaders spread
+evenly and, with racks, replicas of a partition land on different racks when there are enough.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+
+class PlacementError(ValueError):
+    pass
+
+
+def rack_alternating(brokers: Sequence[tuple[int, str | None]]) -> list[int]:
+    by_rack: dict[str | None, list[int]] = {}
+    for node, rack in sorted(brokers):
+        by_rack.setdefault(rack, []).append(node)
+    racks = sorted(by_rack, key=lambda r: (r is None, r or ""))
+    ordered: list[int] = []
+    while any(by_rack.values()):
+        for rack in racks:
+            if by_rack[rack]:
+                ordered.append(by_rack[rack].pop(0))
+    return ordered
+
+
+def assign(brokers: Sequence[tuple[int, str | None]], partitions: int, replication_factor: int,
+           first_partition: int = 0, seed: int | None = None) -> list[list[int]]:
+    if replication_factor < 1:
+        raise PlacementError("replication factor must be >= 1")
+    if replication_factor > len(brokers):
+        raise PlacementError(
+            f"replication factor {replication_factor} is larger than the {len(brokers)} available brokers")
+    ordered = rack_alternating(brokers)
+    n = len(ordered)
+    rng = random.Random(seed)
+    start = rng.randrange(n)
+    shift = rng.randrange(n)
+    out = []
+    for p in range(first_partition, first_partition + partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (start + p) % n
+        replicas = [ordered[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(ordered[(first + 1 + (shift + j) % (n - 1)) % n] if n > 1 else ordered[first])
+        out.append(replicas)
+    return out

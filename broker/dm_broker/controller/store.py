@@ -1,0 +1,81 @@
+"""Persistence of controller state: a small interface and a file implementation.
+
+Every topic is one document updated with compare-and-set on its `version`; the cluster document
+holds the cluster id and the producer-id counter. A change is durable (fsynced, renamed into place,
+directory fsynced) before the controller acknowledges it. The Kubernetes implementation (CRD
+status, resourceVersion CAS) lives in dm_operator and implements the same interface.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+from ..log.checkpoints import atomic_write
+from .models import ClusterDoc, TopicDoc
+
+
+class ConflictError(Exception):
+    """The stored version is not the expected one."""
+
+
+class ControllerStore(Protocol):
+    def load_cluster(self) -> ClusterDoc: ...
+    def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc: ...
+    def load_topics(self) -> dict[str, TopicDoc]: ...
+    def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc: ...
+    def delete_topic(self, name: str, expected_version: int) -> None: ...
+
+
+class FileControllerStore:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        (directory / "topics").mkdir(parents=True, exist_ok=True)
+        self._versions: dict[str, int] = {}
+        self._cluster_version = -1
+
+    def _topic_path(self, name: str) -> Path:
+        return self.directory / "topics" / f"{name}.json"
+
+    def load_cluster(self) -> ClusterDoc:
+        path = self.directory / "cluster.json"
+        if path.exists():
+            doc = ClusterDoc.model_validate(json.loads(path.read_text()))
+        else:
+            doc = ClusterDoc()
+            atomic_write(path, doc.model_dump_json().encode())
+        self._cluster_version = doc.version
+        return doc
+
+    def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
+        if expected_version != self._cluster_version:
+            raise ConflictError(f"cluster document is at version {self._cluster_version}, not {expected_version}")
+        new = doc.model_copy(update={"version": expected_version + 1})
+        atomic_write(self.directory / "cluster.json", new.model_dump_json().encode())
+        self._cluster_version = new.version
+        return new
+
+    def load_topics(self) -> dict[str, TopicDoc]:
+        topics = {}
+        for path in sorted((self.directory / "topics").glob("*.json")):
+            doc = TopicDoc.model_validate(json.loads(path.read_text()))
+            topics[doc.name] = doc
+            self._versions[doc.name] = doc.version
+        return topics
+
+    def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
+        current = self._versions.get(doc.name, -1)
+        if current != expected_version:
+            raise ConflictError(f"topic {doc.name} is at version {current}, not {expected_version}")
+        new = doc.model_copy(update={"version": expected_version + 1})
+        atomic_write(self._topic_path(doc.name), new.model_dump_json().encode())
+        self._versions[doc.name] = new.version
+        return new
+
+    def delete_topic(self, name: str, expected_version: int) -> None:
+        current = self._versions.get(name, -1)
+        if current != expected_version:
+            raise ConflictError(f"topic {name} is at version {current}, not {expected_version}")
+        self._topic_path(name).unlink(missing_ok=True)
+        self._versions.pop(name, None)

@@ -1,0 +1,190 @@
+"""Follower fetching: one fetcher per leader broker, many partitions per Fetch request.
+
+Before a partition is fetched in a new leader epoch it is truncated to the point where its log and
+the leader's agree, found with OffsetForLeaderEpoch (Kafka's KIP-101/279 protocol): anything past
+that point was never committed and would otherwise make the replicas diverge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from ..log.leader_epochs import UNDEFINED_EPOCH
+from ..log.records import iter_batches
+from ..protocol.build import make, nested
+from ..protocol.client import KafkaConnection
+from ..protocol.codec import request_class
+from .partition import FOLLOWER, Partition
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 12
+EPOCH_VERSION = 4
+MAX_WAIT_MS = 500
+PARTITION_MAX_BYTES = 8 << 20
+BACKOFF_S = 0.2
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: Broker, leader_id: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.needs_truncation: set[tuple[str, int]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._conn: KafkaConnection | None = None
+        self._changed = asyncio.Event()
+
+    def add(self, part: Partition) -> None:
+        key = (part.topic, part.index)
+        self.partitions[key] = part
+        self.needs_truncation.add(key)
+        self._changed.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
+
+    def remove(self, part: Partition) -> None:
+        key = (part.topic, part.index)
+        self.partitions.pop(key, None)
+        self.needs_truncation.discard(key)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+            self._conn = None
+
+    async def _connection(self) -> KafkaConnection:
+        if self._conn is None:
+            endpoint = self.broker.endpoint(self.leader_id)
+            if endpoint is None:
+                raise ConnectionError(f"leader {self.leader_id} has no known endpoint")
+            self._conn = await KafkaConnection.open(endpoint.host, endpoint.port,
+                                                    client_id=f"dm-replica-{self.broker.node_id}")
+        return self._conn
+
+    async def _run(self) -> None:
+        while self.partitions:
+            try:
+                conn = await self._connection()
+                if self.needs_truncation:
+                    await self._truncate(conn)
+                await self._fetch_once(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("fetcher for leader %d: %s", self.leader_id, exc)
+                await self._disconnect()
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), BACKOFF_S)
+
+    async def _truncate(self, conn: KafkaConnection) -> None:
+        keys = [k for k in self.needs_truncation if k in self.partitions]
+        cls = request_class(23, EPOCH_VERSION)
+        topic_cls = nested(cls, "OffsetForLeaderTopic")
+        part_cls = nested(cls, "OffsetForLeaderPartition")
+        by_topic: dict[str, list[Partition]] = {}
+        for key in keys:
+            by_topic.setdefault(key[0], []).append(self.partitions[key])
+        req = make(cls, replica_id=self.broker.node_id, topics=tuple(
+            topic_cls(topic=topic, partitions=tuple(part_cls(
+                partition=p.index, current_leader_epoch=p.leader_epoch,
+                leader_epoch=max(p.log.leader_epochs.latest_epoch, 0)) for p in parts))
+            for topic, parts in by_topic.items()))
+        resp = await conn.request(req)
+        for topic in resp.topics:
+            for r in topic.partitions:
+                key = (topic.topic, r.partition)
+                part = self.partitions.get(key)
+                if part is None:
+                    continue
+                if r.error_code != ErrorCode.none:
+                    log.debug("%s-%d: OffsetForLeaderEpoch from %d: %s", *key, self.leader_id, r.error_code.name)
+                    continue
+                plog = part.log
+                if r.leader_epoch == UNDEFINED_EPOCH or r.end_offset < 0:
+                    target = min(part.hw, plog.log_end_offset)
+                else:
+                    _, mine = plog.leader_epochs.end_offset_for(r.leader_epoch, plog.log_end_offset)
+                    target = min(r.end_offset, mine if mine >= 0 else plog.log_end_offset)
+                if target < plog.log_end_offset:
+                    log.warning("%s-%d: truncating from %d to %d to match leader %d (epoch %d)", *key,
+                                plog.log_end_offset, target, self.leader_id, r.leader_epoch)
+                    plog.truncate_to(target)
+                self.needs_truncation.discard(key)
+
+    async def _fetch_once(self, conn: KafkaConnection) -> None:
+        ready = [p for k, p in self.partitions.items() if k not in self.needs_truncation and p.role == FOLLOWER]
+        if not ready:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), BACKOFF_S)
+            return
+        cls = request_class(1, FETCH_VERSION)
+        topic_cls = nested(cls, "FetchTopic")
+        part_cls = nested(cls, "FetchPartition")
+        by_topic: dict[str, list[Partition]] = {}
+        for p in ready:
+            by_topic.setdefault(p.topic, []).append(p)
+        req = make(
+            cls, replica_id=self.broker.node_id, max_wait=datetime.timedelta(milliseconds=MAX_WAIT_MS), min_bytes=1,
+            max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=tuple(topic_cls(topic=topic, partitions=tuple(make(
+                part_cls, partition=p.index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log.log_end_offset,
+                last_fetched_epoch=p.log.leader_epochs.latest_epoch, log_start_offset=p.log.log_start_offset,
+                partition_max_bytes=PARTITION_MAX_BYTES) for p in parts)) for topic, parts in by_topic.items()),
+            forgotten_topics_data=(), rack_id="",
+        )
+        resp = await conn.request(req, timeout=MAX_WAIT_MS / 1000 + 30)
+        for topic in resp.responses:
+            for r in topic.partitions:
+                key = (topic.topic, r.partition_index)
+                part = self.partitions.get(key)
+                if part is None or part.role != FOLLOWER:
+                    continue
+                self._apply(key, part, r)
+
+    def _apply(self, key: tuple[str, int], part: Partition, r) -> None:
+        error = r.error_code
+        plog = part.log
+        if error == ErrorCode.none:
+            data = r.records or b""
+            if data:
+                located = list(iter_batches(data))
+                # Skip anything we already have (a retried fetch); append whole batches only.
+                start = next((pos for pos, h in located if h.base_offset >= plog.log_end_offset), None)
+                if start is not None:
+                    end = located[-1][0] + located[-1][1].size
+                    plog.append_as_follower(memoryview(data)[start:end])
+                    if plog.flush_due():
+                        asyncio.get_running_loop().create_task(plog.flush())
+            part.set_follower_hw(r.high_watermark)
+        elif error == ErrorCode.offset_out_of_range:
+            if plog.log_end_offset < r.log_start_offset or r.log_start_offset < 0:
+                log.warning("%s-%d: behind the leader's log start; restarting the replica at %d", *key,
+                            r.log_start_offset)
+                plog.reset_to(max(r.log_start_offset, 0))
+            else:
+                self.needs_truncation.add(key)
+        elif error in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower,
+                       ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition):
+            pass  # metadata will tell us the new leader; keep trying meanwhile
+        else:
+            log.warning("%s-%d: fetch from leader %d failed: %s", *key, self.leader_id, error.name)

@@ -1,0 +1,105 @@
+"""Turns controller metadata into replica roles on this broker, runs the follower fetchers and
+keeps the ISR of the partitions this broker leads (shrink after replica.lag.time.max.ms, expand
+when a follower caught up), always through the controller's compare-and-set."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from ..controller.client import ControllerUnavailable
+from ..controller.models import AlterIsrRequest
+from .fetcher import ReplicaFetcher
+from .partition import LEADER, Partition
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker, lag_time_max_ms: int) -> None:
+        self.broker = broker
+        self.lag_max = lag_time_max_ms / 1000
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._following: dict[tuple[str, int], int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._isr_tasks: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._isr_loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._isr_tasks):
+            task.cancel()
+        for fetcher in self.fetchers.values():
+            await fetcher.close()
+
+    def follow(self, part: Partition, leader_id: int) -> None:
+        key = (part.topic, part.index)
+        current = self._following.get(key)
+        if current is not None and current != leader_id:
+            self.fetchers[current].remove(part)
+        self._following[key] = leader_id
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id)
+        fetcher.add(part)  # (re)truncates first: the leader epoch changed
+
+    def stop_following(self, part: Partition) -> None:
+        key = (part.topic, part.index)
+        leader = self._following.pop(key, None)
+        if leader is not None and leader in self.fetchers:
+            self.fetchers[leader].remove(part)
+
+    # -- ISR -------------------------------------------------------------------------------
+
+    async def _isr_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.05, self.lag_max / 4))
+            for part in list(self.broker.partitions.values()):
+                if part.role != LEADER or part.pending_isr is not None or part.closed:
+                    continue
+                stale = part.stale_followers(self.lag_max)
+                if stale:
+                    new_isr = [r for r in part.isr if r not in stale]
+                    log.info("%s-%d: followers %s fell behind for %.1fs; shrinking ISR", part.topic, part.index,
+                             stale, self.lag_max)
+                    self.request_isr_change(part, new_isr)
+
+    def maybe_expand(self, part: Partition, replica: int) -> None:
+        if part.pending_isr is None and replica not in part.isr:
+            self.request_isr_change(part, [*part.isr, replica])
+
+    def request_isr_change(self, part: Partition, new_isr: list[int]) -> None:
+        part.pending_isr = [r for r in new_isr if r not in part.isr]  # additions count for the HW at once
+        task = asyncio.create_task(self._alter_isr(part, new_isr))
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _alter_isr(self, part: Partition, new_isr: list[int]) -> None:
+        req = AlterIsrRequest(node_id=self.broker.node_id, broker_epoch=self.broker.broker_epoch, topic=part.topic,
+                              partition=part.index, leader_epoch=part.leader_epoch,
+                              partition_epoch=part.partition_epoch, new_isr=new_isr)
+        try:
+            resp = await self.broker.controller.alter_isr(req)
+        except ControllerUnavailable as exc:
+            log.warning("%s-%d: ISR change to %s not possible: %s", part.topic, part.index, new_isr, exc)
+            part.pending_isr = None
+            return
+        if resp.error is None and resp.state is not None:
+            part.update_isr(resp.state.isr, resp.state.partition_epoch)
+            log.info("%s-%d: ISR is now %s", part.topic, part.index, resp.state.isr)
+        else:
+            log.info("%s-%d: ISR change to %s refused: %s", part.topic, part.index, new_isr, resp.error)
+            part.pending_isr = None
+            if resp.state is not None and resp.state.leader == part.node_id and \
+                    resp.state.leader_epoch == part.leader_epoch:
+                part.update_isr(resp.state.isr, resp.state.partition_epoch)
