@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
-from .tools import consume, groups, produce, topics
+from .tools import cluster, consume, groups, produce, topics
 from .tools.client import DEFAULT_BOOTSTRAP
 
 
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.register(sub, common)
     consume.register(sub, common)
     groups.register(sub, common)
+    cluster.register(sub)
     from .tools import bench
 
     bench.register(sub, common)

@@ -128,6 +128,8 @@ class KafkaServer:
                         await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            pass  # the server is shutting down; end this connection's task quietly
         except ProtocolError as exc:
             self.metrics.closed_bad_frames.inc()
             log.warning("closing %s: %s", peer, exc)
