@@ -29,12 +29,14 @@ def free_port() -> int:
 class BrokerProcess:
     """`dm broker` as a subprocess; keeps its ports across restarts so clients reconnect."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, node_id: int = 0) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, node_id: int = 0,
+                 controller_url: str | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.http_port = free_port()
         self.node_id = node_id
         self.overrides = dict(overrides or {})
+        self.controller_url = controller_url
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
@@ -45,6 +47,8 @@ class BrokerProcess:
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "dm_broker.cli", "broker", "--data-dir", str(self.data_dir),
                "--port", str(self.port), "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
+        if self.controller_url:
+            cmd += ["--controller", self.controller_url]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd
@@ -126,8 +130,11 @@ class FaultProxy:
     connection right after the broker answered a request of that API, so the client never sees
     the answer and must retry (the way a lost response looks in production)."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, kafka: bool = True) -> None:
         self.target_port = target_port
+        self.kafka = kafka  # parse Kafka frames (needed for drop_responses); False for HTTP
+        self.blocked = False
+        self._sockets: set[socket.socket] = set()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._drops: dict[int, int] = {}
@@ -136,6 +143,20 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._thread.start()
+
+    def block(self) -> None:
+        """Network partition: cut every connection and refuse new ones until unblock()."""
+        with self._lock:
+            self.blocked = True
+            for sock in list(self._sockets):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                    sock.close()
+            self._sockets.clear()
+
+    def unblock(self) -> None:
+        with self._lock:
+            self.blocked = False
 
     def drop_responses(self, api_key: int, count: int = 1) -> None:
         with self._lock:
@@ -150,6 +171,9 @@ class FaultProxy:
                 continue
             except OSError:
                 return
+            if self.blocked:
+                client.close()
+                continue
             threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
 
     def _pipe(self, client: socket.socket) -> None:
@@ -158,6 +182,8 @@ class FaultProxy:
         except OSError:
             client.close()
             return
+        with self._lock:
+            self._sockets.update((client, upstream))
         pending: list[int] = []  # api keys of requests in flight, in order
         cbuf = b""
         sbuf = b""
@@ -170,7 +196,13 @@ class FaultProxy:
                     data = key.fileobj.recv(1 << 20)
                     if not data:
                         return
-                    if key.data == "c":
+                    if self.blocked:
+                        return
+                    if key.data == "c" and not self.kafka:
+                        upstream.sendall(data)
+                    elif key.data == "s" and not self.kafka:
+                        client.sendall(data)
+                    elif key.data == "c":
                         cbuf += data
                         while len(cbuf) >= 6:
                             (size,) = struct.unpack_from(">i", cbuf)
@@ -201,6 +233,9 @@ class FaultProxy:
         except OSError:
             pass
         finally:
+            with self._lock:
+                self._sockets.discard(client)
+                self._sockets.discard(upstream)
             with contextlib.suppress(OSError):
                 client.close()
             with contextlib.suppress(OSError):
@@ -225,3 +260,119 @@ def listeners(data_dir: Path) -> dict[str, object]:
     return json.loads((data_dir / "__dm_meta" / "listeners.json").read_text())
 
 
+
+
+class ControllerProcess:
+    """`dm controller` as a subprocess on a fixed port (so brokers find it after a restart)."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / "controller.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> ControllerProcess:
+        cmd = [sys.executable, "-m", "dm_broker.cli", "controller", "--data-dir", str(self.data_dir),
+               "--port", str(self.port)]
+        for key, value in self.overrides.items():
+            cmd += ["--override", f"{key}={value}"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log_path.open("ab"), cwd=REPO)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(b"DM_READY"):
+                return self
+            if not line and self.proc.poll() is not None:
+                break
+        raise RuntimeError("controller did not start:\n" + self.log_path.read_text(errors="replace")[-3000:])
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class Cluster:
+    """A controller and N brokers as processes. With `proxied=True` every broker is reached
+    (by clients and by other brokers) through a FaultProxy on its advertised port, and reaches the
+    controller through a proxy of its own, so a test can cut one broker off the network."""
+
+    def __init__(self, tmp: Path, brokers: int = 3, overrides: dict[str, object] | None = None,
+                 proxied: bool = False) -> None:
+        self.controller = ControllerProcess(tmp / "controller", overrides)
+        self.proxied = proxied
+        self.brokers: list[BrokerProcess] = []
+        self.proxies: list[FaultProxy] = []
+        self.controller_proxies: list[FaultProxy] = []
+        for i in range(brokers):
+            broker = BrokerProcess(tmp / f"broker-{i}", overrides, node_id=i, controller_url=self.controller.url)
+            if proxied:
+                proxy = FaultProxy(broker.port)
+                broker.overrides["advertised.port"] = proxy.port
+                cproxy = FaultProxy(self.controller.port, kafka=False)
+                broker.controller_url = f"http://127.0.0.1:{cproxy.port}"
+                self.proxies.append(proxy)
+                self.controller_proxies.append(cproxy)
+            self.brokers.append(broker)
+
+    def address(self, i: int) -> str:
+        return f"127.0.0.1:{self.proxies[i].port}" if self.proxied else self.brokers[i].bootstrap
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.address(i) for i in range(len(self.brokers)))
+
+    def start(self) -> Cluster:
+        self.controller.start()
+        for b in self.brokers:
+            b.start()
+        return self
+
+    def isolate(self, i: int) -> None:
+        self.proxies[i].block()
+        self.controller_proxies[i].block()
+
+    def heal(self, i: int) -> None:
+        self.proxies[i].unblock()
+        self.controller_proxies[i].unblock()
+
+    def metadata(self) -> dict:
+        """The controller's view, straight from its API."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.controller.url + "/v1/metadata?version=-1", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self.metadata()["topics"][topic]["partitions"][partition]["leader"]
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return self.metadata()["topics"][topic]["partitions"][partition]["isr"]
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            if b.alive():
+                b.stop()
+        self.controller.stop()
+        for p in self.proxies + self.controller_proxies:
+            p.close()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -3,78 +3,19 @@ Damaged segment tails (torn writes, flipped bits) are repaired on start."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from chaos_tools import SequenceProducer, verify
 from clients import ConfluentClient, Rec
 from harness import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
 KILL_ROUNDS = int(os.environ.get("DM_CHAOS_ROUNDS", "6"))
-
-
-class SequenceProducer(threading.Thread):
-    """Idempotent acks=all producer of "p<partition>-<seq>" values; records what was acked."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        super().__init__(daemon=True)
-        from confluent_kafka import Producer
-
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
-            "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
-        })
-        self.topic = topic
-        self.partitions = partitions
-        self.acked: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
-        self.errors: list[str] = []
-        self.sent = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        seq = 0
-        while not self.stop.is_set():
-            partition = seq % self.partitions
-            value = b"p%d-%08d" % (partition, seq)
-
-            def report(err, msg, value=value):
-                if err is not None:
-                    self.errors.append(str(err))
-                else:
-                    self.acked.append((msg.partition(), msg.offset(), value))
-
-            try:
-                self.producer.produce(self.topic, value, partition=partition, on_delivery=report)
-                seq += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.0005 if seq % 50 else 0.005)
-        self.sent = seq
-        self.remaining = self.producer.flush(120)
-
-
-def verify(bootstrap: str, topic: str, producer: SequenceProducer, partitions: int) -> dict[str, int]:
-    total_acked = len(producer.acked)
-    got = ConfluentClient(bootstrap).consume(topic, total_acked, timeout=60)
-    values = [g.value for g in got]
-    acked_values = {v for _, _, v in producer.acked}
-    lost = acked_values - set(values)
-    duplicated = len(values) - len(set(values))
-    reordered = 0
-    for p in range(partitions):
-        seqs = [int(g.value.split(b"-")[1]) for g in sorted(got, key=lambda g: g.offset) if g.partition == p]
-        reordered += sum(1 for a, b in itertools.pairwise(seqs) if b <= a)
-    # acknowledged offsets are where the records really are
-    by_value = {g.value: (g.partition, g.offset) for g in got}
-    misplaced = sum(1 for p, o, v in producer.acked if by_value.get(v) != (p, o))
-    return {"acked": total_acked, "lost": len(lost), "duplicated": duplicated, "reordered": reordered,
-            "misplaced": misplaced}
 
 
 def test_sigkill_under_acks_all_load_loses_nothing(tmp_path: Path):

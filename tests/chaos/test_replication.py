@@ -1,0 +1,174 @@
+"""Replication under failure (RF=3, min.insync.replicas=2, acks=all, idempotent producer): no
+acknowledged record lost, duplicated or reordered; replicas never diverge."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+from chaos_tools import SequenceProducer, verify, wait_replicas_identical
+from clients import ConfluentClient
+from group_clients import wait_for
+from harness import Cluster
+from kio.schema.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(600)
+
+ROUNDS = int(os.environ.get("DM_CHAOS_ROUNDS", "20"))
+FAST_FAILURE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
+                "replica.lag.time.max.ms": 3000, "group.initial.rebalance.delay.ms": 0}
+TOPIC_CONFIG = {"min.insync.replicas": "2"}
+
+
+def create_topic(cluster: Cluster, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config=TOPIC_CONFIG)])[topic].result(15)
+
+
+def fully_replicated(cluster: Cluster, topic: str, partitions: int) -> bool:
+    md = cluster.metadata()["topics"][topic]["partitions"]
+    return all(len(md[p]["isr"]) == 3 and md[p]["leader"] >= 0 for p in range(partitions))
+
+
+def report(name: str, result: dict, failovers: list[float]) -> None:
+    extra = ""
+    if failovers:
+        extra = (f", kill→next ack: median {statistics.median(failovers):.2f}s, max {max(failovers):.2f}s over "
+                 f"{len(failovers)} kills")
+    print(f"\n[{name}] acknowledged {result['acked']}, lost {result['lost']}, duplicated {result['duplicated']}, "
+          f"reordered {result['reordered']}, misplaced {result['misplaced']}{extra}")
+
+
+def test_leader_sigkill_rounds(tmp_path: Path):
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "ha", 3)
+        producer = SequenceProducer(cluster.bootstrap, "ha", 3)
+        producer.start()
+        failovers = []
+        try:
+            wait_for(lambda: len(producer.acked) > 500, what="first acks")
+            for round_ in range(ROUNDS):
+                partition = round_ % 3
+                victim = cluster.leader("ha", partition)
+                killed_at = time.monotonic()
+                cluster.brokers[victim].kill()
+                failovers.append(producer.first_ack_after(partition, killed_at))
+                cluster.brokers[victim].start()
+                wait_for(lambda: fully_replicated(cluster, "ha", 3), timeout=60, what="the ISR back to 3")
+        finally:
+            producer.stop.set()
+            producer.join(150)
+        result = verify(cluster.bootstrap, "ha", producer, 3)
+        report("leader SIGKILL", result, failovers)
+        assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
+        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        dirs = [b.data_dir for b in cluster.brokers]
+        for p in range(3):
+            assert wait_replicas_identical(dirs, "ha", p) > 0
+
+
+def test_follower_sigkill_and_catch_up(tmp_path: Path):
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "fol", 1)
+        producer = SequenceProducer(cluster.bootstrap, "fol", 1)
+        producer.start()
+        try:
+            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+            leader = cluster.leader("fol", 0)
+            follower = next(i for i in range(3) if i != leader)
+            cluster.brokers[follower].kill()
+            acked = len(producer.acked)
+            wait_for(lambda: len(producer.acked) > acked + 1000, what="acks continuing with 2 of 3")
+            wait_for(lambda: follower not in cluster.isr("fol", 0), timeout=20, what="the ISR without the follower")
+            cluster.brokers[follower].start()
+            wait_for(lambda: fully_replicated(cluster, "fol", 1), timeout=60, what="the follower back in the ISR")
+        finally:
+            producer.stop.set()
+            producer.join(150)
+        result = verify(cluster.bootstrap, "fol", producer, 1)
+        report("follower SIGKILL", result, [])
+        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        wait_replicas_identical([b.data_dir for b in cluster.brokers], "fol", 0)
+
+
+def test_controller_sigkill(tmp_path: Path):
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "ctl", 2)
+        producer = SequenceProducer(cluster.bootstrap, "ctl", 2)
+        producer.start()
+        try:
+            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+            before = cluster.metadata()["topics"]["ctl"]
+            cluster.controller.kill()
+            acked = len(producer.acked)
+            # brokers keep serving their current leaderships without a controller
+            wait_for(lambda: len(producer.acked) > acked + 1000, timeout=30, what="acks without a controller")
+            cluster.controller.start()
+            after = cluster.metadata()["topics"]["ctl"]
+            assert after["topic_id"] == before["topic_id"]
+            assert [p["replicas"] for p in after["partitions"]] == [p["replicas"] for p in before["partitions"]]
+            # and the restarted controller still fails leaders over
+            wait_for(lambda: fully_replicated(cluster, "ctl", 2), timeout=30, what="brokers re-registered")
+            victim = cluster.leader("ctl", 0)
+            killed_at = time.monotonic()
+            cluster.brokers[victim].kill()
+            failover = producer.first_ack_after(0, killed_at)
+            cluster.brokers[victim].start()
+            wait_for(lambda: fully_replicated(cluster, "ctl", 2), timeout=60, what="ISR back to 3")
+        finally:
+            producer.stop.set()
+            producer.join(150)
+        result = verify(cluster.bootstrap, "ctl", producer, 2)
+        report("controller SIGKILL", result, [failover])
+        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+
+
+async def _produce_directly(port: int, topic: str, value: bytes) -> ErrorCode:
+    from dm_broker.protocol.client import KafkaConnection
+    from wire import batch, produce_request
+
+    conn = await KafkaConnection.open("127.0.0.1", port)
+    try:
+        resp = await conn.request(produce_request(topic, 0, batch([value]), acks=-1))
+        return resp.responses[0].partition_responses[0].error_code
+    finally:
+        await conn.close()
+
+
+def test_isolated_leader_cannot_commit_and_truncates_when_back(tmp_path: Path):
+    import asyncio
+
+    with Cluster(tmp_path, 3, FAST_FAILURE, proxied=True) as cluster:
+        create_topic(cluster, "iso", 1)
+        producer = SequenceProducer(cluster.bootstrap, "iso", 1)
+        producer.start()
+        try:
+            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+            old = cluster.leader("iso", 0)
+            cluster.isolate(old)
+            isolated_at = time.monotonic()
+            # a client on the old leader's side of the partition: its acks=all write is not acknowledged
+            error = asyncio.run(_produce_directly(cluster.brokers[old].port, "iso", b"never-acknowledged"))
+            assert error in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas,
+                             ErrorCode.not_leader_or_follower), error
+            wait_for(lambda: cluster.leader("iso", 0) not in (old, -1), timeout=20, what="a new leader")
+            failover = producer.first_ack_after(0, isolated_at)
+            acked = len(producer.acked)
+            wait_for(lambda: len(producer.acked) > acked + 500, what="acks from the new leader")
+            cluster.heal(old)
+            wait_for(lambda: fully_replicated(cluster, "iso", 1), timeout=60, what="the old leader back in the ISR")
+        finally:
+            producer.stop.set()
+            producer.join(150)
+        result = verify(cluster.bootstrap, "iso", producer, 1)
+        report("isolated leader", result, [failover])
+        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        assert "truncating" in cluster.brokers[old].log_tail(2000), "the old leader kept its divergent tail"
+        wait_replicas_identical([b.data_dir for b in cluster.brokers], "iso", 0)
+        got = ConfluentClient(cluster.bootstrap).consume("iso", len(producer.acked) + 10, timeout=10)
+        assert b"never-acknowledged" not in {g.value for g in got}

@@ -1,0 +1,106 @@
+"""Shared pieces of the chaos tests: a sequence producer that records what was acknowledged, the
+invariant check, and a direct comparison of the replicas' logs on disk."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+
+from clients import ConfluentClient
+from dm_broker.log.records import iter_batches
+
+
+class SequenceProducer(threading.Thread):
+    """Idempotent acks=all producer of "p<partition>-<seq>" values; records every ack with its time."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate_pause: float = 0.0005) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+            "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
+            "topic.metadata.refresh.interval.ms": 1000,
+        })
+        self.topic = topic
+        self.partitions = partitions
+        self.acked: list[tuple[int, int, bytes, float]] = []  # (partition, offset, value, ack time)
+        self.errors: list[str] = []
+        self.remaining = -1
+        self.pause = rate_pause
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            partition = seq % self.partitions
+            value = b"p%d-%08d" % (partition, seq)
+
+            def report(err, msg, value=value):
+                if err is not None:
+                    self.errors.append(str(err))
+                else:
+                    self.acked.append((msg.partition(), msg.offset(), value, time.monotonic()))
+
+            try:
+                self.producer.produce(self.topic, value, partition=partition, on_delivery=report)
+                seq += 1
+            except BufferError:
+                pass
+            self.producer.poll(self.pause if seq % 50 else 0.005)
+        self.remaining = self.producer.flush(120)
+
+    def first_ack_after(self, partition: int, moment: float, timeout: float = 60) -> float:
+        """Seconds from `moment` to the first acknowledgement on `partition` after it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p, _, _, at in reversed(self.acked[-5000:]):
+                if p == partition and at > moment:
+                    later = [a for q, _, _, a in self.acked[-20000:] if q == partition and a > moment]
+                    return min(later) - moment
+            time.sleep(0.05)
+        raise AssertionError(f"no acknowledgement on partition {partition} within {timeout}s")
+
+
+def verify(bootstrap: str, topic: str, producer: SequenceProducer, partitions: int) -> dict[str, int]:
+    """Reads everything back and counts acknowledged records lost, duplicates, reorderings."""
+    total_acked = len(producer.acked)
+    got = ConfluentClient(bootstrap).consume(topic, total_acked, timeout=90)
+    values = [g.value for g in got]
+    acked_values = {v for _, _, v, _ in producer.acked}
+    lost = acked_values - set(values)
+    duplicated = len(values) - len(set(values))
+    reordered = 0
+    for p in range(partitions):
+        seqs = [int(g.value.split(b"-")[1]) for g in sorted(got, key=lambda g: g.offset) if g.partition == p]
+        reordered += sum(1 for a, b in itertools.pairwise(seqs) if b <= a)
+    by_value = {g.value: (g.partition, g.offset) for g in got}
+    misplaced = sum(1 for p, o, v, _ in producer.acked if by_value.get(v) != (p, o))
+    return {"acked": total_acked, "lost": len(lost), "duplicated": duplicated, "reordered": reordered,
+            "misplaced": misplaced}
+
+
+def replica_batches(data_dir: Path, topic: str, partition: int) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, CRC) of every batch of one replica, read from its files."""
+    out = []
+    for segment in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
+        data = segment.read_bytes()
+        out += [(h.base_offset, h.last_offset, h.crc) for _, h in iter_batches(data)]
+    return out
+
+
+def wait_replicas_identical(dirs: list[Path], topic: str, partition: int, timeout: float = 30) -> int:
+    """Waits until every replica holds exactly the same batches; returns how many."""
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = [replica_batches(d, topic, partition) for d in dirs]
+        if all(log == logs[0] for log in logs):
+            return len(logs[0])
+        if time.monotonic() > deadline:
+            lengths = [len(x) for x in logs]
+            first_diff = next((i for i, rows in enumerate(zip(*logs, strict=False)) if len(set(rows)) > 1), None)
+            raise AssertionError(f"replicas of {topic}-{partition} differ: {lengths} batches, first difference at "
+                                 f"batch {first_diff}")
+        time.sleep(0.3)
