@@ -18,8 +18,9 @@ install: $(STAMP)
 tools:
 	bash scripts/install-tools.sh
 
+# A local cluster: a controller and 3 brokers (Kafka on 127.0.0.1:9092-9094), data in ./data.
 run: install
-	$(BIN)/dm broker --data-dir ./data --host 127.0.0.1 --port 9092 --http-port 8080 --banner
+	$(BIN)/dm up --brokers 3 --data-dir ./data --port 9092 --http-port 8080
 
 test: install tools
 	bash scripts/run-tests.sh

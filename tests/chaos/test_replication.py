@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from chaos_tools import SequenceProducer, verify, wait_replicas_identical
-from clients import ConfluentClient
+from clients import ConfluentClient, Rec
 from group_clients import wait_for
 from harness import Cluster
 from kio.schema.errors import ErrorCode
@@ -172,3 +172,38 @@ def test_isolated_leader_cannot_commit_and_truncates_when_back(tmp_path: Path):
         wait_replicas_identical([b.data_dir for b in cluster.brokers], "iso", 0)
         got = ConfluentClient(cluster.bootstrap).consume("iso", len(producer.acked) + 10, timeout=10)
         assert b"never-acknowledged" not in {g.value for g in got}
+
+
+def test_group_coordinator_moves_with_its_partition_leader(tmp_path: Path):
+    from dm_broker.partitioners import murmur2_partition
+    from group_clients import ConfluentGroupConsumer, Seen
+
+    overrides = {**FAST_FAILURE, "offsets.topic.num.partitions": 3}
+    with Cluster(tmp_path, 3, overrides) as cluster:
+        create_topic(cluster, "work", 3)
+        ConfluentClient(cluster.bootstrap).produce("work", [Rec(None, b"%05d" % i, partition=i % 3)
+                                                            for i in range(3000)])
+        seen: list[Seen] = []
+        consumer = ConfluentGroupConsumer(cluster.bootstrap, "movers", "work", "c1", seen, session_ms=6000)
+        consumer.start()
+        try:
+            wait_for(lambda: len(seen) >= 3000, timeout=60, what="the first 3000 records")
+            offsets_partition = murmur2_partition(b"movers", 3)
+            coordinator = cluster.leader("__consumer_offsets", offsets_partition)
+            cluster.brokers[coordinator].kill()
+            wait_for(lambda: cluster.leader("__consumer_offsets", offsets_partition) not in (coordinator, -1),
+                     timeout=20, what="a new coordinator")
+            ConfluentClient(cluster.bootstrap).produce("work", [Rec(None, b"%05d" % i, partition=i % 3)
+                                                                for i in range(3000, 4000)])
+            wait_for(lambda: len({s.value for s in seen}) >= 4000, timeout=60, what="records after the move")
+            cluster.brokers[coordinator].start()
+        finally:
+            consumer.stop()
+        assert consumer.error is None, consumer.error
+        # a new member of the group resumes at the offsets committed through both coordinators
+        resumed: list[Seen] = []
+        again = ConfluentGroupConsumer(cluster.bootstrap, "movers", "work", "c2", resumed, session_ms=6000)
+        again.start()
+        time.sleep(8)
+        again.stop()
+        assert len(resumed) < 50, f"{len(resumed)} records re-read: committed offsets were lost"

@@ -80,6 +80,7 @@ class Controller:
         self._tasks = [asyncio.create_task(self._liveness_loop()), asyncio.create_task(self._preferred_loop())]
 
     async def close(self) -> None:
+        self._changed.set()  # release metadata long-polls so the HTTP server can stop at once
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

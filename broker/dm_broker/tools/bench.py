@@ -95,6 +95,8 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
     # A Python delivery callback per record costs more than producing it; latency is sampled on
     # one record in `sample` (every record is still acknowledged: flush() waits for all).
     sample = max(1, args.latency_sample)
+    rate = args.rate
+    pace_every = max(1, int(rate / 1000)) if rate else 1
     with _progress(args.quiet) as progress:
         task = progress.add_task(f"produce → {bootstrap}", total=n)
         started = time.perf_counter()
@@ -108,9 +110,15 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
                     break
                 except BufferError:
                     poll(0.005)
+            if i & 255 == 0:
+                poll(0)  # serve delivery reports promptly: latency is measured when they are served
             if i & 4095 == 0:
-                poll(0)
                 progress.update(task, completed=i)
+            if rate and i % pace_every == 0:
+                # open-loop pacing: hold the offered load at --rate records/s
+                ahead = started + i / rate - time.perf_counter()
+                if ahead > 0:
+                    time.sleep(ahead)
         remaining = producer.flush(300)
         elapsed = time.perf_counter() - started
     errors += remaining
@@ -187,6 +195,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--idempotence", action="store_true")
     p.add_argument("--latency-sample", type=int, default=16, help="measure latency on one record in N")
+    p.add_argument("--rate", type=float, default=0, help="offered load in records/s (0: as fast as possible)")
     p.add_argument("--fetch-max-bytes", type=int, default=50 * 1024 * 1024)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", help="append results as JSON lines to this file")

@@ -1,0 +1,167 @@
+"""Replication benchmarks on a local 3-broker cluster (controller + brokers as processes).
+
+    .venv/bin/python -m bench.replication [--records 300000] [--failovers 5]
+
+1. acks=all throughput and latency, RF=3 (min.insync.replicas=2) against RF=1, 1 KiB records,
+   as fast as possible; then both at half of the RF=3 maximum, where latency is meaningful.
+2. Failover: SIGKILL the leader of a partition under acks=all load; time to the next acknowledged
+   record on that partition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .brokers import free_port, wait_port
+
+RESULTS = Path(__file__).parent / "results"
+FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
+
+
+class LocalCluster:
+    def __init__(self, brokers: int = 3) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="dm-rbench-"))
+        self.cport = free_port()
+        self.ports = [free_port() for _ in range(brokers)]
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.controller: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def start_broker(self, i: int) -> None:
+        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--node-id", str(i),
+               "--data-dir", str(self.dir / f"b{i}"), "--port", str(self.ports[i]), "--http-port", "-1",
+               "--controller", f"http://127.0.0.1:{self.cport}"]
+        for o in FAST:
+            cmd += ["--override", o]
+        self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.ports[i])
+
+    def __enter__(self) -> LocalCluster:
+        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "controller", "--data-dir",
+               str(self.dir / "controller"), "--port", str(self.cport)]
+        for o in FAST:
+            cmd += ["--override", o]
+        self.controller = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.cport)
+        for i in range(len(self.ports)):
+            self.start_broker(i)
+        time.sleep(1)
+        return self
+
+    def leader(self, topic: str, partition: int) -> int:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.cport}/v1/metadata?version=-1") as r:
+            return json.loads(r.read())["topics"][topic]["partitions"][partition]["leader"]
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            p.wait(30)
+        if self.controller:
+            self.controller.terminate()
+            try:
+                self.controller.wait(20)
+            except subprocess.TimeoutExpired:
+                self.controller.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"min.insync.replicas": "2"} if rf == 3 else {}
+    admin.create_topics([NewTopic(topic, partitions, rf, config=config)])[topic].result(15)
+
+
+def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: int = 5) -> dict:
+    out = RESULTS / ".rep.jsonl"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "dm_broker.cli", "bench", "produce", "--bootstrap", bootstrap, "--topic", topic,
+           "--records", str(records), "--record-size", "1024", "--acks", "all", "--quiet", "--json", str(out),
+           "--latency-sample", "4", "--linger-ms", str(linger_ms)]
+    if rate:
+        cmd += ["--rate", str(rate)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
+    from confluent_kafka import Producer
+
+    create(cluster.bootstrap, "failover", 1, 3)
+    acks: list[float] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 1, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
+                      "topic.metadata.refresh.interval.ms": 1000})
+        while not stop.is_set():
+            p.produce("failover", b"x" * 100, on_delivery=lambda e, m: acks.append(time.monotonic()) if not e else None)
+            p.poll(0.001)
+        p.flush(60)
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    times = []
+    for _ in range(rounds):
+        time.sleep(3)
+        victim = cluster.leader("failover", 0)
+        killed = time.monotonic()
+        cluster.procs[victim].send_signal(signal.SIGKILL)
+        cluster.procs[victim].wait()
+        while not any(a > killed + 0.001 for a in acks[-200:]):
+            time.sleep(0.01)
+        times.append(min(a for a in acks[-2000:] if a > killed) - killed)
+        cluster.start_broker(victim)
+        time.sleep(4)  # back in the ISR before the next round
+    stop.set()
+    t.join(60)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--failovers", type=int, default=5)
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    with LocalCluster() as cluster:
+        create(cluster.bootstrap, "rf1", 3, 1)
+        create(cluster.bootstrap, "rf3", 3, 3)
+        rf1 = bench(cluster.bootstrap, "rf1", args.records)
+        rf3 = bench(cluster.bootstrap, "rf3", args.records)
+        half = rf3["records_per_s"] / 2
+        rf1_half = bench(cluster.bootstrap, "rf1", args.records // 2, rate=half, linger_ms=1)
+        rf3_half = bench(cluster.bootstrap, "rf3", args.records // 2, rate=half, linger_ms=1)
+        fo = failover_times(cluster, args.failovers)
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rf1": rf1, "rf3": rf3, "rf1_half": rf1_half,
+           "rf3_half": rf3_half, "failover_s": fo}
+    with (RESULTS / "replication.jsonl").open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    for name, r in (("RF=1 max", rf1), ("RF=3 max", rf3), ("RF=1 at half", rf1_half), ("RF=3 at half", rf3_half)):
+        lat = r["latency_ms"]
+        print(f"{name:14s} {r['records_per_s']:>10,.0f} rec/s {r['mb_per_s']:>7.1f} MB/s  p50 {lat['p50']:.2f} ms  "
+              f"p99 {lat['p99']:.2f} ms")
+    print(f"RF=3/RF=1 throughput: {rf3['records_per_s'] / rf1['records_per_s']:.2f}")
+    print(f"failover after leader SIGKILL: median {statistics.median(fo):.2f} s, runs {[round(x, 2) for x in fo]}")
+
+
+if __name__ == "__main__":
+    main()
