@@ -207,3 +207,29 @@ def test_group_coordinator_moves_with_its_partition_leader(tmp_path: Path):
         time.sleep(8)
         again.stop()
         assert len(resumed) < 50, f"{len(resumed)} records re-read: committed offsets were lost"
+
+
+def test_controlled_shutdown_hands_leadership_over(tmp_path: Path):
+    with Cluster(tmp_path, 3, {**FAST_FAILURE, "broker.session.timeout.ms": 6000}) as cluster:
+        create_topic(cluster, "calm", 1)
+        producer = SequenceProducer(cluster.bootstrap, "calm", 1)
+        producer.start()
+        try:
+            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+            leader = cluster.leader("calm", 0)
+            stopped_at = time.monotonic()
+            assert cluster.brokers[leader].stop() == 0
+            handover = producer.first_ack_after(0, stopped_at)
+            # much sooner than the 6 s session timeout a crash would need
+            assert handover < 4, handover
+            assert cluster.leader("calm", 0) != leader
+            assert "stopped cleanly" in cluster.brokers[leader].log_tail(50)
+            cluster.brokers[leader].start()
+            wait_for(lambda: fully_replicated(cluster, "calm", 1), timeout=60, what="ISR back to 3")
+        finally:
+            producer.stop.set()
+            producer.join(150)
+        result = verify(cluster.bootstrap, "calm", producer, 1)
+        report("controlled shutdown", result, [handover])
+        assert not producer.errors and result == {**result, "lost": 0, "duplicated": 0, "reordered": 0,
+                                                  "misplaced": 0}
