@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -30,8 +32,10 @@ class BrokerProcess:
     """`dm broker` as a subprocess; keeps its ports across restarts so clients reconnect."""
 
     def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, node_id: int = 0,
-                 controller_url: str | None = None) -> None:
+                 controller_url: str | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None) -> None:
         self.data_dir = data_dir
+        self.host = host
+        self.prefix = list(prefix or [])  # e.g. ["ip", "netns", "exec", NAME] to run in a namespace
         self.port = free_port()
         self.http_port = free_port()
         self.node_id = node_id
@@ -42,10 +46,11 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "dm_broker.cli", "broker", "--data-dir", str(self.data_dir),
+        cmd = [*self.prefix, sys.executable, "-m", "dm_broker.cli", "broker", "--host", self.host,
+               "--data-dir", str(self.data_dir),
                "--port", str(self.port), "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
         if self.controller_url:
             cmd += ["--controller", self.controller_url]
@@ -102,7 +107,7 @@ class BrokerProcess:
 
     def http_get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=10) as resp:
+            with urllib.request.urlopen(f"http://{self.host}:{self.http_port}{path}", timeout=10) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
@@ -265,8 +270,9 @@ def listeners(data_dir: Path) -> dict[str, object]:
 class ControllerProcess:
     """`dm controller` as a subprocess on a fixed port (so brokers find it after a restart)."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, host: str = "127.0.0.1") -> None:
         self.data_dir = data_dir
+        self.host = host
         self.port = free_port()
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
@@ -274,11 +280,11 @@ class ControllerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 30) -> ControllerProcess:
         cmd = [sys.executable, "-m", "dm_broker.cli", "controller", "--data-dir", str(self.data_dir),
-               "--port", str(self.port)]
+               "--port", str(self.port), "--host", self.host]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log_path.open("ab"), cwd=REPO)
@@ -306,20 +312,79 @@ class ControllerProcess:
                 self.proc.kill()
 
 
+def netns_available() -> bool:
+    """Network namespaces need root and iproute2 (true on this project's machines and CI)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    name = f"dmprobe{os.getpid()}"
+    ok = subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode == 0
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return ok
+
+
+class NetnsLink:
+    """A network namespace joined to the host by a veth pair (a /30 of its own). A process started
+    with `prefix` lives on the far side; `cut()` takes the host end down: a real partition."""
+
+    def __init__(self) -> None:
+        import random
+
+        tag = f"{os.getpid() % 10000}{random.randrange(100)}"
+        self.name = f"dm{tag}"
+        self.host_if, self.ns_if = f"vh{tag}", f"vn{tag}"
+        net = random.randrange(1, 250)
+        self.host_ip, self.ns_ip = f"10.213.{net}.1", f"10.213.{net}.2"
+        run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+        run("ip", "netns", "add", self.name)
+        run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+        run("ip", "link", "set", self.ns_if, "netns", self.name)
+        run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        run("ip", "link", "set", self.host_if, "up")
+        run("ip", "netns", "exec", self.name, "ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
+        run("ip", "netns", "exec", self.name, "ip", "link", "set", self.ns_if, "up")
+        run("ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+
+    @property
+    def prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def cut(self) -> None:
+        subprocess.run(["ip", "link", "set", self.host_if, "down"], check=True)
+
+    def restore(self) -> None:
+        subprocess.run(["ip", "link", "set", self.host_if, "up"], check=True)
+
+    def destroy(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+
+
 class Cluster:
-    """A controller and N brokers as processes. With `proxied=True` every broker is reached
-    (by clients and by other brokers) through a FaultProxy on its advertised port, and reaches the
-    controller through a proxy of its own, so a test can cut one broker off the network."""
+    """A controller and N brokers as processes.
+
+    isolation="proxy": every broker is reached (by clients and other brokers) through a FaultProxy
+    on its advertised port and reaches the controller through a proxy of its own.
+    isolation="netns": broker 0 runs in a network namespace behind a veth pair and everything else
+    binds the host end of that link; isolate(0) takes the link down.
+    """
 
     def __init__(self, tmp: Path, brokers: int = 3, overrides: dict[str, object] | None = None,
-                 proxied: bool = False) -> None:
-        self.controller = ControllerProcess(tmp / "controller", overrides)
-        self.proxied = proxied
+                 proxied: bool = False, isolation: str | None = None) -> None:
+        isolation = isolation or ("proxy" if proxied else None)
+        self.isolation = isolation
+        self.netns = NetnsLink() if isolation == "netns" else None
+        host = self.netns.host_ip if self.netns else "127.0.0.1"
+        self.controller = ControllerProcess(tmp / "controller", overrides, host=host)
+        self.proxied = isolation == "proxy"
+        proxied = self.proxied
         self.brokers: list[BrokerProcess] = []
         self.proxies: list[FaultProxy] = []
         self.controller_proxies: list[FaultProxy] = []
         for i in range(brokers):
-            broker = BrokerProcess(tmp / f"broker-{i}", overrides, node_id=i, controller_url=self.controller.url)
+            in_ns = self.netns is not None and i == 0
+            broker = BrokerProcess(tmp / f"broker-{i}", overrides, node_id=i, controller_url=self.controller.url,
+                                   host=self.netns.ns_ip if in_ns else host,
+                                   prefix=self.netns.prefix if in_ns else None)
             if proxied:
                 proxy = FaultProxy(broker.port)
                 broker.overrides["advertised.port"] = proxy.port
@@ -343,10 +408,17 @@ class Cluster:
         return self
 
     def isolate(self, i: int) -> None:
+        if self.netns is not None:
+            assert i == 0, "only broker 0 runs in its own namespace"
+            self.netns.cut()
+            return
         self.proxies[i].block()
         self.controller_proxies[i].block()
 
     def heal(self, i: int) -> None:
+        if self.netns is not None:
+            self.netns.restore()
+            return
         self.proxies[i].unblock()
         self.controller_proxies[i].unblock()
 
@@ -370,6 +442,8 @@ class Cluster:
         self.controller.stop()
         for p in self.proxies + self.controller_proxies:
             p.close()
+        if self.netns is not None:
+            self.netns.destroy()
 
     def __enter__(self) -> Cluster:
         return self.start()

@@ -12,8 +12,7 @@ import pytest
 from chaos_tools import SequenceProducer, verify, wait_replicas_identical
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
-from harness import Cluster
-from kio.schema.errors import ErrorCode
+from harness import Cluster, netns_available
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -128,34 +127,57 @@ def test_controller_sigkill(tmp_path: Path):
         assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
 
 
-async def _produce_directly(port: int, topic: str, value: bytes) -> ErrorCode:
-    from dm_broker.protocol.client import KafkaConnection
-    from wire import batch, produce_request
+DIRECT_PRODUCE = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[3])
+from wire import batch, produce_request
+from dm_broker.protocol.client import KafkaConnection
 
-    conn = await KafkaConnection.open("127.0.0.1", port)
-    try:
-        resp = await conn.request(produce_request(topic, 0, batch([value]), acks=-1))
-        return resp.responses[0].partition_responses[0].error_code
-    finally:
-        await conn.close()
+async def main():
+    conn = await KafkaConnection.open(sys.argv[1], int(sys.argv[2]))
+    resp = await conn.request(produce_request("iso", 0, batch([b"never-acknowledged"]), acks=-1), timeout=60)
+    print(resp.responses[0].partition_responses[0].error_code.name)
+
+asyncio.run(main())
+"""
+
+
+def produce_on_the_isolated_side(cluster: Cluster, broker: int) -> str:
+    """An acks=all write from a client that can still reach the old leader (same side of the cut)."""
+    import subprocess
+    import sys
+
+    b = cluster.brokers[broker]
+    prefix = b.prefix if cluster.isolation == "netns" else []
+    out = subprocess.run([*prefix, sys.executable, "-c", DIRECT_PRODUCE, b.host, str(b.port),
+                          str(Path(__file__).parent.parent)], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+ISOLATION = os.environ.get("DM_CHAOS_ISOLATION") or ("netns" if netns_available() else "proxy")
 
 
 def test_isolated_leader_cannot_commit_and_truncates_when_back(tmp_path: Path):
-    import asyncio
+    """Network partition of the leader: real network namespaces when running as root (a veth link
+    taken down), fault-injecting proxies otherwise."""
+    from kafka.admin import KafkaAdminClient, NewTopic
 
-    with Cluster(tmp_path, 3, FAST_FAILURE, proxied=True) as cluster:
-        create_topic(cluster, "iso", 1)
+    with Cluster(tmp_path, 3, FAST_FAILURE, isolation=ISOLATION) as cluster:
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        # broker 0 leads (it is the one that can sit in its own namespace)
+        admin.create_topics([NewTopic("iso", -1, -1, replica_assignments={0: [0, 1, 2]}, topic_configs=TOPIC_CONFIG)])
+        admin.close()
         producer = SequenceProducer(cluster.bootstrap, "iso", 1)
         producer.start()
         try:
             wait_for(lambda: len(producer.acked) > 300, what="first acks")
             old = cluster.leader("iso", 0)
+            assert old == 0
             cluster.isolate(old)
             isolated_at = time.monotonic()
-            # a client on the old leader's side of the partition: its acks=all write is not acknowledged
-            error = asyncio.run(_produce_directly(cluster.brokers[old].port, "iso", b"never-acknowledged"))
-            assert error in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas,
-                             ErrorCode.not_leader_or_follower), error
+            error = produce_on_the_isolated_side(cluster, old)
+            assert error in ("request_timed_out", "not_enough_replicas", "not_leader_or_follower"), error
             wait_for(lambda: cluster.leader("iso", 0) not in (old, -1), timeout=20, what="a new leader")
             failover = producer.first_ack_after(0, isolated_at)
             acked = len(producer.acked)
@@ -166,7 +188,7 @@ def test_isolated_leader_cannot_commit_and_truncates_when_back(tmp_path: Path):
             producer.stop.set()
             producer.join(150)
         result = verify(cluster.bootstrap, "iso", producer, 1)
-        report("isolated leader", result, [failover])
+        report(f"isolated leader ({ISOLATION})", result, [failover])
         assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
         assert "truncating" in cluster.brokers[old].log_tail(2000), "the old leader kept its divergent tail"
         wait_replicas_identical([b.data_dir for b in cluster.brokers], "iso", 0)
