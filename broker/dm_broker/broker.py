@@ -15,8 +15,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -44,6 +46,7 @@ from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, Partition
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TOPICS_CACHE = "topics-cache.json"
 HW_CHECKPOINT = "replication-offset-checkpoint"
@@ -255,6 +258,8 @@ class Broker:
         if key[0] == OFFSETS_TOPIC:
             self.coordinator.unload(key[1])
         self.logs.delete_partition(*key)
+        if deleted:
+            self.metrics.forget_topic(key[0])
         log.info("%s-%d: %s", *key, "topic deleted" if deleted else "no longer a replica here; log removed")
 
     def _sync_coordinator(self, md: ClusterMetadata) -> None:
@@ -335,14 +340,6 @@ class Broker:
         while not predicate() and time.monotonic() < deadline:
             await self._wait_metadata(deadline - time.monotonic())
 
-    @staticmethod
-    def _kafka_error(exc: ControllerError) -> KafkaError:
-        try:
-            code = ErrorCode[exc.error]
-        except KeyError:
-            code = ErrorCode.unknown_server_error
-        return KafkaError(code, exc.message)
-
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: dict[str, str | None], validate_only: bool = False,
                            assignments: list[list[int]] | None = None, internal: bool = False) -> TopicDoc:
@@ -355,48 +352,41 @@ class Broker:
         req = CreateTopicRequest(name=name, partitions=partitions, replication_factor=replication_factor,
                                  configs={k: v for k, v in configs.items() if v is not None},
                                  assignments=assignments, validate_only=validate_only, internal=internal)
-        try:
-            doc = await self.controller.create_topic(req)
-        except ControllerError as exc:
-            raise self._kafka_error(exc) from None
-        except ControllerUnavailable as exc:
-            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        doc = await self._ask_controller(self.controller.create_topic(req))
         if not validate_only:
             await self._until_visible(lambda: self.topic(name) is not None)
         return doc
 
     async def delete_topic(self, name: str) -> TopicDoc:
-        try:
-            doc = await self.controller.delete_topic(name)
-        except ControllerError as exc:
-            raise self._kafka_error(exc) from None
-        except ControllerUnavailable as exc:
-            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        doc = await self._ask_controller(self.controller.delete_topic(name))
         await self._until_visible(lambda: self.topic(name) is None)
         return doc
 
     async def create_partitions(self, name: str, count: int, validate_only: bool,
                                 assignments: list[list[int]] | None = None) -> None:
-        try:
-            await self.controller.create_partitions(name, CreatePartitionsRequest(
-                count=count, assignments=assignments, validate_only=validate_only))
-        except ControllerError as exc:
-            raise self._kafka_error(exc) from None
-        except ControllerUnavailable as exc:
-            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        req = CreatePartitionsRequest(count=count, assignments=assignments, validate_only=validate_only)
+        await self._ask_controller(self.controller.create_partitions(name, req))
         if not validate_only:
             await self._until_visible(lambda: (t := self.topic(name)) is not None and len(t.partitions) >= count)
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
-        try:
-            doc = await self.controller.alter_configs(name, AlterConfigsRequest(configs=configs,
-                                                                                validate_only=validate_only))
-        except ControllerError as exc:
-            raise self._kafka_error(exc) from None
-        except ControllerUnavailable as exc:
-            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
+        req = AlterConfigsRequest(configs=configs, validate_only=validate_only)
+        doc = await self._ask_controller(self.controller.alter_configs(name, req))
         if not validate_only:
             await self._until_visible(lambda: (t := self.topic(name)) is not None and t.version >= doc.version)
+
+    async def _ask_controller(self, call: Awaitable[T]) -> T:
+        """Runs a controller call; its errors become the Kafka error codes clients expect."""
+        try:
+            return await call
+        except ControllerError as exc:
+            try:
+                code = ErrorCode[exc.error]
+            except KeyError:
+                code = ErrorCode.unknown_server_error
+            raise KafkaError(code, exc.message) from None
+        except ControllerUnavailable as exc:
+            raise KafkaError(ErrorCode.not_controller, str(exc)) from None
 
     async def auto_create(self, name: str) -> TopicDoc | None:
         """Creates a topic on first use when auto.create.topics.enable is set."""

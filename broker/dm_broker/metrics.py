@@ -62,8 +62,10 @@ class BrokerMetrics:
         self.bytes_in = Counter("dm_bytes_in", "Record bytes produced", ["topic"], registry=r)
         self.bytes_out = Counter("dm_bytes_out", "Record bytes fetched", ["topic"], registry=r)
         self.messages_in = Counter("dm_messages_in", "Records produced", ["topic"], registry=r)
-        self.messages_out = Counter("dm_messages_out", "Records fetched (whole batches sent)", ["topic"],
-                                    registry=r)
+        self.messages_out = Counter("dm_messages_out", "Records fetched by consumers (whole batches sent)",
+                                    ["topic"], registry=r)
+        self.replication_bytes_out = Counter("dm_replication_bytes_out", "Record bytes sent to follower replicas",
+                                             ["topic"], registry=r)
         self.request_latency = Histogram(
             "dm_request_duration_seconds", "Request handling time by API", ["api"], registry=r,
             buckets=LATENCY_BUCKETS,
@@ -76,7 +78,8 @@ class BrokerMetrics:
         r.register(_LogCollector(broker))
 
     def forget_topic(self, topic: str) -> None:
-        for metric in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
+        for metric in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out,
+                       self.replication_bytes_out):
             try:
                 metric.remove(topic)
             except KeyError:

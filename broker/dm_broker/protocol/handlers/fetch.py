@@ -118,7 +118,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             hw = lso = start = -1
             if part is not None and r.error == ErrorCode.none:
                 hw, lso, start = part.high_watermark, part.last_stable_offset, part.log.log_start_offset
-            if r.size:
+            if r.size and replica:
+                metrics.replication_bytes_out.labels(topic.topic).inc(r.size)
+            elif r.size:
                 metrics.bytes_out.labels(topic.topic).inc(r.size)
                 metrics.messages_out.labels(topic.topic).inc(sum(s.record_count() for s in r.slices))
             elif r.error != ErrorCode.none:
