@@ -3,6 +3,7 @@ invariant check, and a direct comparison of the replicas' logs on disk."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -62,6 +63,27 @@ class SequenceProducer(threading.Thread):
                     return min(later) - moment
             time.sleep(0.05)
         raise AssertionError(f"no acknowledgement on partition {partition} within {timeout}s")
+
+
+@contextlib.contextmanager
+def sequence_load(bootstrap: str, topic: str, partitions: int, warmup: int = 300):
+    """Runs a SequenceProducer for the body of the block (after `warmup` acks); stops and drains it."""
+    from group_clients import wait_for
+
+    producer = SequenceProducer(bootstrap, topic, partitions)
+    producer.start()
+    try:
+        wait_for(lambda: len(producer.acked) > warmup, what="first acknowledgements")
+        yield producer
+    finally:
+        producer.stop.set()
+        producer.join(150)
+
+
+def assert_nothing_lost(result: dict[str, int], producer: SequenceProducer) -> None:
+    assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
+    assert result["acked"] > 0
+    assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
 
 
 def verify(bootstrap: str, topic: str, producer: SequenceProducer, partitions: int) -> dict[str, int]:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_tools import SequenceProducer, verify, wait_replicas_identical
+from chaos_tools import assert_nothing_lost, sequence_load, verify, wait_replicas_identical
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
 from harness import Cluster, netns_available
@@ -46,11 +46,8 @@ def report(name: str, result: dict, failovers: list[float]) -> None:
 def test_leader_sigkill_rounds(tmp_path: Path):
     with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
         create_topic(cluster, "ha", 3)
-        producer = SequenceProducer(cluster.bootstrap, "ha", 3)
-        producer.start()
         failovers = []
-        try:
-            wait_for(lambda: len(producer.acked) > 500, what="first acks")
+        with sequence_load(cluster.bootstrap, "ha", 3, warmup=500) as producer:
             for round_ in range(ROUNDS):
                 partition = round_ % 3
                 victim = cluster.leader("ha", partition)
@@ -59,13 +56,9 @@ def test_leader_sigkill_rounds(tmp_path: Path):
                 failovers.append(producer.first_ack_after(partition, killed_at))
                 cluster.brokers[victim].start()
                 wait_for(lambda: fully_replicated(cluster, "ha", 3), timeout=60, what="the ISR back to 3")
-        finally:
-            producer.stop.set()
-            producer.join(150)
         result = verify(cluster.bootstrap, "ha", producer, 3)
         report("leader SIGKILL", result, failovers)
-        assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
-        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        assert_nothing_lost(result, producer)
         dirs = [b.data_dir for b in cluster.brokers]
         for p in range(3):
             assert wait_replicas_identical(dirs, "ha", p) > 0
@@ -74,10 +67,7 @@ def test_leader_sigkill_rounds(tmp_path: Path):
 def test_follower_sigkill_and_catch_up(tmp_path: Path):
     with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
         create_topic(cluster, "fol", 1)
-        producer = SequenceProducer(cluster.bootstrap, "fol", 1)
-        producer.start()
-        try:
-            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+        with sequence_load(cluster.bootstrap, "fol", 1) as producer:
             leader = cluster.leader("fol", 0)
             follower = next(i for i in range(3) if i != leader)
             cluster.brokers[follower].kill()
@@ -86,22 +76,16 @@ def test_follower_sigkill_and_catch_up(tmp_path: Path):
             wait_for(lambda: follower not in cluster.isr("fol", 0), timeout=20, what="the ISR without the follower")
             cluster.brokers[follower].start()
             wait_for(lambda: fully_replicated(cluster, "fol", 1), timeout=60, what="the follower back in the ISR")
-        finally:
-            producer.stop.set()
-            producer.join(150)
         result = verify(cluster.bootstrap, "fol", producer, 1)
         report("follower SIGKILL", result, [])
-        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        assert_nothing_lost(result, producer)
         wait_replicas_identical([b.data_dir for b in cluster.brokers], "fol", 0)
 
 
 def test_controller_sigkill(tmp_path: Path):
     with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
         create_topic(cluster, "ctl", 2)
-        producer = SequenceProducer(cluster.bootstrap, "ctl", 2)
-        producer.start()
-        try:
-            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+        with sequence_load(cluster.bootstrap, "ctl", 2) as producer:
             before = cluster.metadata()["topics"]["ctl"]
             cluster.controller.kill()
             acked = len(producer.acked)
@@ -119,12 +103,9 @@ def test_controller_sigkill(tmp_path: Path):
             failover = producer.first_ack_after(0, killed_at)
             cluster.brokers[victim].start()
             wait_for(lambda: fully_replicated(cluster, "ctl", 2), timeout=60, what="ISR back to 3")
-        finally:
-            producer.stop.set()
-            producer.join(150)
         result = verify(cluster.bootstrap, "ctl", producer, 2)
         report("controller SIGKILL", result, [failover])
-        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        assert_nothing_lost(result, producer)
 
 
 DIRECT_PRODUCE = """
@@ -168,10 +149,7 @@ def test_isolated_leader_cannot_commit_and_truncates_when_back(tmp_path: Path):
         # broker 0 leads (it is the one that can sit in its own namespace)
         admin.create_topics([NewTopic("iso", -1, -1, replica_assignments={0: [0, 1, 2]}, topic_configs=TOPIC_CONFIG)])
         admin.close()
-        producer = SequenceProducer(cluster.bootstrap, "iso", 1)
-        producer.start()
-        try:
-            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+        with sequence_load(cluster.bootstrap, "iso", 1) as producer:
             old = cluster.leader("iso", 0)
             assert old == 0
             cluster.isolate(old)
@@ -184,12 +162,9 @@ def test_isolated_leader_cannot_commit_and_truncates_when_back(tmp_path: Path):
             wait_for(lambda: len(producer.acked) > acked + 500, what="acks from the new leader")
             cluster.heal(old)
             wait_for(lambda: fully_replicated(cluster, "iso", 1), timeout=60, what="the old leader back in the ISR")
-        finally:
-            producer.stop.set()
-            producer.join(150)
         result = verify(cluster.bootstrap, "iso", producer, 1)
         report(f"isolated leader ({ISOLATION})", result, [failover])
-        assert result == {**result, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+        assert_nothing_lost(result, producer)
         assert "truncating" in cluster.brokers[old].log_tail(2000), "the old leader kept its divergent tail"
         wait_replicas_identical([b.data_dir for b in cluster.brokers], "iso", 0)
         got = ConfluentClient(cluster.bootstrap).consume("iso", len(producer.acked) + 10, timeout=10)
@@ -234,10 +209,7 @@ def test_group_coordinator_moves_with_its_partition_leader(tmp_path: Path):
 def test_controlled_shutdown_hands_leadership_over(tmp_path: Path):
     with Cluster(tmp_path, 3, {**FAST_FAILURE, "broker.session.timeout.ms": 6000}) as cluster:
         create_topic(cluster, "calm", 1)
-        producer = SequenceProducer(cluster.bootstrap, "calm", 1)
-        producer.start()
-        try:
-            wait_for(lambda: len(producer.acked) > 300, what="first acks")
+        with sequence_load(cluster.bootstrap, "calm", 1) as producer:
             leader = cluster.leader("calm", 0)
             stopped_at = time.monotonic()
             assert cluster.brokers[leader].stop() == 0
@@ -248,10 +220,6 @@ def test_controlled_shutdown_hands_leadership_over(tmp_path: Path):
             assert "stopped cleanly" in cluster.brokers[leader].log_tail(50)
             cluster.brokers[leader].start()
             wait_for(lambda: fully_replicated(cluster, "calm", 1), timeout=60, what="ISR back to 3")
-        finally:
-            producer.stop.set()
-            producer.join(150)
         result = verify(cluster.bootstrap, "calm", producer, 1)
         report("controlled shutdown", result, [handover])
-        assert not producer.errors and result == {**result, "lost": 0, "duplicated": 0, "reordered": 0,
-                                                  "misplaced": 0}
+        assert_nothing_lost(result, producer)

@@ -121,8 +121,9 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     part_cls = nested(cls, "OffsetCommitResponsePartition")
     topics = tuple(
-        topic_cls(name=t.name, partitions=tuple(
-            part_cls(partition_index=p.partition_index, error_code=ErrorCode(results[(t.name, p.partition_index)]))
+        make(topic_cls, name=t.name, partitions=tuple(
+            make(part_cls, partition_index=p.partition_index,
+                 error_code=ErrorCode(results[(t.name, p.partition_index)]))
             for p in t.partitions))
         for t in req.topics
     )
@@ -143,7 +144,8 @@ def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: t
         for t in topics:
             by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                      metadata="", error_code=ErrorCode(code)) for p in getattr(t, topic_field)]
-    return ErrorCode(code), tuple(topic_cls(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    topics_out = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return ErrorCode(code), topics_out
 
 
 async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
@@ -212,7 +214,8 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
     code, results = await ctx.broker.coordinator.delete_offsets(req.group_id, wanted)
     topic_cls = nested(cls, "OffsetDeleteResponseTopic")
     part_cls = nested(cls, "OffsetDeleteResponsePartition")
-    topics = tuple(topic_cls(name=t.name, partitions=tuple(
-        part_cls(partition_index=p.partition_index, error_code=ErrorCode(results.get((t.name, p.partition_index), 0)))
+    topics = tuple(make(topic_cls, name=t.name, partitions=tuple(
+        make(part_cls, partition_index=p.partition_index,
+             error_code=ErrorCode(results.get((t.name, p.partition_index), 0)))
         for p in t.partitions)) for t in req.topics)
     return make(cls, error_code=ErrorCode(code), throttle_time=ZERO, topics=topics if code == 0 else ())

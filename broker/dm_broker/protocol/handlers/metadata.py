@@ -77,7 +77,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
                     continue
             topics.append(_topic_metadata(ctx, topic) if topic else
                           _missing(ctx, name, None, ErrorCode.unknown_topic_or_partition))
-    brokers = tuple(broker_cls(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+    brokers = tuple(make(broker_cls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                     for e in broker.endpoints())
     return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
                 controller_id=broker.controller_id, topics=tuple(topics))
