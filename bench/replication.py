@@ -105,7 +105,7 @@ def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
     from confluent_kafka import Producer
 
     create(cluster.bootstrap, "failover", 1, 3)
-    acks: list[float] = []
+    acks: list[tuple[float, float]] = []  # (produced at, acknowledged at)
     stop = threading.Event()
 
     def produce() -> None:
@@ -113,7 +113,9 @@ def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
                       "linger.ms": 1, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
                       "topic.metadata.refresh.interval.ms": 1000})
         while not stop.is_set():
-            p.produce("failover", b"x" * 100, on_delivery=lambda e, m: acks.append(time.monotonic()) if not e else None)
+            sent = time.monotonic()
+            p.produce("failover", b"x" * 100,
+                      on_delivery=lambda e, m, sent=sent: acks.append((sent, time.monotonic())) if not e else None)
             p.poll(0.001)
         p.flush(60)
 
@@ -126,9 +128,10 @@ def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
         killed = time.monotonic()
         cluster.procs[victim].send_signal(signal.SIGKILL)
         cluster.procs[victim].wait()
-        while not any(a > killed + 0.001 for a in acks[-200:]):
+        # the next successful produce: the first record sent after the kill that was acknowledged
+        while not any(sent > killed for sent, _ in acks[-2000:]):
             time.sleep(0.01)
-        times.append(min(a for a in acks[-2000:] if a > killed) - killed)
+        times.append(min(at for sent, at in acks[-5000:] if sent > killed) - killed)
         cluster.start_broker(victim)
         time.sleep(4)  # back in the ISR before the next round
     stop.set()

@@ -24,10 +24,14 @@ class SequenceProducer(threading.Thread):
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
             "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
             "topic.metadata.refresh.interval.ms": 1000,
+            # After a silent partition (no RST) an idempotent producer must wait for its in-flight
+            # requests to the unreachable leader to time out before later records may go elsewhere.
+            "request.timeout.ms": 5000,
         })
         self.topic = topic
         self.partitions = partitions
         self.acked: list[tuple[int, int, bytes, float]] = []  # (partition, offset, value, ack time)
+        self.produced_at: dict[bytes, float] = {}
         self.errors: list[str] = []
         self.remaining = -1
         self.pause = rate_pause
@@ -47,6 +51,7 @@ class SequenceProducer(threading.Thread):
 
             try:
                 self.producer.produce(self.topic, value, partition=partition, on_delivery=report)
+                self.produced_at[value] = time.monotonic()
                 seq += 1
             except BufferError:
                 pass
@@ -54,15 +59,17 @@ class SequenceProducer(threading.Thread):
         self.remaining = self.producer.flush(120)
 
     def first_ack_after(self, partition: int, moment: float, timeout: float = 60) -> float:
-        """Seconds from `moment` to the first acknowledgement on `partition` after it."""
+        """Seconds from `moment` (a failure) to the acknowledgement of the first record on
+        `partition` that was produced after it — the time to the next successful produce. (A
+        delivery report seen just after the failure may belong to an answer sent before it.)"""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for p, _, _, at in reversed(self.acked[-5000:]):
-                if p == partition and at > moment:
-                    later = [a for q, _, _, a in self.acked[-20000:] if q == partition and a > moment]
-                    return min(later) - moment
+            after = [at for p, _, v, at in self.acked[-20000:]
+                     if p == partition and self.produced_at.get(v, 0) > moment]
+            if after:
+                return min(after) - moment
             time.sleep(0.05)
-        raise AssertionError(f"no acknowledgement on partition {partition} within {timeout}s")
+        raise AssertionError(f"no record produced after the failure was acknowledged on partition {partition}")
 
 
 @contextlib.contextmanager

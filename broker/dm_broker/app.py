@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -28,6 +29,15 @@ def install_event_loop_policy() -> str:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return "uvloop"
+
+
+def tune_gc() -> None:
+    """Request handling allocates many short-lived objects; with the default thresholds the cyclic
+    collector runs every few requests and its pauses show up in tail latency. Objects alive after
+    start-up are moved out of its way, and young collections happen less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 def _stop_event() -> asyncio.Event:
@@ -72,6 +82,7 @@ async def serve(config: BrokerConfig, banner: bool = False) -> None:
     if banner:
         print_banner(listeners["kafka"], http_port)
     print(f"DM_READY {json.dumps(listeners)}", flush=True)
+    tune_gc()
 
     await stop.wait()
     log.info("shutting down broker %d", broker.node_id)
