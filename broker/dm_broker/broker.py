@@ -88,8 +88,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_pid = 0
         self._pid_block_end = 0
+        self._initial_hw: dict[tuple[str, int], int] = {}
         self._cache_path = config.data_dir / "__dm_meta" / TOPICS_CACHE
-        self._stopping = False
 
     # -- startup and shutdown ----------------------------------------------------------------
 
@@ -97,8 +97,7 @@ class Broker:
         """Recovers every partition directory (blocking; before the broker listens)."""
         cached = self._read_topics_cache()
         self.logs.open_all(lambda name: TopicSettings(self.config, cached.get(name, {})))
-        hws = read_offsets(self.config.data_dir / HW_CHECKPOINT)
-        self._initial_hw = {key: hw for key, hw in hws.items()}
+        self._initial_hw = read_offsets(self.config.data_dir / HW_CHECKPOINT)
 
     async def start(self) -> None:
         """Registers with the controller and applies the first metadata snapshot."""
@@ -117,7 +116,6 @@ class Broker:
 
     async def controlled_shutdown(self, timeout: float = 10) -> None:
         """Hands leadership to other ISR members before stopping (SIGTERM)."""
-        self._stopping = True
         try:
             await asyncio.wait_for(self.controller.controlled_shutdown(self.node_id, self.broker_epoch), timeout)
         except (ControllerUnavailable, ControllerError, TimeoutError) as exc:
@@ -247,7 +245,7 @@ class Broker:
         if not marker.exists():
             atomic_write(marker, topic.topic_id.encode())
         part = Partition(topic.name, index, plog, self.node_id)
-        part.hw = min(getattr(self, "_initial_hw", {}).get(key, 0), plog.log_end_offset)
+        part.hw = min(self._initial_hw.get(key, 0), plog.log_end_offset)
         self.partitions[key] = part
         return part
 

@@ -123,9 +123,3 @@ class ProducerIdBlock(BaseModel):
     first: int
     size: int
 
-
-class ApiError(BaseModel):
-    """Errors carry the Kafka error name so brokers can hand the same code to clients."""
-
-    error: str
-    message: str

@@ -394,7 +394,6 @@ class GroupCoordinator:
         group.transition(GroupState.COMPLETING_REBALANCE)
         deadline = time.monotonic()
         for member in group.members.values():
-            member.is_new = False
             member.heartbeat_deadline = deadline + member.session_timeout_ms / 1000
             result = self._current_generation(group, member, include_members=group.is_leader(member.member_id))
             member.join_future.set_result(result)

@@ -44,7 +44,6 @@ class Member:
     join_future: asyncio.Future[JoinResult] | None = None
     sync_future: asyncio.Future[tuple[int, bytes]] | None = None
     heartbeat_deadline: float = 0.0
-    is_new: bool = False
 
     @property
     def awaiting_join(self) -> bool:
@@ -101,7 +100,6 @@ class Group:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
-        member.is_new = True
         self.new_member_added = True
 
     def remove(self, member_id: str) -> Member | None:

@@ -35,7 +35,6 @@ class LogManager:
         self.data_dir = config.data_dir
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.on_retention: Callable[[PartitionLog, int], None] | None = None
         self.recovery_seconds = 0.0
         self.cleaner = LogCleaner(self.logs, config["log.cleaner.backoff.ms"], config["log.cleaner.enable"])
         self.was_clean_shutdown = False
@@ -87,11 +86,6 @@ class LogManager:
         shutil.rmtree(target, ignore_errors=True)
         self.write_recovery_checkpoint()
 
-    def update_settings(self, topic: str, settings: TopicSettings) -> None:
-        for (name, _), plog in self.logs.items():
-            if name == topic:
-                plog.settings = settings
-
     # -- background work -------------------------------------------------------------------
 
     def start(self) -> None:
@@ -131,9 +125,7 @@ class LogManager:
 
     def _retention(self) -> None:
         for plog in list(self.logs.values()):
-            deleted = plog.apply_retention()
-            if deleted and self.on_retention is not None:
-                self.on_retention(plog, deleted)
+            plog.apply_retention()
 
     async def close(self) -> None:
         await self.cleaner.close()

@@ -265,10 +265,6 @@ class PartitionLog:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def segment_for(self, offset: int) -> Segment | None:
-        i = bisect.bisect_right(self._bases, offset) - 1
-        return self.segments[i] if i >= 0 else None
-
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> ReadResult:
         """Bytes from the batch holding `offset` up to `max_offset` (exclusive), at most
         `max_bytes` unless the first batch alone is larger and `min_one_batch` is set. The last

@@ -20,8 +20,6 @@ BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = BATCH_HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength precede the part counted by batchLength
 CRC_START = 21  # the CRC covers attributes .. end of batch
-MAGIC_OFFSET = 16
-OFFSET_LENGTH = struct.Struct(">qi")
 MAGIC_V2 = 2
 
 COMPRESSION_MASK = 0x07
@@ -31,8 +29,6 @@ CONTROL_BIT = 0x20
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
-
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 class InvalidRecordError(ValueError):

@@ -144,8 +144,3 @@ class EncodedResponse:
 
     chunks: list[Any]  # bytes-like, or FileSlice for record data sent from the segment file
 
-
-def encode_body(response: Any) -> bytes:
-    buf = io.BytesIO()
-    _writer(type(response))(buf, response)
-    return buf.getvalue()

@@ -29,7 +29,6 @@ class NotLeaderError(Exception):
 class FollowerState:
     log_end_offset: int = -1  # unknown until the follower's first fetch in this leader epoch
     last_caught_up: float = field(default_factory=time.monotonic)
-    last_fetch: float = 0.0
 
 
 @dataclass(eq=False)
@@ -143,7 +142,6 @@ class Partition:
         if state is None:
             return False
         now = time.monotonic()
-        state.last_fetch = now
         state.log_end_offset = fetch_offset
         if fetch_offset >= self.log.log_end_offset:
             state.last_caught_up = now
