@@ -104,7 +104,8 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
 
     stop = _stop_event()
     store = FileControllerStore(config.data_dir / "controller")
-    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"])
+    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"],
+                            unclean_election_default=config["unclean.leader.election.enable"])
     controller.start()
     runner = web.AppRunner(controller_app(controller, token), access_log=None)
     await runner.setup()

@@ -427,7 +427,8 @@ def embedded_controller(config: BrokerConfig):
     from .controller.store import FileControllerStore
 
     store = FileControllerStore(Path(config.data_dir) / "__dm_meta" / "controller")
-    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"])
+    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"],
+                            unclean_election_default=config["unclean.leader.election.enable"])
     controller.node_id = config.node_id
     return controller
 

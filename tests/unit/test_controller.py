@@ -154,3 +154,23 @@ async def test_preferred_leader_returns(tmp_path):
             assert resp.error is None, resp
     assert c.elect_preferred_leaders()
     assert all(p.leader == p.replicas[0] for p in c.topics["t"].partitions)
+
+
+async def test_broker_default_allows_unclean_election(tmp_path):
+    clock = Clock()
+    c = Controller(FileControllerStore(tmp_path), session_timeout_ms=2000, clock=clock,
+                   unclean_election_default=True)
+    epochs = {i: c.register(RegisterRequest(node_id=i, host="h", port=9000 + i, incarnation=f"i{i}")).broker_epoch
+              for i in range(3)}
+    state = c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3)).partitions[0]
+    leader = state.leader
+    c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
+                                leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
+                                new_isr=[leader]))
+    c._fence(leader, "test")
+    after = c.topics["t"].partitions[0]
+    assert after.leader not in (-1, leader) and after.isr == [after.leader]
+    # a topic override still wins over the broker default
+    c2 = c.create_topic(CreateTopicRequest(name="safe", partitions=1, replication_factor=2,
+                                           configs={"unclean.leader.election.enable": "false"}))
+    assert c2.partitions[0].leader != -1

@@ -112,3 +112,12 @@ def test_configuration_reference_is_current():
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == render(), "run: .venv/bin/python -m dm_broker.tools.config_docs > docs/configuration.md"
+
+
+def test_idle_producers_expire(tmp_path: Path):
+    state = ProducerStateManager(tmp_path)
+    state.update(header(1, 0, 0), 0)  # batch timestamp 1 ms
+    state.update(header(2, 0, 0), 1)
+    state.producers[2].last_timestamp = 10_000
+    state.expire(now_ms=10_500, expiration_ms=1_000)
+    assert set(state.producers) == {2}  # producer 1 was idle for longer than the expiration

@@ -57,7 +57,9 @@ class ControllerError(Exception):
 
 class Controller:
     def __init__(self, store: ControllerStore, session_timeout_ms: int = 9000,
-                 preferred_leader_check_ms: int = 5000, clock: Callable[[], float] = time.monotonic) -> None:
+                 preferred_leader_check_ms: int = 5000, clock: Callable[[], float] = time.monotonic,
+                 unclean_election_default: bool = False) -> None:
+        self.unclean_default = unclean_election_default  # the broker-level unclean.leader.election.enable
         self.store = store
         self.session_timeout = session_timeout_ms / 1000
         self.preferred_check = preferred_leader_check_ms / 1000
@@ -189,7 +191,8 @@ class Controller:
         live = {b.node_id for b in self.live_brokers()} - {exclude}
         candidates = [r for r in p.replicas if r in p.isr and r in live]
         isr = p.isr
-        if not candidates and doc.configs.get("unclean.leader.election.enable") == "true":
+        unclean = doc.configs.get("unclean.leader.election.enable", str(self.unclean_default).lower()) == "true"
+        if not candidates and unclean:
             candidates = [r for r in p.replicas if r in live]
             if candidates:
                 log.warning("%s: unclean election of broker %d (records may be lost)", doc.name, candidates[0])

@@ -124,8 +124,11 @@ class LogManager:
         write_offsets(self.data_dir / RECOVERY_CHECKPOINT, offsets)
 
     def _retention(self) -> None:
+        now = int(time.time() * 1000)
+        expiration = self.config["producer.id.expiration.ms"]
         for plog in list(self.logs.values()):
             plog.apply_retention()
+            plog.producers.expire(now, expiration)
 
     async def close(self) -> None:
         await self.cleaner.close()
