@@ -63,3 +63,16 @@ def test_bounds_plan_covers_every_supported_request():
         for version in range(spec.min_version, spec.max_version + 1):
             assert isinstance(bounds.plan(request_class(spec.key, version)), tuple)
             assert isinstance(bounds.plan(response_class(spec.key, version)), tuple)
+
+
+def test_null_array_in_a_non_nullable_field_is_refused():
+    import struct
+
+    from dm_broker.protocol.codec import ProtocolError, decode_body, request_class
+
+    # Produce v3: transactional_id null, acks, timeout, then topic_data = null (-1), not allowed
+    body = struct.pack(">hhii", -1, 1, 1000, -1)
+    with pytest.raises(ProtocolError, match="null array"):
+        decode_body(body, 0, request_class(0, 3))
+    # Metadata v4: topics may be null (all topics)
+    assert decode_body(struct.pack(">ib", -1, 1), 0, request_class(3, 4)).topics is None

@@ -3,7 +3,8 @@
 kio's native reader reserves memory for an array from its declared length before reading the
 elements, so a forged length (say 2^31) makes the allocator abort the whole process. This walk
 follows the same schema without building anything and refuses any array, string or byte field
-that claims more elements or bytes than the frame has left.
+that claims more elements or bytes than the frame has left, and any null array the schema does not
+allow. It is the one pass over the body before kio parses it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class BoundsError(ValueError):
     pass
 
 
-# A step is (kind, payload): ("fixed", size), ("varlen", None), ("entity", steps),
-# ("array", item step), ("tags", None).
+# A step is (kind, payload): ("fixed", size), ("varlen", kafka type), ("entity", steps),
+# ("array", (item step, nullable)), ("tags", None).
 Step = tuple[str, typing.Any]
 
 
@@ -47,9 +48,8 @@ def _field_step(hint: typing.Any, kafka_type: str | None) -> Step:
     tuple_hint = next((a for a in candidates if typing.get_origin(a) is tuple), None)
     if tuple_hint is not None:
         item = typing.get_args(tuple_hint)[0]
-        if dataclasses.is_dataclass(item):
-            return ("array", ("entity", plan(item)))
-        return ("array", _primitive(kafka_type))
+        item_step = ("entity", plan(item)) if dataclasses.is_dataclass(item) else _primitive(kafka_type)
+        return ("array", (item_step, type(None) in args))
     entity = next((a for a in candidates if dataclasses.is_dataclass(a)), None)
     if entity is not None:
         return ("entity", plan(entity))
@@ -95,18 +95,14 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
         elif kind == "entity":
             pos = _walk(payload, buf, pos, flexible)
         elif kind == "array":
-            if flexible:
-                n, pos = _uvarint(buf, pos)
-                n -= 1
-            else:
-                if pos + 4 > end:
-                    raise BoundsError("truncated array length")
-                (n,) = struct.unpack_from(">i", buf, pos)
-                pos += 4
+            (item_kind, item), nullable = payload
+            n, pos = _length(buf, pos, flexible, ">i")
+            if n < 0 and not nullable:
+                # kio reads -1 as None even where the schema forbids null; Kafka rejects that
+                raise BoundsError("null array in a non-nullable field")
             if n > end - pos:
                 raise BoundsError(f"array claims {n} elements with {end - pos} bytes left")
             for _ in range(max(n, 0)):
-                item_kind, item = payload
                 if item_kind == "entity":
                     pos = _walk(item, buf, pos, flexible)
                 elif item_kind == "fixed":
@@ -126,21 +122,19 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
     return pos
 
 
-def _varlen(buf: bytes, pos: int, flexible: bool, kafka_type: str) -> int:
-    end = len(buf)
+def _length(buf: bytes, pos: int, flexible: bool, legacy: str) -> tuple[int, int]:
+    """A length prefix: compact (uvarint of n+1) in flexible versions, else int16/int32."""
     if flexible:
         n, pos = _uvarint(buf, pos)
-        n -= 1
-    elif kafka_type == "string":
-        if pos + 2 > end:
-            raise BoundsError("truncated string length")
-        (n,) = struct.unpack_from(">h", buf, pos)
-        pos += 2
-    else:
-        if pos + 4 > end:
-            raise BoundsError("truncated bytes length")
-        (n,) = struct.unpack_from(">i", buf, pos)
-        pos += 4
-    if n > end - pos:
-        raise BoundsError(f"{kafka_type} of {n} bytes with {end - pos} left")
+        return n - 1, pos
+    size = struct.calcsize(legacy)
+    if pos + size > len(buf):
+        raise BoundsError("truncated length")
+    return struct.unpack_from(legacy, buf, pos)[0], pos + size
+
+
+def _varlen(buf: bytes, pos: int, flexible: bool, kafka_type: str) -> int:
+    n, pos = _length(buf, pos, flexible, ">h" if kafka_type == "string" else ">i")
+    if n > len(buf) - pos:
+        raise BoundsError(f"{kafka_type} of {n} bytes with {len(buf) - pos} left")
     return pos + max(n, 0)

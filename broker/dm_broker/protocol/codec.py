@@ -7,10 +7,8 @@ version follows the API's flexible versions, then the body. Readers and writers 
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import struct
-import typing
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -82,35 +80,6 @@ def decode_request(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
                          header.client_id), size
 
 
-@cache
-def _array_fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
-    """(name, nullable, holds entities) of every array field of an entity class."""
-    out = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        nullable = type(None) in args
-        tuple_hint = next((a for a in (hint, *args) if typing.get_origin(a) is tuple), None)
-        if tuple_hint is None:
-            continue
-        item = typing.get_args(tuple_hint)[0]
-        out.append((f.name, nullable, dataclasses.is_dataclass(item)))
-    return tuple(out)
-
-
-def _check_arrays(entity: Any) -> None:
-    """kio reads a length of -1 as None even where the schema forbids null; Kafka rejects that."""
-    for name, nullable, nested_entities in _array_fields(type(entity)):
-        value = getattr(entity, name)
-        if value is None:
-            if not nullable:
-                raise ProtocolError(f"null array in non-nullable field {type(entity).__name__}.{name}")
-        elif nested_entities:
-            for item in value:
-                _check_arrays(item)
-
-
 def decode_body(frame: bytes, offset: int, cls: type) -> Any:
     try:
         bounds.check(cls, frame, offset)
@@ -120,7 +89,6 @@ def decode_body(frame: bytes, offset: int, cls: type) -> Any:
         body, _ = _reader(cls)(frame, offset)
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from exc
-    _check_arrays(body)
     # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends some after Metadata v12.
     return body
 
