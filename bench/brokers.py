@@ -74,6 +74,18 @@ def tansu_broker() -> Iterator[str | None]:
         proc.wait(30)
 
 
+def dm_bench(kind: str, bootstrap: str, *flags: str) -> dict:
+    """Runs `dm bench KIND` against an address and returns its JSON result."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.jsonl"
+        subprocess.run([sys.executable, "-m", "dm_broker.cli", "bench", kind, "--bootstrap", bootstrap, "--quiet",
+                        "--json", str(out), *flags], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return json.loads(out.read_text().splitlines()[-1])
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

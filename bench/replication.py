@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from .brokers import free_port, wait_port
+from .brokers import dm_bench, free_port, wait_port
 
 RESULTS = Path(__file__).parent / "results"
 FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
@@ -90,15 +90,9 @@ def create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
 
 
 def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: int = 5) -> dict:
-    out = RESULTS / ".rep.jsonl"
-    out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "dm_broker.cli", "bench", "produce", "--bootstrap", bootstrap, "--topic", topic,
-           "--records", str(records), "--record-size", "1024", "--acks", "all", "--quiet", "--json", str(out),
-           "--latency-sample", "4", "--linger-ms", str(linger_ms)]
-    if rate:
-        cmd += ["--rate", str(rate)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return json.loads(out.read_text().splitlines()[-1])
+    flags = ["--topic", topic, "--records", str(records), "--record-size", "1024", "--acks", "all",
+             "--latency-sample", "4", "--linger-ms", str(linger_ms)]
+    return dm_bench("produce", bootstrap, *flags, *(["--rate", str(rate)] if rate else []))
 
 
 def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from .brokers import dm_broker, rss_mb, tansu_broker
+from .brokers import dm_bench, dm_broker, rss_mb, tansu_broker
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -32,12 +30,8 @@ SCENARIOS = [
 
 
 def bench(kind: str, bootstrap: str, size: int, records: int, extra: list[str]) -> dict:
-    out = Path(RESULTS / ".last.jsonl")
-    out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "dm_broker.cli", "bench", kind, "--bootstrap", bootstrap, "--record-size",
-           str(size), "--records", str(records), "--topic", f"bench-{size}", "--quiet", "--json", str(out), *extra]
-    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
-    return json.loads(out.read_text().splitlines()[-1])
+    return dm_bench(kind, bootstrap, "--record-size", str(size), "--records", str(records), "--topic",
+                    f"bench-{size}", *extra)
 
 
 def main() -> None:

@@ -25,8 +25,9 @@ class SequenceProducer(threading.Thread):
             "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
             "topic.metadata.refresh.interval.ms": 1000,
             # After a silent partition (no RST) an idempotent producer must wait for its in-flight
-            # requests to the unreachable leader to time out before later records may go elsewhere.
-            "request.timeout.ms": 5000,
+            # requests to the unreachable leader to time out (socket.timeout.ms, 60 s by default)
+            # before later records of the partition may go to the new leader.
+            "request.timeout.ms": 5000, "socket.timeout.ms": 5000,
         })
         self.topic = topic
         self.partitions = partitions

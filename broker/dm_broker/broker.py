@@ -44,6 +44,7 @@ from .protocol.apis import SPECS
 from .protocol.dispatch import Dispatcher
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, Partition
+from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -128,11 +129,7 @@ class Broker:
 
     async def close(self) -> None:
         self.ready = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(*self._tasks)
         await self.replicas.close()
         await self.coordinator.close()
         self._write_hw_checkpoint()

@@ -17,6 +17,7 @@ import time
 from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
+from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 SIZE = struct.Struct(">i")
@@ -41,8 +42,7 @@ class KafkaServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        await stop_tasks(self._sweeper)
         if self._server is not None:
             self._server.close()
         for writer in list(self._connections):

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 
 from ..config import ConfigError, validate_topic_configs
+from ..tasks import stop_tasks
 from ..topics import InvalidTopicError, validate_topic_name
 from .models import (
     NO_LEADER,
@@ -83,11 +84,7 @@ class Controller:
 
     async def close(self) -> None:
         self._changed.set()  # release metadata long-polls so the HTTP server can stop at once
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(*self._tasks)
 
     def _bump(self) -> None:
         self.version += 1

@@ -14,7 +14,6 @@ session timeout are removed and the group rebalances.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -26,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log.records import build_batch, decode_records
 from ..partitioners import murmur2_partition
+from ..tasks import stop_tasks
 from .group import Group, GroupState, JoinResult, Member
 from .records import (
     GroupKey,
@@ -85,10 +85,7 @@ class GroupCoordinator:
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await stop_tasks(self._sweeper)
         for partition in list(self.owned):
             self.unload(partition)
 

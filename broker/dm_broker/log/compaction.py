@@ -10,7 +10,6 @@ and swapped in with a rename. Offsets never change: a compacted log has gaps, as
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..tasks import stop_tasks
 from .checkpoints import atomic_write, fsync_dir
 from .partition_log import PartitionLog
 from .records import decode_records, rebuild_batch
@@ -50,10 +50,7 @@ class LogCleaner:
             self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_tasks(self._task)
 
     async def _run(self) -> None:
         while True:

@@ -4,7 +4,6 @@ recovery-point checkpoints, producer-state snapshots and retention."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -12,6 +11,7 @@ import uuid
 from collections.abc import Callable
 
 from ..config import BrokerConfig, TopicSettings
+from ..tasks import stop_tasks
 from .checkpoints import read_offsets, write_offsets
 from .compaction import LogCleaner
 from .partition_log import PartitionLog
@@ -132,11 +132,7 @@ class LogManager:
 
     async def close(self) -> None:
         await self.cleaner.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(*self._tasks)
         for plog in self.logs.values():
             plog.checkpoint_producers()
             plog.flush_sync()

@@ -20,6 +20,7 @@ from ..log.records import iter_batches
 from ..protocol.build import make, nested
 from ..protocol.client import KafkaConnection
 from ..protocol.codec import request_class
+from ..tasks import stop_tasks
 from .partition import FOLLOWER, Partition
 
 if TYPE_CHECKING:
@@ -58,10 +59,7 @@ class ReplicaFetcher:
         self.needs_truncation.discard(key)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await stop_tasks(self._task)
         await self._disconnect()
 
     async def _disconnect(self) -> None:

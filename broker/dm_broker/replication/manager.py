@@ -5,12 +5,12 @@ when a follower caught up), always through the controller's compare-and-set."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
 from ..controller.client import ControllerUnavailable
 from ..controller.models import AlterIsrRequest
+from ..tasks import stop_tasks
 from .fetcher import ReplicaFetcher
 from .partition import LEADER, Partition
 
@@ -33,12 +33,7 @@ class ReplicaManager:
         self._task = asyncio.create_task(self._isr_loop())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for task in list(self._isr_tasks):
-            task.cancel()
+        await stop_tasks(self._task, *self._isr_tasks)
         for fetcher in self.fetchers.values():
             await fetcher.close()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -68,18 +67,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                                      f"ISR {part.isr} is smaller than min.insync.replicas="
                                      f"{settings['min.insync.replicas']}")
                 result = await part.append_as_leader(bytearray(records), headers)
-                if req.acks == -1 and not result.duplicate:
+                if req.acks == -1:
+                    # also for a retried batch: its first attempt may not be committed yet
                     try:
                         await part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
                     except TimeoutError:
                         raise KafkaError(ErrorCode.request_timed_out, "the ISR did not confirm the batch in "
                                          "time; it may still be committed") from None
-                elif req.acks == -1 and part.high_watermark <= result.last_offset:
-                    # a retry of a batch that is appended but not yet committed: wait for it too
-                    with contextlib.suppress(TimeoutError):
-                        await part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
-                    if part.high_watermark <= result.last_offset:
-                        raise KafkaError(ErrorCode.request_timed_out, "the retried batch is not committed yet")
                 base_offset, append_time = result.base_offset, result.log_append_time
                 start = part.log.log_start_offset
                 if not result.duplicate:
