@@ -290,8 +290,14 @@ class Broker:
 
     @property
     def controller_id(self) -> int:
-        return self.metadata.controller_id if self.metadata and self.metadata.controller_id >= 0 else \
-            min((b.node_id for b in self.metadata.brokers if not b.fenced), default=-1) if self.metadata else -1
+        """What Metadata reports as the controller. A separate controller process is not a Kafka
+        broker, so clients are given the lowest live broker (they only use it for admin requests,
+        which every dm broker forwards)."""
+        if self.metadata is None:
+            return -1
+        if self.metadata.controller_id >= 0:
+            return self.metadata.controller_id
+        return min((b.node_id for b in self.metadata.brokers if not b.fenced), default=-1)
 
     def topic(self, name: str) -> TopicDoc | None:
         return self.metadata.topics.get(name) if self.metadata else None
