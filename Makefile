@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)

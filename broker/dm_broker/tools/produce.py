@@ -10,13 +10,14 @@ from .client import admin, fail, wait
 
 
 def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
+    """The topic's own partitioner settings and partition count; LookupError if there is no such topic."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import ConfigResource
 
     client = admin(bootstrap)
     md = client.list_topics(topic=topic, timeout=15).topics.get(topic)
     if md is None or md.error is not None:
-        fail(f"topic {topic}: {md.error if md else 'not found'}")
+        raise LookupError(f"topic {topic}: {md.error if md else 'not found'}")
     resource = ConfigResource("topic", topic)
     configs = wait(client.describe_configs([resource]))[resource]
     keyed, keyless = "murmur3", "round_robin"
@@ -40,7 +41,10 @@ def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
 def run(args: argparse.Namespace) -> None:
     from confluent_kafka import Producer
 
-    partitioner = None if args.partition is not None else topic_partitioner(args.bootstrap, args.topic)
+    try:
+        partitioner = None if args.partition is not None else topic_partitioner(args.bootstrap, args.topic)
+    except LookupError as exc:
+        fail(str(exc))
     producer = Producer({"bootstrap.servers": args.bootstrap, "acks": args.acks, "enable.idempotence": True,
                          "linger.ms": 5, "compression.type": args.compression})
     errors: list[str] = []

@@ -1,0 +1,219 @@
+"""Kafka record batches → Arrow record batches, in bulk.
+
+Per record, Python only finds where each record starts (one varint); every field is then decoded
+for all records at once with numpy, and keys, values and header fields are cut out of the buffer by
+Arrow's C++ `take` (see `_slices`). Nothing on this path builds a Python object per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from dm_broker.log.records import HEADER_SIZE, LOG_OVERHEAD, crc_matches, decompress, iter_batches
+
+from .schema import HEADERS_TYPE, kafka_schema
+
+BINARY = pa.binary()
+_PAD = 16  # zero bytes after the payload so a varint read never runs off the end
+
+
+@dataclass
+class Decoded:
+    """One Arrow batch and where the next fetch should start."""
+
+    batch: pa.RecordBatch
+    next_offset: int
+
+
+def decode_records(data: bytes, topic: str, partition: int, start: int, end: int,
+                   include_headers: bool) -> Decoded:
+    """Rows with start <= offset < end from the record batches in `data` (a fetch response's
+    records; a trailing partial batch is ignored). Control batches (transaction markers) are skipped."""
+    sections: list[bytes | memoryview] = []
+    counts, base_offsets, first_ts, max_ts, log_append = [], [], [], [], []
+    next_offset = start
+    view = memoryview(data)
+    for pos, header in iter_batches(data):
+        if header.last_offset < start:
+            continue
+        if header.base_offset >= end:
+            break
+        if not crc_matches(data, pos, header):
+            raise ValueError(f"{topic}-{partition}: CRC mismatch in the batch at offset {header.base_offset}")
+        next_offset = header.next_offset
+        if header.is_control or header.records_count == 0:
+            continue
+        body = view[pos + HEADER_SIZE: pos + LOG_OVERHEAD + header.batch_length]
+        codec = header.compression
+        sections.append(decompress(codec, bytes(body)) if codec else body)
+        counts.append(header.records_count)
+        base_offsets.append(header.base_offset)
+        first_ts.append(header.base_timestamp)
+        max_ts.append(header.max_timestamp)
+        log_append.append(header.log_append_time)
+    if not sections:
+        return Decoded(empty_batch(include_headers), next_offset)
+
+    payload = b"".join(sections) + bytes(_PAD)
+    buf = np.frombuffer(payload, dtype=np.uint8)
+    starts, lengths = _record_starts(payload, len(payload) - _PAD)
+    per_batch = np.asarray(counts, dtype=np.int64)
+    if int(per_batch.sum()) != len(starts):
+        raise ValueError(f"{topic}-{partition}: batches declare {int(per_batch.sum())} records, found {len(starts)}")
+    batch_of = np.repeat(np.arange(len(counts)), per_batch)
+
+    pos = starts + 1  # attributes (unused since magic v2)
+    ts_delta, n = _varints(buf, pos)
+    pos += n
+    offset_delta, n = _varints(buf, pos)
+    pos += n
+    key_len, n = _varints(buf, pos)
+    key_start = pos + n
+    pos = key_start + np.maximum(key_len, 0)
+    value_len, n = _varints(buf, pos)
+    value_start = pos + n
+    pos = value_start + np.maximum(value_len, 0)
+
+    offsets = np.asarray(base_offsets, dtype=np.int64)[batch_of] + offset_delta
+    keep = (offsets >= start) & (offsets < end)
+    all_kept = bool(keep.all())
+
+    timestamps = np.where(np.asarray(log_append)[batch_of], np.asarray(max_ts, dtype=np.int64)[batch_of],
+                          np.asarray(first_ts, dtype=np.int64)[batch_of] + ts_delta)
+    ts_type = np.asarray(log_append, dtype=np.int32)[batch_of]
+    arrays: list[pa.Array] = [
+        _slices(payload, key_start, key_len),
+        _slices(payload, value_start, value_len),
+        None,  # topic, filled in once the row count is known
+        None,  # partition
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps * 1000, pa.timestamp("us", tz="UTC")),
+        pa.array(ts_type, pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(_headers(payload, buf, pos, starts + lengths))
+    if not all_kept:
+        mask = pa.array(keep)
+        arrays = [a if a is None else a.filter(mask) for a in arrays]
+    rows = int(keep.sum())
+    arrays[2] = pa.repeat(pa.scalar(topic, pa.string()), rows)
+    arrays[3] = pa.repeat(pa.scalar(partition, pa.int32()), rows)
+    return Decoded(pa.RecordBatch.from_arrays(arrays, schema=kafka_schema(include_headers)), next_offset)
+
+
+def empty_batch(include_headers: bool) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=kafka_schema(include_headers))
+
+
+def _record_starts(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of each record's attributes byte and the record lengths. The only per-record
+    Python loop: record boundaries are a chain (each start depends on the previous length)."""
+    starts: list[int] = []
+    lengths: list[int] = []
+    add_start, add_length = starts.append, lengths.append
+    pos = 0
+    while pos < end:
+        b = payload[pos]
+        if b < 0x80:
+            raw = b
+            pos += 1
+        else:
+            b2 = payload[pos + 1]
+            if b2 < 0x80:
+                raw = (b & 0x7F) | (b2 << 7)
+                pos += 2
+            else:
+                raw, shift, pos = (b & 0x7F) | ((b2 & 0x7F) << 7), 14, pos + 2
+                while True:
+                    b = payload[pos]
+                    pos += 1
+                    raw |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+        length = (raw >> 1) ^ -(raw & 1)
+        add_start(pos)
+        add_length(length)
+        pos += length
+    return np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+
+
+def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zigzag varints at every position in `pos`: (values, encoded sizes)."""
+    raw = np.zeros(len(pos), dtype=np.int64)
+    size = np.zeros(len(pos), dtype=np.int64)
+    active = np.arange(len(pos))
+    shift = 0
+    while active.size:
+        b = buf[pos[active] + size[active]].astype(np.int64)
+        raw[active] |= (b & 0x7F) << shift
+        size[active] += 1
+        active = active[b >= 0x80]
+        shift += 7
+        if shift > 63:
+            raise ValueError("malformed varint in a record")
+    return (raw >> 1) ^ -(raw & 1), size
+
+
+def _slices(payload: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType = BINARY) -> pa.Array:
+    """payload[start:start+length] for every row, null where length is -1.
+
+    The slices are ordered and disjoint, so [s0, e0, s1, e1, ...] is a valid Arrow offsets buffer
+    over the whole payload: its even elements are the slices, its odd ones the bytes between them.
+    `take` of the even elements copies just the slices, in C++."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], kind)
+    ends = starts + np.maximum(lengths, 0)
+    bounds = np.empty(2 * n, dtype=np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = ends
+    interleaved = pa.Array.from_buffers(kind, 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(payload)])
+    taken = interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    valid = lengths >= 0
+    if valid.all():
+        return taken
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(kind, n, [bitmap, *taken.buffers()[1:]], null_count=int((~valid).sum()))
+
+
+def _headers(payload: bytes, buf: np.ndarray, pos: np.ndarray, record_ends: np.ndarray) -> pa.Array:
+    """The headers column: list<struct<key: string, value: binary>> per record."""
+    count, n = _varints(buf, pos)
+    if (count < 0).any():
+        raise ValueError("negative header count in a record")
+    pos = pos + n
+    rows = np.arange(len(pos))
+    parts: list[tuple[np.ndarray, ...]] = []  # (row, index, key start, key len, value start, value len)
+    active = count > 0
+    index = 0
+    while active.any():
+        r = rows[active]
+        p = pos[r]
+        key_len, n = _varints(buf, p)
+        key_start = p + n
+        p = key_start + np.maximum(key_len, 0)
+        value_len, n = _varints(buf, p)
+        value_start = p + n
+        p = value_start + np.maximum(value_len, 0)
+        if (p > record_ends[r]).any():
+            raise ValueError("a record header runs past the end of its record")
+        pos[r] = p
+        parts.append((r, np.full(len(r), index), key_start, key_len, value_start, value_len))
+        index += 1
+        active = count > index
+    list_offsets = np.zeros(len(count) + 1, dtype=np.int32)
+    np.cumsum(count, out=list_offsets[1:])
+    if not parts:
+        values = pa.StructArray.from_arrays([pa.array([], pa.string()), pa.array([], pa.binary())],
+                                            fields=list(HEADERS_TYPE.value_type))
+        return pa.ListArray.from_arrays(pa.array(list_offsets), values, type=HEADERS_TYPE)
+    row, idx, ks, kl, vs, vl = (np.concatenate(c) for c in zip(*parts, strict=True))
+    order = np.lexsort((idx, row))  # headers of a record together, in their order
+    keys = _slices(payload, ks[order], kl[order], pa.string())
+    values = _slices(payload, vs[order], vl[order], pa.binary())
+    struct = pa.StructArray.from_arrays([keys, values], fields=list(HEADERS_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array(list_offsets), struct, type=HEADERS_TYPE)
+

@@ -1,0 +1,129 @@
+"""Executor side of writes: Arrow batches → an idempotent confluent-kafka producer.
+
+At-least-once, like Spark's Kafka sink: a task returns only once every record it sent is
+acknowledged (acks=all); a retried task or a replayed micro-batch may write records again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from .errors import DmSourceError
+from .options import WriteOptions
+
+TEXT_OR_BYTES = (StringType, BinaryType)
+
+
+def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
+    """The columns Spark's Kafka sink takes: value (required), key, topic, partition, headers."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise DmSourceError(f"the data to write needs a 'value' column (string or binary); it has "
+                            f"{', '.join(schema.fieldNames()) or 'no columns'}")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], TEXT_OR_BYTES):
+            raise DmSourceError(f"column {name!r} must be string or binary, not {fields[name].simpleString()}")
+    if opts.topic is None and "topic" not in fields:
+        raise DmSourceError("set the option topic or give the data a 'topic' column")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise DmSourceError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise DmSourceError(f"column 'partition' must be an int, not {fields['partition'].simpleString()}")
+    headers = fields.get("headers")
+    if headers is not None:
+        ok = (isinstance(headers, ArrayType) and isinstance(headers.elementType, StructType)
+              and [f.name for f in headers.elementType.fields] == ["key", "value"]
+              and isinstance(headers.elementType.fields[0].dataType, StringType)
+              and isinstance(headers.elementType.fields[1].dataType, BinaryType))
+        if not ok:
+            raise DmSourceError("column 'headers' must be array<struct<key:string,value:binary>>, not "
+                                f"{headers.simpleString()}")
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    records: int
+
+
+class ArrowProducerWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.columns = {f.name.lower(): f.name for f in schema.fields}
+
+    def _producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        config = {"linger.ms": "5", "compression.type": "lz4", **self.opts.producer_config,
+                  "bootstrap.servers": self.opts.bootstrap, "enable.idempotence": "true", "acks": "all"}
+        try:
+            return Producer(config)
+        except Exception as exc:  # KafkaException for a bad kafka.* setting
+            raise DmSourceError(f"producer options (kafka.*): {exc}") from None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        from dm_broker.tools.produce import topic_partitioner
+
+        producer = self._producer()
+        errors: list[str] = []
+        partitioners: dict[str, Any] = {}
+
+        def report(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        count = 0
+        for batch in iterator:
+            data = {name: batch.column(actual).to_pylist() if actual in batch.schema.names else None
+                    for name, actual in self.columns.items()}
+            values = _as_bytes(data["value"])
+            keys = _as_bytes(data.get("key"))
+            topics = data.get("topic")
+            parts = data.get("partition")
+            headers = data.get("headers")
+            for i, value in enumerate(values):
+                topic = self.opts.topic or (topics[i] if topics else None)
+                if not topic:
+                    raise DmSourceError(f"row {count}: the 'topic' column is null and no topic option is set")
+                key = keys[i] if keys else None
+                partition = parts[i] if parts and parts[i] is not None else None
+                if partition is None:
+                    chooser = partitioners.get(topic)
+                    if chooser is None:
+                        try:
+                            chooser = partitioners[topic] = topic_partitioner(self.opts.bootstrap, topic)
+                        except LookupError as exc:
+                            raise DmSourceError(f"writing: {exc}") from None
+                    partition = chooser.choose(key)
+                kwargs: dict[str, Any] = {"partition": partition, "on_delivery": report}
+                if key is not None:
+                    kwargs["key"] = key
+                if headers and headers[i]:
+                    kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+                while True:
+                    try:
+                        producer.produce(topic, value, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                count += 1
+                if errors:
+                    break
+            producer.poll(0)
+            if errors:
+                break
+        remaining = producer.flush(self.opts.timeout_s)
+        if errors or remaining:
+            raise DmSourceError(f"{len(errors) + remaining} record(s) were not acknowledged: {errors[:3]}")
+        return Written(count)
+
+
+def _as_bytes(column: list | None) -> list | None:
+    if column is None:
+        return None
+    return [v.encode() if isinstance(v, str) else v for v in column]

@@ -1,0 +1,82 @@
+"""The connector's bulk decoder against the broker's record-by-record decoder."""
+
+from __future__ import annotations
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dm_broker.log.records import CONTROL_BIT, build_batch, decode_records  # noqa: E402
+from pyspark_dm.decode import decode_records as decode_arrow  # noqa: E402
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
+record = st.tuples(maybe_bytes, maybe_bytes,
+                   st.lists(st.tuples(st.text(max_size=8), maybe_bytes), max_size=3))
+CODECS = [0, 1, 2, 3, 4]
+
+
+def batches(groups: list[list[tuple]], codec: int, base: int = 0) -> tuple[bytes, list]:
+    data, offset = b"", base
+    for i, records in enumerate(groups):
+        data += build_batch(records, base_offset=offset, timestamp_ms=1_700_000_000_000 + i, codec=codec)
+        offset += len(records)
+    return data, decode_records_all(data)
+
+
+def decode_records_all(data: bytes) -> list:
+    from dm_broker.log.records import iter_batches
+
+    out = []
+    for pos, header in iter_batches(data):
+        out.extend(decode_records(data[pos:pos + header.size]))
+    return out
+
+
+def rows(batch: pa.RecordBatch) -> list[tuple]:
+    d = batch.to_pydict()
+    return [(d["offset"][i], d["key"][i], d["value"][i],
+             [(h["key"], h["value"]) for h in d["headers"][i]] if "headers" in d else None)
+            for i in range(batch.num_rows)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups=st.lists(st.lists(record, min_size=1, max_size=6), min_size=1, max_size=4),
+       codec=st.sampled_from(CODECS), cut=st.integers(0, 30))
+def test_bulk_decode_matches_the_reference_decoder(groups, codec, cut) -> None:
+    data, expected = batches(groups, codec, base=100)
+    total = sum(len(g) for g in groups)
+    start, end = 100 + min(cut, total), 100 + total - min(cut // 2, total)
+    decoded = decode_arrow(data, "t", 3, start, end, include_headers=True)
+    want = [(r.offset, r.key, r.value, [(k, v) for k, v in r.headers]) for r in expected if start <= r.offset < end]
+    assert rows(decoded.batch) == want
+    assert set(decoded.batch.column("topic").to_pylist()) <= {"t"}
+    assert set(decoded.batch.column("partition").to_pylist()) <= {3}
+    without = decode_arrow(data, "t", 3, start, end, include_headers=False).batch
+    assert without.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert without.column("offset").to_pylist() == [w[0] for w in want]
+
+
+def test_control_batches_are_skipped_but_advance_the_position() -> None:
+    data = build_batch([(b"k", b"v", [])], base_offset=0, timestamp_ms=5)
+    data += build_batch([(None, b"\0\0\0\0\0\0", [])], base_offset=1, timestamp_ms=6, attributes_extra=CONTROL_BIT)
+    decoded = decode_arrow(data, "t", 0, 0, 10, include_headers=False)
+    assert decoded.batch.column("value").to_pylist() == [b"v"]
+    assert decoded.next_offset == 2
+
+
+def test_a_trailing_partial_batch_is_left_for_the_next_fetch() -> None:
+    first = build_batch([(b"a", b"1", [])], base_offset=0, timestamp_ms=1)
+    second = build_batch([(b"b", b"2", [])], base_offset=1, timestamp_ms=2)
+    decoded = decode_arrow(first + second[:-5], "t", 0, 0, 10, include_headers=False)
+    assert decoded.batch.column("offset").to_pylist() == [0]
+    assert decoded.next_offset == 1
+
+
+def test_timestamps_and_types() -> None:
+    data = build_batch([(b"a", b"1", [])], base_offset=0, timestamp_ms=1_700_000_000_123)
+    batch = decode_arrow(data, "t", 0, 0, 1, include_headers=False).batch
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000]
+    assert batch.column("timestampType").to_pylist() == [0]
