@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Test tools that are not Python packages (kcat); skipped tests say so when missing.
+# Test tools that are not Python packages (kcat, Java for Spark); skipped tests say so when missing.
 tools:
 	bash scripts/install-tools.sh
 

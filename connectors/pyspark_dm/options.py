@@ -6,6 +6,7 @@ format name. Spark hands options over case-insensitively (lower-cased keys).
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -69,12 +70,17 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return None if value is None else str(value)
 
 
+# Options Spark itself sets on every source or sink; they are not ours to refuse.
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+
+
 def _check_known(options: Mapping[str, str], known: tuple[str, ...]) -> None:
-    allowed = {k.lower() for k in known} | {"path"}
+    """A misspelt option would otherwise be ignored silently and read or write the wrong thing."""
+    allowed = {k.lower() for k in known} | SPARK_OPTIONS
     for key in options:
-        if key.lower() not in allowed and not key.lower().startswith("kafka."):
-            close = [n for n in known if n.lower().startswith(key.lower()[:6])]
-            hint = f" (did you mean {close[0]}?)" if close else ""
+        if key.lower() not in allowed and not key.lower().startswith(("kafka.", "spark.")):
+            close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1)
+            hint = f" (did you mean {next(k for k in known if k.lower() == close[0])}?)" if close else ""
             raise DmSourceError(f"unknown option {key!r}{hint}; options: {', '.join(known)}")
 
 
@@ -149,6 +155,7 @@ def parse_offsets(name: str, value: str | None, allow_earliest: bool = True,
 
 
 def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+    options = {k.lower(): v for k, v in options.items()}
     _check_known(options, READ_OPTIONS)
     subscribe = _get(options, "subscribe")
     pattern = _get(options, "subscribePattern")
@@ -198,6 +205,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
+    options = {k.lower(): v for k, v in options.items()}
     _check_known(options, WRITE_OPTIONS)
     topic = _get(options, "topic")
     if topic is not None and not topic.strip():

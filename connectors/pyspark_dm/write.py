@@ -59,7 +59,7 @@ class ArrowProducerWriter(DataSourceArrowWriter):
     def _producer(self) -> Any:
         from confluent_kafka import Producer
 
-        config = {"linger.ms": "5", "compression.type": "lz4", **self.opts.producer_config,
+        config = {"linger.ms": "5", "compression.type": "lz4", "log_level": "4", **self.opts.producer_config,
                   "bootstrap.servers": self.opts.bootstrap, "enable.idempotence": "true", "acks": "all"}
         try:
             return Producer(config)

@@ -6,10 +6,9 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
+from dm_broker.log.records import CONTROL_BIT, build_batch, decode_records  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from dm_broker.log.records import CONTROL_BIT, build_batch, decode_records  # noqa: E402
 from pyspark_dm.decode import decode_records as decode_arrow  # noqa: E402
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
