@@ -10,13 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-pytestmark = pytest.mark.spark
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/spark/" in str(item.fspath):
-            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
