@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import pytest
 
 
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
