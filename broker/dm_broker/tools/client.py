@@ -17,7 +17,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    # log_level 4: librdkafka's informational lines (e.g. purging events at close) are noise here
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4})
 
 
 def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:
