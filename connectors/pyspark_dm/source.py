@@ -60,6 +60,14 @@ class DmDataSource(DataSource):
         return DmStreamWriter(opts, schema)
 
 
+# Spark wants at least one input partition even when there is nothing to read.
+NOTHING_TO_READ = [InputPartition(None)]
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    return read_range(partition) if isinstance(partition, OffsetRange) else iter(())
+
+
 def _ranges(opts: ReadOptions, start: Offsets, end: Offsets) -> list[OffsetRange]:
     pieces = split([(tp, start[tp], end[tp]) for tp in sorted(end) if tp in start], opts.min_partitions)
     return [OffsetRange(topic=t, partition=p, start=a, end=b, bootstrap=opts.bootstrap,
@@ -86,14 +94,10 @@ class DmBatchReader(DataSourceReader):
         bad = [f"{t}-{p} ({start[(t, p)]} > {end[(t, p)]})" for t, p in tps if start[(t, p)] > end[(t, p)]]
         if bad:
             raise DmSourceError(f"startingOffsets is after endingOffsets for {', '.join(bad)}")
-        ranges = _ranges(opts, start, end)
-        # Spark wants at least one partition even when there is nothing to read.
-        return ranges or [InputPartition(None)]
+        return _ranges(opts, start, end) or NOTHING_TO_READ
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetRange):
-            return iter(())
-        return read_range(partition)
+        return _read(partition)
 
 
 class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -167,10 +171,10 @@ class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise DmSourceError(f"{tp[0]}-{tp[1]}: offset went back from {begin[tp]} to {until[tp]} "
                                         "(topic recreated or log truncated); set failOnDataLoss=false to go on")
                 begin[tp] = until[tp]
-        return _ranges(self.opts, begin, until)
+        return _ranges(self.opts, begin, until) or NOTHING_TO_READ
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)  # type: ignore[arg-type]
+        return _read(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: like Spark's Kafka source, progress lives in Spark's checkpoint only."""

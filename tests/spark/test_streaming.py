@@ -102,12 +102,19 @@ def test_new_partitions_are_picked_up_from_earliest(spark, broker, topic_name, t
     q = to_parquet(stream(spark, broker.bootstrap, topic_name, startingOffsets="earliest"),
                    tmp_path / "out", tmp_path / "ck")
     q.awaitTermination(60)
-    add_partitions(broker.bootstrap, topic_name, 3)
+    add_partitions(broker.bootstrap, topic_name, 4)  # partition 3 stays empty
     produce(broker.bootstrap, topic_name, [(1, None, b"b0"), (2, None, b"c0"), (0, None, b"a1")])
     q = to_parquet(stream(spark, broker.bootstrap, topic_name, startingOffsets="earliest"),
                    tmp_path / "out", tmp_path / "ck")
     q.awaitTermination(60)
+    assert q.exception() is None
     assert written(spark, tmp_path / "out") == [(0, 0, "a0"), (0, 1, "a1"), (1, 0, "b0"), (2, 0, "c0")]
+    add_partitions(broker.bootstrap, topic_name, 5)  # only an empty partition is new: nothing to read
+    q = to_parquet(stream(spark, broker.bootstrap, topic_name, startingOffsets="earliest"),
+                   tmp_path / "out", tmp_path / "ck")
+    q.awaitTermination(60)
+    assert q.exception() is None
+    assert len(written(spark, tmp_path / "out")) == 4
 
 
 @pytest.fixture
