@@ -80,6 +80,8 @@ class Broker:
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             max_metadata_bytes=config["offset.metadata.max.bytes"],
             max_group_size=config["group.max.size"],
+            offsets_retention_ms=int(config["offsets.retention.minutes"] * 60_000),
+            retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
         ))
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
         self.metadata: ClusterMetadata | None = None

@@ -169,6 +169,11 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Segment size of __consumer_offsets (smaller segments compact sooner).", minimum=1024),
         Property("offset.metadata.max.bytes", "int", 4096, "Largest metadata string of a committed offset.",
                  minimum=0),
+        Property("offsets.retention.minutes", "float", 10080,
+                 "Committed offsets of a group are deleted this long after the group became empty (consumer "
+                 "groups) or after the commit (groups that only commit); fractions allowed.", minimum=0.001),
+        Property("offsets.retention.check.interval.ms", "int", 600_000,
+                 "How often expired committed offsets are looked for.", minimum=10),
         Property("group.initial.rebalance.delay.ms", "int", 3000,
                  "How long the first rebalance of an empty group waits for more members.", minimum=0),
         Property("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a member may ask for.",

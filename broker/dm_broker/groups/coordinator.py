@@ -59,6 +59,8 @@ class CoordinatorSettings:
     max_session_timeout_ms: int = 1_800_000
     max_metadata_bytes: int = 4096
     max_group_size: int = 2**31 - 1
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_check_interval_ms: int = 600_000
 
 
 def now_ms() -> int:
@@ -74,6 +76,7 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self._pending_deadlines: dict[tuple[str, str], float] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._expirer: asyncio.Task[None] | None = None
         self.on_change: Callable[[], None] | None = None
 
     # -- ownership -------------------------------------------------------------------------
@@ -83,9 +86,10 @@ class GroupCoordinator:
 
     def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep())
+        self._expirer = asyncio.create_task(self._expire_periodically())
 
     async def close(self) -> None:
-        await stop_tasks(self._sweeper)
+        await stop_tasks(self._sweeper, self._expirer)
         for partition in list(self.owned):
             self.unload(partition)
 
@@ -157,6 +161,8 @@ class GroupCoordinator:
             if m.group_instance_id:
                 group.static_members[m.group_instance_id] = m.member_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        if meta.state_timestamp >= 0:
+            group.state_timestamp = meta.state_timestamp
 
     def unload(self, partition: int) -> None:
         """Leadership of the partition moved away: drop its groups, fail waiting members."""
@@ -583,7 +589,12 @@ class GroupCoordinator:
             values[(topic, partition)] = value
             records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
         if records:
-            stored = await self._write(group_id, records)
+            group.pending_commits.update(list(values))
+            try:
+                stored = await self._write(group_id, records)
+            finally:
+                group.pending_commits.subtract(list(values))
+                group.pending_commits = +group.pending_commits
             for key, value in values.items():
                 if stored == E.none:
                     group.offsets[key] = value
@@ -629,6 +640,66 @@ class GroupCoordinator:
             if code == E.none.value:
                 group.offsets.pop(tp, None)
         return E.none.value, results
+
+    # -- offset retention (KIP-211, KIP-496) -------------------------------------------------
+
+    async def _expire_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
+            try:
+                await self.expire_offsets()
+            except Exception:  # the next round tries again; a failed write changed nothing
+                log.exception("expiring committed offsets failed")
+
+    def _expired(self, group: Group, now: int) -> list[tuple[str, int]]:
+        """Kafka's rules: an empty consumer group loses its offsets `retention` after it became
+        empty; a group that only commits (no protocol) loses each offset `retention` after its
+        commit; a stable consumer group loses offsets of topics it no longer subscribes to."""
+        retention = self.settings.offsets_retention_ms
+        candidates = [(tp, v) for tp, v in group.offsets.items() if tp not in group.pending_commits]
+        if group.state == GroupState.EMPTY:
+            if group.protocol_type:
+                return [tp for tp, _ in candidates] if group.state_timestamp + retention <= now else []
+            return [tp for tp, v in candidates if v.commit_timestamp + retention <= now]
+        if group.state == GroupState.STABLE:
+            subscribed = group.subscribed_topics()
+            if subscribed is not None:
+                return [tp for tp, v in candidates if tp[0] not in subscribed and v.commit_timestamp + retention <= now]
+        return []
+
+    async def expire_offsets(self, now: int | None = None) -> int:
+        """Deletes expired offsets (tombstones in __consumer_offsets) and empty groups left with no
+        offsets; returns how many offsets were deleted."""
+        now = now_ms() if now is None else now
+        deleted = 0
+        for group in list(self.groups.values()):
+            if self.partition_for(group.group_id) not in self.owned or group.state == GroupState.DEAD:
+                continue
+            expired = self._expired(group, now)
+            decided = {tp: group.offsets[tp] for tp in expired}
+            drop_group = (group.state == GroupState.EMPTY and len(expired) == len(group.offsets)
+                          and not group.pending_commits)
+            if not expired and not drop_group:
+                continue
+            records: list[tuple[bytes, bytes | None]] = [
+                (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in expired]
+            if drop_group:
+                records.append((encode_key(GroupKey(group.group_id)), None))
+            if await self._write(group.group_id, records) != E.none:
+                continue
+            if self.groups.get(group.group_id) is not group:
+                continue  # unloaded or replaced while the write waited
+            for tp, value in decided.items():
+                if group.offsets.get(tp) is value:  # a commit that landed meanwhile came after the tombstone
+                    group.offsets.pop(tp)
+            deleted += len(expired)
+            log.info("group %s: %d committed offsets expired%s", group.group_id, len(expired),
+                     "; group removed" if drop_group else "")
+            if drop_group and group.state == GroupState.EMPTY and not group.offsets:
+                group.transition(GroupState.DEAD)
+                self.groups.pop(group.group_id, None)
+                self._notify()
+        return deleted
 
     # -- admin -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .records import GroupValue, MemberValue, OffsetValue
@@ -80,6 +81,8 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    # commits written but not yet confirmed by the ISR; offset expiry leaves these partitions alone
+    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
     state_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
     rebalance_deadline: asyncio.TimerHandle | None = None
     initial_delay_until: float | None = None
