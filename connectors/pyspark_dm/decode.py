@@ -58,7 +58,7 @@ def decode_records(data: bytes, topic: str, partition: int, start: int, end: int
 
     payload = b"".join(sections) + bytes(_PAD)
     buf = np.frombuffer(payload, dtype=np.uint8)
-    starts, lengths = _record_starts(payload, len(payload) - _PAD)
+    starts, record_ends = _record_bounds(payload, len(payload) - _PAD)
     per_batch = np.asarray(counts, dtype=np.int64)
     if int(per_batch.sum()) != len(starts):
         raise ValueError(f"{topic}-{partition}: batches declare {int(per_batch.sum())} records, found {len(starts)}")
@@ -69,12 +69,8 @@ def decode_records(data: bytes, topic: str, partition: int, start: int, end: int
     pos += n
     offset_delta, n = _varints(buf, pos)
     pos += n
-    key_len, n = _varints(buf, pos)
-    key_start = pos + n
-    pos = key_start + np.maximum(key_len, 0)
-    value_len, n = _varints(buf, pos)
-    value_start = pos + n
-    pos = value_start + np.maximum(value_len, 0)
+    key_start, key_len, pos = _varbytes(buf, pos, record_ends)
+    value_start, value_len, pos = _varbytes(buf, pos, record_ends)
 
     offsets = np.asarray(base_offsets, dtype=np.int64)[batch_of] + offset_delta
     keep = (offsets >= start) & (offsets < end)
@@ -93,7 +89,7 @@ def decode_records(data: bytes, topic: str, partition: int, start: int, end: int
         pa.array(ts_type, pa.int32()),
     ]
     if include_headers:
-        arrays.append(_headers(payload, buf, pos, starts + lengths))
+        arrays.append(_headers(payload, buf, pos, record_ends))
     if not all_kept:
         mask = pa.array(keep)
         arrays = [a if a is None else a.filter(mask) for a in arrays]
@@ -107,8 +103,8 @@ def empty_batch(include_headers: bool) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=kafka_schema(include_headers))
 
 
-def _record_starts(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of each record's attributes byte and the record lengths. The only per-record
+def _record_bounds(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each record's attributes byte is and where the record ends. The only per-record
     Python loop: record boundaries are a chain (each start depends on the previous length)."""
     starts: list[int] = []
     lengths: list[int] = []
@@ -134,10 +130,15 @@ def _record_starts(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
                         break
                     shift += 7
         length = (raw >> 1) ^ -(raw & 1)
+        if length < 0:
+            raise ValueError("negative record length")
         add_start(pos)
         add_length(length)
         pos += length
-    return np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    if pos > end:
+        raise ValueError("the last record runs past the end of its batch")
+    record_starts = np.asarray(starts, dtype=np.int64)
+    return record_starts, record_starts + np.asarray(lengths, dtype=np.int64)
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,6 +156,19 @@ def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if shift > 63:
             raise ValueError("malformed varint in a record")
     return (raw >> 1) ^ -(raw & 1), size
+
+
+def _varbytes(buf: np.ndarray, pos: np.ndarray, record_ends: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A length-prefixed field (key, value, header key or value) at every position in `pos`:
+    (data starts, lengths with -1 for null, positions after it). A field that runs past its record
+    is refused here, so `_slices` only ever cuts inside the payload."""
+    length, n = _varints(buf, pos)
+    start = pos + n
+    after = start + np.maximum(length, 0)
+    if (after > record_ends).any():
+        raise ValueError("a record field runs past the end of its record")
+    return start, length, after
 
 
 def _slices(payload: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType = BINARY) -> pa.Array:
@@ -191,16 +205,8 @@ def _headers(payload: bytes, buf: np.ndarray, pos: np.ndarray, record_ends: np.n
     index = 0
     while active.any():
         r = rows[active]
-        p = pos[r]
-        key_len, n = _varints(buf, p)
-        key_start = p + n
-        p = key_start + np.maximum(key_len, 0)
-        value_len, n = _varints(buf, p)
-        value_start = p + n
-        p = value_start + np.maximum(value_len, 0)
-        if (p > record_ends[r]).any():
-            raise ValueError("a record header runs past the end of its record")
-        pos[r] = p
+        key_start, key_len, p = _varbytes(buf, pos[r], record_ends[r])
+        value_start, value_len, pos[r] = _varbytes(buf, p, record_ends[r])
         parts.append((r, np.full(len(r), index), key_start, key_len, value_start, value_len))
         index += 1
         active = count > index

@@ -22,7 +22,7 @@ READ_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "su
                 "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
                 "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minPartitions", "includeHeaders",
                 "failOnDataLoss", "fetchMaxBytes", "timeoutMs")
-WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "includeHeaders", "timeoutMs")
+WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "timeoutMs")
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 
@@ -33,11 +33,11 @@ class Options(BaseModel):
     model_config = ConfigDict(frozen=True)
     bootstrap: str
     producer_config: dict[str, str]  # every kafka.* option but bootstrap.servers, for the writer
-    include_headers: bool = False
     timeout_s: float = 30.0
 
 
 class ReadOptions(Options):
+    include_headers: bool = False
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -93,6 +93,11 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise DmSourceError(f"option {name}: expected true or false, got {value!r}")
 
 
+def include_headers(options: Mapping[str, str]) -> bool:
+    """The read option that decides the schema (Spark asks for it before anything else)."""
+    return _bool({k.lower(): v for k, v in options.items()}, "includeHeaders", False)
+
+
 def _int(options: Mapping[str, str], name: str, minimum: int | None = None) -> int | None:
     value = _get(options, name)
     if value is None:
@@ -115,7 +120,6 @@ def _common(options: Mapping[str, str]) -> dict:
                        if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
     timeout_ms = _int(options, "timeoutMs", minimum=1)
     return {"bootstrap": bootstrap, "producer_config": producer_config,
-            "include_headers": _bool(options, "includeHeaders", False),
             "timeout_s": 30.0 if timeout_ms is None else timeout_ms / 1000}
 
 
@@ -190,6 +194,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         raise DmSourceError(f"option startingOffsetsByTimestampStrategy: 'error' or 'latest', got {strategy!r}")
     fetch_max = _int(options, "fetchMaxBytes", minimum=1024)
     return ReadOptions(
+        include_headers=include_headers(options),
         **_common(options),
         subscribe=topics, subscribe_pattern=pattern, assign=assign,
         starting=parse_offsets("startingOffsets", _get(options, "startingOffsets"), allow_latest=streaming),
@@ -200,7 +205,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", minimum=1),
         min_partitions=_int(options, "minPartitions", minimum=1),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        fetch_max_bytes=fetch_max or 8 << 20,
+        **({"fetch_max_bytes": fetch_max} if fetch_max is not None else {}),
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from functools import cache
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 # Field names and nullability exactly as Spark converts array<struct<key:string,value:binary>>.
 HEADERS_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
@@ -17,9 +19,6 @@ KAFKA_FIELDS = [
     pa.field("timestamp", pa.timestamp("us", tz="UTC")),
     pa.field("timestampType", pa.int32()),
 ]
-SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                "timestampType int")
-SPARK_HEADERS = "headers array<struct<key:string,value:binary>>"
 
 
 @cache
@@ -27,5 +26,6 @@ def kafka_schema(include_headers: bool) -> pa.Schema:
     return pa.schema([*KAFKA_FIELDS, pa.field("headers", HEADERS_TYPE)] if include_headers else KAFKA_FIELDS)
 
 
-def spark_schema(include_headers: bool) -> str:
-    return f"{SPARK_SCHEMA}, {SPARK_HEADERS}" if include_headers else SPARK_SCHEMA
+def spark_schema(include_headers: bool) -> StructType:
+    """The same columns as Spark sees them: derived, so the two can never disagree."""
+    return from_arrow_schema(kafka_schema(include_headers))

@@ -22,8 +22,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .errors import DmSourceError
-from .offsets import Offsets, check_lost, discover, from_json, rate_limit, resolve, split, to_json
-from .options import ReadOptions, read_options, write_options
+from .offsets import Offsets, discover, from_json, rate_limit, resolve, split, to_json
+from .options import ReadOptions, include_headers, read_options, write_options
 from .read import OffsetRange, read_range
 from .schema import spark_schema
 from .wire import EARLIEST, LATEST, DmClient
@@ -37,9 +37,8 @@ class DmDataSource(DataSource):
     def name(cls) -> str:
         return "dm"
 
-    def schema(self) -> str:
-        include = str(self.options.get("includeheaders", "false")).strip().lower() == "true"
-        return spark_schema(include)
+    def schema(self) -> StructType:
+        return spark_schema(include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return DmBatchReader(read_options(self.options, streaming=False))
@@ -89,8 +88,7 @@ class DmBatchReader(DataSourceReader):
                             opts.timestamp_strategy)
             end = resolve(client, tps, opts.ending, opts.ending_timestamp,
                           "endingTimestamp" if opts.ending_timestamp is not None else "endingOffsets", "latest")
-            earliest = client.list_offsets(dict.fromkeys(tps, EARLIEST)) if tps else {}
-        start = {tp: check_lost(tp, o, earliest[tp], opts.fail_on_data_loss) for tp, o in start.items()}
+        # Offsets already deleted by retention are met by the tasks (read_range), per failOnDataLoss.
         bad = [f"{t}-{p} ({start[(t, p)]} > {end[(t, p)]})" for t, p in tps if start[(t, p)] > end[(t, p)]]
         if bad:
             raise DmSourceError(f"startingOffsets is after endingOffsets for {', '.join(bad)}")
@@ -152,8 +150,7 @@ class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {tp: max(o, begin[tp]) for tp, o in latest.items()}
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
-        # The end offsets keep partitions the limit did not advance, so the next start has them all.
-        return to_json({**{tp: o for tp, o in begin.items() if tp in latest}, **latest})
+        return to_json(latest)
 
     def reportLatestOffset(self) -> dict | None:
         return to_json(self._latest) if self._latest else None
@@ -163,9 +160,7 @@ class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in until if tp not in begin]
         if new:
             begin.update(self.client.list_offsets(dict.fromkeys(new, EARLIEST)))
-        earliest = self.client.list_offsets(dict.fromkeys(until, EARLIEST)) if until else {}
         for tp in until:
-            begin[tp] = check_lost(tp, begin[tp], earliest.get(tp, begin[tp]), self.opts.fail_on_data_loss)
             if begin[tp] > until[tp]:
                 if self.opts.fail_on_data_loss:
                     raise DmSourceError(f"{tp[0]}-{tp[1]}: offset went back from {begin[tp]} to {until[tp]} "

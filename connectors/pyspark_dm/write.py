@@ -66,7 +66,18 @@ class ArrowProducerWriter(DataSourceArrowWriter):
         except Exception as exc:  # KafkaException for a bad kafka.* setting
             raise DmSourceError(f"producer options (kafka.*): {exc}") from None
 
+    def _column(self, batch: pa.RecordBatch, name: str) -> list | None:
+        """One of the sink's columns as Python values (strings as bytes), None when absent."""
+        actual = self.columns.get(name)
+        if actual is None:
+            return None
+        column = batch.column(actual)
+        if name in ("key", "value") and pa.types.is_string(column.type):
+            column = column.cast(pa.binary())  # in C++, instead of encoding every row in Python
+        return column.to_pylist()
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        from dm_broker.tools.client import produce_waiting
         from dm_broker.tools.produce import topic_partitioner
 
         producer = self._producer()
@@ -79,19 +90,17 @@ class ArrowProducerWriter(DataSourceArrowWriter):
 
         count = 0
         for batch in iterator:
-            data = {name: batch.column(actual).to_pylist() if actual in batch.schema.names else None
-                    for name, actual in self.columns.items()}
-            values = _as_bytes(data["value"])
-            keys = _as_bytes(data.get("key"))
-            topics = data.get("topic")
-            parts = data.get("partition")
-            headers = data.get("headers")
+            values = self._column(batch, "value")
+            keys = self._column(batch, "key")
+            topics = None if self.opts.topic else self._column(batch, "topic")
+            parts = self._column(batch, "partition")
+            headers = self._column(batch, "headers")
             for i, value in enumerate(values):
                 topic = self.opts.topic or (topics[i] if topics else None)
                 if not topic:
                     raise DmSourceError(f"row {count}: the 'topic' column is null and no topic option is set")
                 key = keys[i] if keys else None
-                partition = parts[i] if parts and parts[i] is not None else None
+                partition = parts[i] if parts else None
                 if partition is None:
                     chooser = partitioners.get(topic)
                     if chooser is None:
@@ -105,12 +114,7 @@ class ArrowProducerWriter(DataSourceArrowWriter):
                     kwargs["key"] = key
                 if headers and headers[i]:
                     kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-                while True:
-                    try:
-                        producer.produce(topic, value, **kwargs)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                produce_waiting(producer, topic, value, **kwargs)
                 count += 1
                 if errors:
                     break
@@ -121,9 +125,3 @@ class ArrowProducerWriter(DataSourceArrowWriter):
         if errors or remaining:
             raise DmSourceError(f"{len(errors) + remaining} record(s) were not acknowledged: {errors[:3]}")
         return Written(count)
-
-
-def _as_bytes(column: list | None) -> list | None:
-    if column is None:
-        return None
-    return [v.encode() if isinstance(v, str) else v for v in column]

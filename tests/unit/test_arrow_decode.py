@@ -79,3 +79,17 @@ def test_timestamps_and_types() -> None:
     batch = decode_arrow(data, "t", 0, 0, 1, include_headers=False).batch
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000]
     assert batch.column("timestampType").to_pylist() == [0]
+
+
+def test_a_field_longer_than_its_record_is_refused() -> None:
+    """A batch with a valid CRC can still hold a malformed record; it must not be cut out of the buffer."""
+    import struct
+
+    import crc32c
+
+    data = bytearray(build_batch([(None, b"abc", [])], base_offset=0, timestamp_ms=1))
+    at = data.index(b"\x06abc")  # value length 3 (zigzag 6)
+    data[at] = 0x0C  # claims 6 bytes: past the end of the record
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    with pytest.raises(ValueError, match="runs past the end of its record"):
+        decode_arrow(bytes(data), "t", 0, 0, 1, include_headers=False)

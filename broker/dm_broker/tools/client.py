@@ -32,6 +32,16 @@ def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:
     return results
 
 
+def produce_waiting(producer: Any, topic: str, value: bytes | None, **kwargs: Any) -> None:
+    """producer.produce(), serving delivery reports while librdkafka's local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def console() -> Any:
     """A rich console that never truncates columns when the output is piped (scripts, tests)."""
     from rich.console import Console

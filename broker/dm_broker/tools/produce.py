@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..partitioners import Partitioner
-from .client import admin, fail, wait
+from .client import admin, fail, produce_waiting, wait
 
 
 def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
@@ -64,12 +64,7 @@ def run(args: argparse.Namespace) -> None:
         kwargs = {"partition": partition}
         if key is not None:
             kwargs["key"] = key
-        while True:
-            try:
-                producer.produce(args.topic, value, on_delivery=report, **kwargs)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce_waiting(producer, args.topic, value, on_delivery=report, **kwargs)
         producer.poll(0)
         count += 1
     remaining = producer.flush(60)
