@@ -11,6 +11,25 @@ from pathlib import Path
 
 from clients import ConfluentClient
 from dm_broker.log.records import iter_batches
+from harness import Cluster
+
+# Failure detection in about two seconds instead of Kafka's defaults, for every chaos cluster.
+FAST_FAILURE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
+                "replica.lag.time.max.ms": 3000, "group.initial.rebalance.delay.ms": 0}
+TOPIC_CONFIG = {"min.insync.replicas": "2"}
+
+
+def create_topic(cluster: Cluster, topic: str, partitions: int) -> None:
+    """An RF=3 topic with min.insync.replicas=2."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config=TOPIC_CONFIG)])[topic].result(15)
+
+
+def fully_replicated(cluster: Cluster, topic: str, partitions: int) -> bool:
+    md = cluster.metadata()["topics"][topic]["partitions"]
+    return all(len(md[p]["isr"]) == 3 and md[p]["leader"] >= 0 for p in range(partitions))
 
 
 class SequenceProducer(threading.Thread):

@@ -39,6 +39,26 @@ class GroupConsumer(threading.Thread):
         with self.lock:
             self.sink.append(Seen(self.name, partition, offset, value))
 
+    def record_polled(self, batch: dict) -> int:
+        """Records a kafka-python / aiokafka poll result ({TopicPartition: [records]}); returns the count."""
+        count = 0
+        for tp, msgs in batch.items():
+            for m in msgs:
+                self.record(tp.partition, m.offset, m.value)
+                count += 1
+        return count
+
+    def python_client_options(self, assignors: dict[str, tuple]) -> dict:
+        """The consumer settings in the keyword form kafka-python and aiokafka share."""
+        options = {"bootstrap_servers": self.bootstrap, "group_id": self.group, "auto_offset_reset": "earliest",
+                   "enable_auto_commit": False, "session_timeout_ms": self.session_ms,
+                   "heartbeat_interval_ms": max(300, self.session_ms // 6), "client_id": self.name}
+        if self.assignor:
+            options["partition_assignment_strategy"] = assignors[self.assignor]
+        if self.instance_id:
+            options["group_instance_id"] = self.instance_id
+        return options
+
     def stop(self, timeout: float = 30) -> None:
         self.stop_event.set()
         self.join(timeout)
@@ -86,28 +106,14 @@ class KafkaPythonGroupConsumer(GroupConsumer):
         from kafka.coordinator.assignors.range import RangePartitionAssignor
         from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-        assignors = {"range": [RangePartitionAssignor], "roundrobin": [RoundRobinPartitionAssignor]}
-        kwargs = {}
-        if self.assignor:
-            kwargs["partition_assignment_strategy"] = assignors[self.assignor]
-        if self.instance_id:
-            kwargs["group_instance_id"] = self.instance_id
-        consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=self.group, auto_offset_reset="earliest",
-            enable_auto_commit=False, session_timeout_ms=self.session_ms,
-            heartbeat_interval_ms=max(300, self.session_ms // 6), client_id=self.name, **kwargs,
-        )
+        consumer = KafkaConsumer(**self.python_client_options(
+            {"range": (RangePartitionAssignor,), "roundrobin": (RoundRobinPartitionAssignor,)}))
         consumer.subscribe([self.topic])
         try:
             while not self.stop_event.is_set():
                 batch = consumer.poll(timeout_ms=200)
                 self.assigned = {tp.partition for tp in consumer.assignment()}
-                count = 0
-                for tp, msgs in batch.items():
-                    for m in msgs:
-                        self.record(tp.partition, m.offset, m.value)
-                        count += 1
-                if count:
+                if self.record_polled(batch):
                     consumer.commit()
         finally:
             consumer.close()
@@ -124,28 +130,14 @@ class AioKafkaGroupConsumer(GroupConsumer):
         from aiokafka.coordinator.assignors.range import RangePartitionAssignor
         from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-        assignors = {"range": (RangePartitionAssignor,), "roundrobin": (RoundRobinPartitionAssignor,)}
-        kwargs = {}
-        if self.assignor:
-            kwargs["partition_assignment_strategy"] = assignors[self.assignor]
-        if self.instance_id:
-            kwargs["group_instance_id"] = self.instance_id
-        consumer = AIOKafkaConsumer(
-            self.topic, bootstrap_servers=self.bootstrap, group_id=self.group, auto_offset_reset="earliest",
-            enable_auto_commit=False, session_timeout_ms=self.session_ms,
-            heartbeat_interval_ms=max(300, self.session_ms // 6), client_id=self.name, **kwargs,
-        )
+        consumer = AIOKafkaConsumer(self.topic, **self.python_client_options(
+            {"range": (RangePartitionAssignor,), "roundrobin": (RoundRobinPartitionAssignor,)}))
         await consumer.start()
         try:
             while not self.stop_event.is_set():
                 batch = await consumer.getmany(timeout_ms=200)
                 self.assigned = {tp.partition for tp in consumer.assignment()}
-                count = 0
-                for tp, msgs in batch.items():
-                    for m in msgs:
-                        self.record(tp.partition, m.offset, m.value)
-                        count += 1
-                if count:
+                if self.record_polled(batch):
                     await consumer.commit()
         finally:
             await consumer.stop()

@@ -252,11 +252,13 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def running_broker(tmp: Path, **overrides: object) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp / "data", overrides)
+def running_broker(data_dir: Path, overrides: dict[str, object] | None = None) -> Iterator[BrokerProcess]:
+    """A broker for a block of tests (a module fixture); it must still be alive at the end."""
+    broker = BrokerProcess(data_dir, overrides)
     broker.start()
     try:
         yield broker
+        assert broker.alive(), "the broker died during the tests:\n" + broker.log_tail()
     finally:
         broker.stop()
 

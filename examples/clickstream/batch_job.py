@@ -5,17 +5,11 @@
 
 from __future__ import annotations
 
-import argparse
-
-from jobs import read_back, session
+from jobs import arguments, read_back, session
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
-    parser.add_argument("--source", default="clicks")
-    parser.add_argument("--sink-topic", default="clicks-per-minute")
-    parser.add_argument("--parquet", default="./data/clickstream/clicks-per-minute")
+    parser = arguments(__doc__.splitlines()[0])
     args = parser.parse_args(argv)
     result = read_back(session("clickstream-batch"), args.bootstrap, args.source, args.sink_topic, args.parquet)
     print(f"{'page':<12} {'raw clicks':>10} {'topic':>8} {'parquet':>8}   ({result['minutes']} finished minutes)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -10,6 +11,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 CLICK_SCHEMA = "user string, page string, ts timestamp"
+
+
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options both jobs take: where dm is, the two topics and the Parquet copy."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--source", default="clicks")
+    parser.add_argument("--sink-topic", default="clicks-per-minute")
+    parser.add_argument("--parquet", default="./data/clickstream/clicks-per-minute")
+    return parser
 
 
 def session(app: str) -> SparkSession:

@@ -5,17 +5,11 @@
 
 from __future__ import annotations
 
-import argparse
-
-from jobs import session, start_stream
+from jobs import arguments, session, start_stream
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
-    parser.add_argument("--source", default="clicks")
-    parser.add_argument("--sink-topic", default="clicks-per-minute")
-    parser.add_argument("--parquet", default="./data/clickstream/clicks-per-minute")
+    parser = arguments(__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="./data/clickstream/checkpoint")
     parser.add_argument("--available-now", action="store_true",
                         help="process what is there and stop (default: run until Ctrl-C, a batch every 5 s)")

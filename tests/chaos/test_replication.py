@@ -9,7 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_tools import assert_nothing_lost, sequence_load, verify, wait_replicas_identical
+from chaos_tools import (
+    FAST_FAILURE,
+    TOPIC_CONFIG,
+    assert_nothing_lost,
+    create_topic,
+    fully_replicated,
+    sequence_load,
+    verify,
+    wait_replicas_identical,
+)
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
 from harness import Cluster, netns_available
@@ -17,21 +26,6 @@ from harness import Cluster, netns_available
 pytestmark = pytest.mark.timeout(600)
 
 ROUNDS = int(os.environ.get("DM_CHAOS_ROUNDS", "20"))
-FAST_FAILURE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
-                "replica.lag.time.max.ms": 3000, "group.initial.rebalance.delay.ms": 0}
-TOPIC_CONFIG = {"min.insync.replicas": "2"}
-
-
-def create_topic(cluster: Cluster, topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 3, config=TOPIC_CONFIG)])[topic].result(15)
-
-
-def fully_replicated(cluster: Cluster, topic: str, partitions: int) -> bool:
-    md = cluster.metadata()["topics"][topic]["partitions"]
-    return all(len(md[p]["isr"]) == 3 and md[p]["leader"] >= 0 for p in range(partitions))
 
 
 def report(name: str, result: dict, failovers: list[float]) -> None:

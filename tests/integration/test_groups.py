@@ -18,7 +18,7 @@ from group_clients import (
     Seen,
     wait_for,
 )
-from harness import BrokerProcess
+from harness import BrokerProcess, running_broker
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -27,11 +27,8 @@ GROUP_BROKER = {"group.initial.rebalance.delay.ms": 200, "group.min.session.time
 
 @pytest.fixture(scope="module")
 def gbroker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", GROUP_BROKER)
-    proc.start()
-    yield proc
-    assert proc.alive(), proc.log_tail()
-    proc.stop()
+    with running_broker(tmp_path_factory.mktemp("groups") / "data", GROUP_BROKER) as proc:
+        yield proc
 
 
 def produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:

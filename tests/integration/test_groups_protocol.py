@@ -15,7 +15,7 @@ from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
 from group_clients import wait_for
-from harness import BrokerProcess
+from harness import running_broker
 from kio.schema.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,12 +71,9 @@ async def commit_code(conn, *args) -> ErrorCode:
 
 @pytest.fixture(scope="module")
 def gbroker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("gp") / "data",
-                         {"group.initial.rebalance.delay.ms": 0, "log.cleaner.backoff.ms": 200})
-    proc.start()
-    yield proc
-    assert proc.alive(), proc.log_tail()
-    proc.stop()
+    with running_broker(tmp_path_factory.mktemp("gp") / "data",
+                        {"group.initial.rebalance.delay.ms": 0, "log.cleaner.backoff.ms": 200}) as proc:
+        yield proc
 
 
 async def test_commits_from_unknown_members_and_stale_generations_are_refused(gbroker, topic_name):

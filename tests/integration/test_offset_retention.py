@@ -10,7 +10,7 @@ import uuid
 import pytest
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
-from harness import BrokerProcess
+from harness import running_broker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -21,11 +21,8 @@ BROKER = {"offsets.retention.minutes": RETENTION_S / 60, "offsets.retention.chec
 
 @pytest.fixture(scope="module")
 def rbroker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("retention") / "data", BROKER)
-    proc.start()
-    yield proc
-    assert proc.alive(), proc.log_tail()
-    proc.stop()
+    with running_broker(tmp_path_factory.mktemp("retention") / "data", BROKER) as proc:
+        yield proc
 
 
 def consumer(bootstrap: str, group: str):

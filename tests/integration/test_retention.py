@@ -7,18 +7,16 @@ from pathlib import Path
 
 import pytest
 from clients import ConfluentClient, Rec
-from harness import BrokerProcess
+from harness import running_broker
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def fast_retention_broker(tmp_path_factory: pytest.TempPathFactory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("retention") / "data",
-                         {"log.retention.check.interval.ms": 200})
-    proc.start()
-    yield proc
-    proc.stop()
+    with running_broker(tmp_path_factory.mktemp("retention") / "data",
+                        {"log.retention.check.interval.ms": 200}) as proc:
+        yield proc
 
 
 def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:

@@ -7,19 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_tools import sequence_load
+from chaos_tools import FAST_FAILURE, create_topic, fully_replicated, sequence_load
 from group_clients import wait_for
 from harness import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
-
-FAST_FAILURE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
-                "replica.lag.time.max.ms": 3000}
-
-
-def fully_replicated(cluster: Cluster, topic: str, partitions: int) -> bool:
-    md = cluster.metadata()["topics"][topic]["partitions"]
-    return all(len(md[p]["isr"]) == 3 and md[p]["leader"] >= 0 for p in range(partitions))
 
 
 def start_query(spark, bootstrap: str, out: Path, checkpoint: Path, available_now: bool):
@@ -32,11 +24,8 @@ def start_query(spark, bootstrap: str, out: Path, checkpoint: Path, available_no
 
 
 def test_streaming_read_through_leader_kills(spark, tmp_path: Path) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic("ha", 2, 3, config={"min.insync.replicas": "2"})])["ha"].result(15)
+        create_topic(cluster, "ha", 2)
         out, checkpoint = tmp_path / "out", tmp_path / "ck"
         with sequence_load(cluster.bootstrap, "ha", 2) as producer:
             query = start_query(spark, cluster.bootstrap, out, checkpoint, available_now=False)

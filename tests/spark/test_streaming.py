@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import BrokerProcess
+from harness import running_broker
 from helpers import add_partitions, create_topic, produce, read
 
 pytestmark = pytest.mark.spark
@@ -119,10 +119,8 @@ def test_new_partitions_are_picked_up_from_earliest(spark, broker, topic_name, t
 
 @pytest.fixture
 def retention_broker(tmp_path):
-    proc = BrokerProcess(tmp_path / "retention", {"log.retention.check.interval.ms": 100})
-    proc.start()
-    yield proc
-    proc.stop()
+    with running_broker(tmp_path / "retention", {"log.retention.check.interval.ms": 100}) as proc:
+        yield proc
 
 
 def test_offsets_deleted_by_retention_follow_fail_on_data_loss(spark, retention_broker, topic_name, tmp_path):

@@ -180,15 +180,18 @@ class PartitionLog:
         return AppendResult(base, offset - 1, append_time if append_time is not None else -1)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> int:
-        """Appends batches that already carry offsets (replication); returns the new end offset."""
-        located = list(iter_batches(data))
+        """Appends batches that already carry offsets (replication): whole batches only, skipping
+        any this log already has (a retried fetch); returns the new end offset."""
+        end_offset = self.log_end_offset
+        located = [(pos, header) for pos, header in iter_batches(data) if header.base_offset >= end_offset]
         if not located:
-            return self.log_end_offset
+            return end_offset
+        start = located[0][0]
         end = located[-1][0] + located[-1][1].size
         for _, header in located:
             if header.partition_leader_epoch >= 0:
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-        self._write(memoryview(data)[:end], located, None)
+        self._write(memoryview(data)[start:end], [(pos - start, h) for pos, h in located], None)
         return self.log_end_offset
 
     def _write(self, data, located: list[tuple[int, BatchHeader]], leader_epoch: int | None) -> None:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ..log.leader_epochs import UNDEFINED_EPOCH
-from ..log.records import iter_batches
 from ..protocol.build import make, nested
 from ..protocol.client import KafkaConnection
 from ..protocol.codec import request_class
@@ -163,16 +162,10 @@ class ReplicaFetcher:
         error = r.error_code
         plog = part.log
         if error == ErrorCode.none:
-            data = r.records or b""
-            if data:
-                located = list(iter_batches(data))
-                # Skip anything we already have (a retried fetch); append whole batches only.
-                start = next((pos for pos, h in located if h.base_offset >= plog.log_end_offset), None)
-                if start is not None:
-                    end = located[-1][0] + located[-1][1].size
-                    plog.append_as_follower(memoryview(data)[start:end])
-                    if plog.flush_due():
-                        asyncio.get_running_loop().create_task(plog.flush())
+            if r.records:
+                plog.append_as_follower(r.records)
+                if plog.flush_due():
+                    asyncio.get_running_loop().create_task(plog.flush())
             part.set_follower_hw(r.high_watermark)
         elif error == ErrorCode.offset_out_of_range:
             if plog.log_end_offset < r.log_start_offset or r.log_start_offset < 0:
