@@ -11,18 +11,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
+import socket
 import time
 
 from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
+from .protocol.framing import FrameProtocol, FrameSizeError
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
-SIZE = struct.Struct(">i")
 MIN_FRAME = 8  # api key, api version, correlation id
-STREAM_LIMIT = 1 << 20
+WRITE_BUFFER_LIMIT = 1 << 20
 IDLE_SWEEP_SECONDS = 30
 
 
@@ -33,20 +33,30 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.idle_seconds = idle_ms / 1000
         self._server: asyncio.base_events.Server | None = None
-        self._connections: dict[asyncio.StreamWriter, float] = {}
+        self._connections: dict[FrameProtocol, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT, backlog=1024)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameProtocol(MIN_FRAME, self.max_request_bytes, on_connect=self._accepted), host, port,
+            backlog=1024)
         self._sweeper = asyncio.create_task(self._sweep_idle())
         return self._server.sockets[0].getsockname()[1]
+
+    def _accepted(self, conn: FrameProtocol) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
         await stop_tasks(self._sweeper)
         if self._server is not None:
             self._server.close()
-        for writer in list(self._connections):
-            writer.close()
+        for conn in list(self._connections):
+            conn.close()
+        await stop_tasks(*self._tasks)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
@@ -55,15 +65,14 @@ class KafkaServer:
         while True:
             await asyncio.sleep(IDLE_SWEEP_SECONDS)
             now = time.monotonic()
-            for writer, last in list(self._connections.items()):
-                if now - last > self.idle_seconds:
-                    log.info("closing idle connection %s", writer.get_extra_info("peername"))
-                    writer.close()
+            for conn, last in list(self._connections.items()):
+                if now - last > self.idle_seconds and conn.transport is not None:
+                    log.info("closing idle connection %s", conn.transport.get_extra_info("peername"))
+                    conn.close()
 
-    def _write(self, writer: asyncio.StreamWriter, chunks: list) -> None:
+    def _write(self, transport: asyncio.Transport, chunks: list) -> None:
         """Writes a response; record data in FileSlices goes out with sendfile(2) while the
         socket takes it directly (nothing queued before it), and through pread otherwise."""
-        transport = writer.transport
         pending: list = []
         for chunk in chunks:
             if not isinstance(chunk, FileSlice):
@@ -98,34 +107,32 @@ class KafkaServer:
             pass  # e.g. sendfile unsupported here: the caller sends the rest with pread
         return sent
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
+    async def _serve(self, conn: FrameProtocol) -> None:
+        transport = conn.transport
+        assert transport is not None
+        peername = transport.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        sock = writer.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
-                import socket
-
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.metrics.connections.inc()
-        self._connections[writer] = time.monotonic()
+        self._connections[conn] = time.monotonic()
         try:
             while True:
-                (size,) = SIZE.unpack(await reader.readexactly(4))
-                if size < MIN_FRAME or size > self.max_request_bytes:
-                    self.metrics.closed_bad_frames.inc()
-                    log.warning("closing %s: request size %d outside 8..%d (socket.request.max.bytes)",
-                                peer, size, self.max_request_bytes)
-                    return
-                frame = await reader.readexactly(size)
-                self._connections[writer] = time.monotonic()
+                frame = await conn.read_frame()
+                self._connections[conn] = time.monotonic()
                 response = await self.dispatcher.handle(frame, peer)
-                if writer.transport.is_closing():
+                if transport.is_closing():
                     return  # the client went away while its request waited (long-poll, join, fsync)
                 if response is not None:
-                    self._write(writer, response)
-                    if writer.transport.get_write_buffer_size() > STREAM_LIMIT:
-                        await writer.drain()
+                    self._write(transport, response)
+                    if transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+                        await conn.drain()
+        except FrameSizeError as exc:
+            self.metrics.closed_bad_frames.inc()
+            log.warning("closing %s: request size %d outside %d..%d (socket.request.max.bytes)",
+                        peer, exc.size, MIN_FRAME, self.max_request_bytes)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
@@ -137,7 +144,5 @@ class KafkaServer:
             log.exception("closing %s after an unexpected error", peer)
         finally:
             self.metrics.connections.dec()
-            self._connections.pop(writer, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            self._connections.pop(conn, None)
+            conn.close()

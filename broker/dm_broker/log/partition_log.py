@@ -20,7 +20,7 @@ from ..config import TopicSettings
 from .checkpoints import fsync_dir
 from .leader_epochs import LeaderEpochCache
 from .producer_state import CachedBatch, ProducerStateManager
-from .records import BatchHeader, decode_records, iter_batches, stamp_batch
+from .records import STAMPED_PREFIX, BatchHeader, decode_records, iter_batches, stamp_batch
 from .segment import FileSlice, Segment
 
 log = logging.getLogger(__name__)
@@ -160,23 +160,35 @@ class PartitionLog:
     def check_duplicate(self, header: BatchHeader) -> CachedBatch | None:
         return self.producers.check(header)
 
-    def append(self, data: bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendResult:
-        """Assigns offsets to validated batches (as leader) and writes them."""
+    def append(self, data: bytes | bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendResult:
+        """Assigns offsets to validated batches (as leader) and writes them.
+
+        The offset and leader epoch sit in the first bytes of a batch, outside its CRC, so only
+        those prefixes are stamped (in small copies) and the batch bodies are written as
+        received; LogAppendTime changes CRC-covered fields, so then the whole batch is copied."""
         append_time = self.clock() if self.settings["message.timestamp.type"] == "LogAppendTime" else None
         offset = self.log_end_offset
         base = offset
         located: list[tuple[int, BatchHeader]] = []
+        chunks: list[bytes | bytearray | memoryview] = []
+        view = memoryview(data)
         pos = 0
         for header in headers:
-            stamp_batch(data, pos, offset, leader_epoch, append_time)
+            if append_time is None:
+                prefix = bytearray(view[pos:pos + STAMPED_PREFIX])
+                stamp_batch(prefix, 0, offset, leader_epoch, None)
+                chunks += (prefix, view[pos + STAMPED_PREFIX:pos + header.size])
+            else:
+                batch = bytearray(view[pos:pos + header.size])
+                stamp_batch(batch, 0, offset, leader_epoch, append_time)
+                chunks.append(batch)
+                header.max_timestamp = append_time
             header.base_offset = offset
             header.partition_leader_epoch = leader_epoch
-            if append_time is not None:
-                header.max_timestamp = append_time
             located.append((pos, header))
             offset = header.next_offset
             pos += header.size
-        self._write(data, located, leader_epoch)
+        self._write(chunks, located, leader_epoch)
         return AppendResult(base, offset - 1, append_time if append_time is not None else -1)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> int:
@@ -191,15 +203,16 @@ class PartitionLog:
         for _, header in located:
             if header.partition_leader_epoch >= 0:
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-        self._write(memoryview(data)[start:end], [(pos - start, h) for pos, h in located], None)
+        self._write([memoryview(data)[start:end]], [(pos - start, h) for pos, h in located], None)
         return self.log_end_offset
 
-    def _write(self, data, located: list[tuple[int, BatchHeader]], leader_epoch: int | None) -> None:
+    def _write(self, chunks: list[bytes | bytearray | memoryview], located: list[tuple[int, BatchHeader]],
+               leader_epoch: int | None) -> None:
         first = located[0][1]
         if leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first.base_offset)
-        self._maybe_roll(len(data), first)
-        self.active.append(data, located)
+        self._maybe_roll(sum(len(c) for c in chunks), first)
+        self.active.append(chunks, located)
         messages = 0
         for _, header in located:
             self.producers.update(header, header.base_offset)

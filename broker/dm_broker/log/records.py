@@ -20,6 +20,7 @@ BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = BATCH_HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength precede the part counted by batchLength
 CRC_START = 21  # the CRC covers attributes .. end of batch
+STAMPED_PREFIX = 16  # baseOffset, batchLength, partitionLeaderEpoch: what a leader stamps outside the CRC
 MAGIC_V2 = 2
 
 COMPRESSION_MASK = 0x07

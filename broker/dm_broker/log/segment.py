@@ -13,6 +13,7 @@ from .index import OffsetIndex, TimeIndex
 from .records import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, BatchHeader, parse_header
 
 SCAN_CHUNK = 8 << 20
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 
 
 def segment_name(base_offset: int) -> str:
@@ -63,16 +64,21 @@ class Segment:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
-        """Writes already-stamped batches; `batches` holds (position in data, header)."""
+    def append(self, chunks: list[bytes | bytearray | memoryview], batches: list[tuple[int, BatchHeader]]) -> None:
+        """Writes already-stamped batches, given as consecutive chunks; `batches` holds
+        (position relative to the first chunk, header)."""
         start = self.size
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], start + written)
+        total = sum(len(c) for c in chunks)
+        written = os.pwritev(self.fd, chunks, start) if len(chunks) <= IOV_MAX else 0
+        if written < total:  # a short write (or too many chunks): write the rest piece by piece
+            rest = memoryview(b"".join(chunks))[written:]
+            while rest:
+                n = os.pwrite(self.fd, rest, start + written)
+                written += n
+                rest = rest[n:]
         for pos, header in batches:
             self._track(header, start + pos)
-        self.size += len(view)
+        self.size += total
 
     def _track(self, header: BatchHeader, position: int) -> None:
         if self._bytes_since_index >= self.index_interval_bytes or position == 0:

@@ -64,7 +64,7 @@ def _primitive(kafka_type: str | None) -> Step:
     raise TypeError(f"bounds check does not know kafka type {kafka_type!r}")
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -110,12 +110,12 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
                 else:
                     pos = _varlen(buf, pos, flexible, item)
         else:  # tags
-            count, pos = _uvarint(buf, pos)
+            count, pos = read_uvarint(buf, pos)
             if count > end - pos:
                 raise BoundsError("tagged field count exceeds the frame")
             for _ in range(count):
-                _, pos = _uvarint(buf, pos)
-                size, pos = _uvarint(buf, pos)
+                _, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
                 pos += size
         if pos > end:
             raise BoundsError("field runs past the end of the frame")
@@ -125,7 +125,7 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
 def _length(buf: bytes, pos: int, flexible: bool, legacy: str) -> tuple[int, int]:
     """A length prefix: compact (uvarint of n+1) in flexible versions, else int16/int32."""
     if flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     size = struct.calcsize(legacy)
     if pos + size > len(buf):

@@ -7,6 +7,7 @@ over requests (duplicate batches, corrupt CRCs, specific API versions).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import struct
 from typing import Any
@@ -19,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 
 from . import bounds
 from .codec import API_VERSIONS_KEY, request_class, response_class
+from .framing import FrameProtocol, open_frame_connection
 
 SIZE = struct.Struct(">i")
 
@@ -36,7 +38,7 @@ def encode_request(api_key: int, version: int, correlation_id: int, body: Any, c
     return bytes(data)
 
 
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     cls = response_class(api_key, version)
     flexible = cls.__flexible__ and api_key != API_VERSIONS_KEY
     header_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
@@ -49,46 +51,42 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
 class KafkaConnection:
     """One connection; requests are answered in order, so one lock serialises them."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, conn: FrameProtocol, client_id: str) -> None:
+        self.conn = conn
         self.client_id = client_id
         self._correlation = 0
         self._lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str = "dm", timeout: float = 10) -> KafkaConnection:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=1 << 20), timeout)
-        return cls(reader, writer, client_id)
+        return cls(await asyncio.wait_for(open_frame_connection(host, port), timeout), client_id)
 
     async def request(self, body: Any, timeout: float = 30) -> Any:
-        api_key = int(body.__api_key__)
-        version = int(body.__version__)
-        async with self._lock:
-            self._correlation += 1
-            correlation_id = self._correlation
-            self.writer.write(encode_request(api_key, version, correlation_id, body, self.client_id))
-            await self.writer.drain()
-            frame = await asyncio.wait_for(self._read_frame(), timeout)
-        got, response = decode_response(api_key, version, frame)
+        correlation_id, frame = await self.request_frame(body, timeout)
+        got, response = decode_response(int(body.__api_key__), int(body.__version__), frame)
         if got != correlation_id:
             raise ConnectionError(f"correlation id {got} does not match request {correlation_id}")
         return response
 
+    async def request_frame(self, body: Any, timeout: float = 30) -> tuple[int, memoryview]:
+        """Sends a request; returns its correlation id and the undecoded response frame."""
+        async with self._lock:
+            self._correlation += 1
+            correlation_id = self._correlation
+            self.conn.write(encode_request(int(body.__api_key__), int(body.__version__), correlation_id, body,
+                                           self.client_id))
+            await self.conn.drain()
+            frame = await asyncio.wait_for(self.conn.read_frame(), timeout)
+        return correlation_id, frame
+
     async def send_raw(self, frame: bytes) -> None:
-        self.writer.write(frame)
-        await self.writer.drain()
+        self.conn.write(frame)
+        await self.conn.drain()
 
-    async def _read_frame(self) -> bytes:
-        (size,) = SIZE.unpack(await self.reader.readexactly(4))
-        return await self.reader.readexactly(size)
-
-    async def read_frame(self, timeout: float = 10) -> bytes:
-        return await asyncio.wait_for(self._read_frame(), timeout)
+    async def read_frame(self, timeout: float = 10) -> memoryview:
+        return await asyncio.wait_for(self.conn.read_frame(), timeout)
 
     async def close(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
+        self.conn.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.conn.wait_closed()

@@ -19,6 +19,9 @@ from ..log.leader_epochs import UNDEFINED_EPOCH
 from ..protocol.build import make, nested
 from ..protocol.client import KafkaConnection
 from ..protocol.codec import request_class
+from ..protocol.fetch_decoder import VERSION as FETCH_VERSION
+from ..protocol.fetch_decoder import decode_fetch_response
+from ..protocol.fetch_encoder import PartitionResult
 from ..tasks import stop_tasks
 from .partition import FOLLOWER, Partition
 
@@ -27,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 12
 EPOCH_VERSION = 4
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 8 << 20
@@ -149,17 +151,21 @@ class ReplicaFetcher:
                 partition_max_bytes=PARTITION_MAX_BYTES) for p in parts)) for topic, parts in by_topic.items()),
             forgotten_topics_data=(), rack_id="",
         )
-        resp = await conn.request(req, timeout=MAX_WAIT_MS / 1000 + 30)
-        for topic in resp.responses:
-            for r in topic.partitions:
-                key = (topic.topic, r.partition_index)
-                part = self.partitions.get(key)
-                if part is None or part.role != FOLLOWER:
-                    continue
-                self._apply(key, part, r)
+        sent, frame = await conn.request_frame(req, timeout=MAX_WAIT_MS / 1000 + 30)
+        correlation_id, error, partitions = decode_fetch_response(frame)
+        if correlation_id != sent:
+            raise ConnectionError(f"correlation id {correlation_id} does not match request {sent}")
+        if error != ErrorCode.none:
+            raise ConnectionError(f"fetch from leader {self.leader_id} failed: {ErrorCode(error).name}")
+        for topic, r in partitions:
+            key = (topic, r.index)
+            part = self.partitions.get(key)
+            if part is None or part.role != FOLLOWER:
+                continue
+            self._apply(key, part, r)
 
-    def _apply(self, key: tuple[str, int], part: Partition, r) -> None:
-        error = r.error_code
+    def _apply(self, key: tuple[str, int], part: Partition, r: PartitionResult) -> None:
+        error = ErrorCode(r.error_code)
         plog = part.log
         if error == ErrorCode.none:
             if r.records:

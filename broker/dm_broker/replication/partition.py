@@ -110,7 +110,7 @@ class Partition:
 
     # -- leader: appends and the high watermark ----------------------------------------------
 
-    async def append_as_leader(self, data: bytearray, headers: list[BatchHeader]) -> AppendResult:
+    async def append_as_leader(self, data: bytes | bytearray, headers: list[BatchHeader]) -> AppendResult:
         """Appends validated batches. Raises the producer-state errors; returns the original
         offsets for a retried batch instead of appending it twice."""
         if not self.is_leader:

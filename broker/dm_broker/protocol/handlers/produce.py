@@ -66,7 +66,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     raise KafkaError(ErrorCode.not_enough_replicas,
                                      f"ISR {part.isr} is smaller than min.insync.replicas="
                                      f"{settings['min.insync.replicas']}")
-                result = await part.append_as_leader(bytearray(records), headers)
+                result = await part.append_as_leader(records, headers)
                 if req.acks == -1:
                     # also for a retried batch: its first attempt may not be committed yet
                     try:
