@@ -91,3 +91,16 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def warm_memory(gigabytes: float) -> None:
+    """Touches and frees `gigabytes` of memory. On VMs with free page reporting (Firecracker,
+    virtio-balloon) the host discards the guest's free pages, so the first write to each page
+    the kernel hands out — including every new page-cache page a log append takes — costs a
+    host page fault (~2 us per 4 KiB, ~0.5 GB/s per core measured here). Touching memory just
+    before a run makes those pages resident again for the run; see docs/benchmarks.md."""
+    chunk = 256 << 20
+    # all held at once: a block freed and allocated again would get the same pages back
+    blocks = [bytearray(chunk) for _ in range(int(gigabytes * (1 << 30) // chunk))]  # zero-filled
+    del blocks
+
