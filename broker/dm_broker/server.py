@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from typing import Any
 
 from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
@@ -23,6 +24,7 @@ from .tasks import stop_tasks
 log = logging.getLogger(__name__)
 MIN_FRAME = 8  # api key, api version, correlation id
 WRITE_BUFFER_LIMIT = 1 << 20
+MAX_PIPELINED = 5  # requests of one connection in progress at once (librdkafka sends up to 5)
 IDLE_SWEEP_SECONDS = 30
 
 
@@ -108,6 +110,10 @@ class KafkaServer:
         return sent
 
     async def _serve(self, conn: FrameProtocol) -> None:
+        """Reads a connection's requests in order. The next request is read when the previous
+        one is answered, or earlier when its handler says order no longer depends on it (an
+        acks=all produce whose batches are appended and which only waits for the ISR), up to
+        MAX_PIPELINED requests; responses are written in request order by `_respond`."""
         transport = conn.transport
         assert transport is not None
         peername = transport.get_extra_info("peername")
@@ -118,31 +124,57 @@ class KafkaServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.metrics.connections.inc()
         self._connections[conn] = time.monotonic()
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue(MAX_PIPELINED)
+        responder = loop.create_task(self._respond(conn, answers, peer))
         try:
             while True:
                 frame = await conn.read_frame()
                 self._connections[conn] = time.monotonic()
-                response = await self.dispatcher.handle(frame, peer)
-                if transport.is_closing():
-                    return  # the client went away while its request waited (long-poll, join, fsync)
-                if response is not None:
-                    self._write(transport, response)
-                    if transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
-                        await conn.drain()
-        except FrameSizeError as exc:
-            self.metrics.closed_bad_frames.inc()
-            log.warning("closing %s: request size %d outside %d..%d (socket.request.max.bytes)",
-                        peer, exc.size, MIN_FRAME, self.max_request_bytes)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except asyncio.CancelledError:
-            pass  # the server is shutting down; end this connection's task quietly
-        except ProtocolError as exc:
-            self.metrics.closed_bad_frames.inc()
-            log.warning("closing %s: %s", peer, exc)
-        except Exception:
-            log.exception("closing %s after an unexpected error", peer)
+                ordered = loop.create_future()
+                task = loop.create_task(self.dispatcher.handle(frame, peer, ordered))
+                await answers.put(task)
+                await asyncio.wait((task, ordered, responder), return_when=asyncio.FIRST_COMPLETED)
+                if responder.done() or (task.done() and not task.cancelled() and task.exception() is not None):
+                    await responder  # it answers what came before, then logs the failure and closes
+                    return
+        except BaseException as exc:
+            self._log_close(peer, exc)
         finally:
+            # Every queued request is appended or answered by now (each was read only after the
+            # previous one released its order); what is left only waits to be confirmed.
+            await stop_tasks(responder)
+            while not answers.empty():
+                answers.get_nowait().cancel()
             self.metrics.connections.dec()
             self._connections.pop(conn, None)
             conn.close()
+
+    async def _respond(self, conn: FrameProtocol, answers: asyncio.Queue[asyncio.Task[Any]], peer: str) -> None:
+        transport = conn.transport
+        assert transport is not None
+        try:
+            while True:
+                task = await answers.get()
+                response = await task
+                # a client that went away (mid long-poll, join, fsync) still has every request it
+                # sent handled (acks=0 batches are appended), only the responses are dropped
+                if response is not None and not transport.is_closing():
+                    self._write(transport, response)
+                    if transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+                        await conn.drain()
+        except BaseException as exc:
+            self._log_close(peer, exc)
+            conn.close()
+
+    def _log_close(self, peer: str, exc: BaseException) -> None:
+        if isinstance(exc, FrameSizeError):
+            self.metrics.closed_bad_frames.inc()
+            log.warning("closing %s: request size %d outside %d..%d (socket.request.max.bytes)",
+                        peer, exc.size, MIN_FRAME, self.max_request_bytes)
+        elif isinstance(exc, ProtocolError):
+            self.metrics.closed_bad_frames.inc()
+            log.warning("closing %s: %s", peer, exc)
+        elif not isinstance(exc, asyncio.IncompleteReadError | ConnectionError | asyncio.CancelledError):
+            # CancelledError: the server is shutting down; the others: the client went away
+            log.error("closing %s after an unexpected error", peer, exc_info=exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -39,10 +40,17 @@ class RequestContext:
     header: RequestHeader
     response_cls: type
     peer: str
+    ordered: asyncio.Future[None] | None = None
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    def release_order(self) -> None:
+        """The rest of this request does not affect the order of later ones on the connection
+        (e.g. its batches are appended), so the server may read the next request meanwhile."""
+        if self.ordered is not None and not self.ordered.done():
+            self.ordered.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +79,8 @@ class Dispatcher:
             for s in sorted(self.apis.values(), key=lambda s: s.key)
         ]
 
-    async def handle(self, frame: bytes, peer: str) -> list[bytes | memoryview] | None:
+    async def handle(self, frame: bytes | memoryview, peer: str,
+                     ordered: asyncio.Future[None] | None = None) -> list[bytes | memoryview] | None:
         """Returns the response frame, or None when the request gets no response (acks=0).
         Raises ProtocolError when the connection must be closed."""
         api_key, version, correlation_id = peek_header(frame)
@@ -88,7 +97,7 @@ class Dispatcher:
         header, offset = decode_request(frame, req_cls.__flexible__)
         body = decode_body(frame, offset, req_cls)
         resp_cls = response_class(api_key, version)
-        ctx = RequestContext(self.broker, header, resp_cls, peer)
+        ctx = RequestContext(self.broker, header, resp_cls, peer, ordered)
         started = time.perf_counter()
         response = await spec.handler(ctx, body)
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)

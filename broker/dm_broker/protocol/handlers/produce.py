@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -21,88 +24,113 @@ from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
 
 
+@dataclass(slots=True)
+class _Outcome:
+    """One partition's answer, filled in as the request proceeds."""
+
+    index: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    record_errors: tuple[Any, ...] = ()
+    base_offset: int = -1
+    append_time: int = -1
+    log_start: int = -1
+    committed: Awaitable[None] | None = None  # acks=all: resolves when the ISR has the batch
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
-    broker = ctx.broker
+    """Appends every partition's batch first, then (acks=all) waits for the ISR on all of them
+    at once; once the appends are done the connection may read its next request (ADR 0003)."""
     cls = ctx.response_cls
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
     batch_error_cls = nested_optional(cls, "BatchIndexAndErrorMessage")
-    metrics = broker.metrics
-    topics = []
-    for topic in req.topic_data:
-        results = []
-        for pdata in topic.partition_data:
-            error, message, base_offset, append_time, start = ErrorCode.none, None, -1, -1, -1
-            record_errors: tuple[Any, ...] = ()
-            try:
-                if req.transactional_id is not None:
-                    raise KafkaError(ErrorCode.transactional_id_authorization_failed,
-                                     "transactions are not supported by dm")
-                if req.acks not in (0, 1, -1):
-                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {req.acks}")
-                part = broker.partition(topic.name, pdata.index)
-                if part is None:
-                    raise KafkaError(broker.missing_partition_error(topic.name, pdata.index),
-                                     f"{topic.name}-{pdata.index} is not on broker {broker.node_id}")
-                if not part.is_leader:
-                    raise KafkaError(ErrorCode.not_leader_or_follower,
-                                     f"broker {broker.node_id} does not lead {topic.name}-{pdata.index}")
-                if topic.name in INTERNAL_TOPICS:
-                    raise KafkaError(ErrorCode.invalid_topic_exception,
-                                     f"{topic.name} is internal; clients cannot write to it")
-                records = pdata.records
-                if not records:
-                    raise KafkaError(ErrorCode.invalid_record, "no records")
-                settings = part.log.settings
-                headers = validate_batches(records, settings["max.message.bytes"])
-                if len(headers) != 1:
-                    raise KafkaError(ErrorCode.invalid_record, "a produce request carries exactly one batch "
-                                     "per partition")
-                if headers[0].is_transactional or headers[0].is_control:
-                    raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by dm")
-                if settings.compacted and any(r.key is None for r in decode_records(records)):
-                    raise KafkaError(ErrorCode.invalid_record, "compacted topics only accept records with a key")
-                if req.acks == -1 and len(part.isr) < settings["min.insync.replicas"]:
-                    raise KafkaError(ErrorCode.not_enough_replicas,
-                                     f"ISR {part.isr} is smaller than min.insync.replicas="
-                                     f"{settings['min.insync.replicas']}")
-                result = await part.append_as_leader(records, headers)
-                if req.acks == -1:
-                    # also for a retried batch: its first attempt may not be committed yet
-                    try:
-                        await part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
-                    except TimeoutError:
-                        raise KafkaError(ErrorCode.request_timed_out, "the ISR did not confirm the batch in "
-                                         "time; it may still be committed") from None
-                base_offset, append_time = result.base_offset, result.log_append_time
-                start = part.log.log_start_offset
-                if not result.duplicate:
-                    metrics.bytes_in.labels(topic.name).inc(len(records))
-                    metrics.messages_in.labels(topic.name).inc(headers[0].records_count)
-            except KafkaError as exc:
-                error, message = exc.code, exc.message
-            except NotLeaderError as exc:
-                error, message = ErrorCode.not_leader_or_follower, str(exc)
-            except RecordTooLargeError as exc:
-                error, message = ErrorCode.message_too_large, str(exc)
-            except CorruptRecordError as exc:
-                error, message = ErrorCode.corrupt_message, str(exc)
-            except InvalidRecordError as exc:
-                error, message = ErrorCode.invalid_record, str(exc)
-                if batch_error_cls is not None:
-                    record_errors = (batch_error_cls(batch_index=0, batch_index_error_message=str(exc)),)
-            except OutOfOrderSequenceError as exc:
-                error, message = ErrorCode.out_of_order_sequence_number, str(exc)
-            except InvalidProducerEpochError as exc:
-                error, message = ErrorCode.invalid_producer_epoch, str(exc)
-            if error != ErrorCode.none:
-                metrics.request_errors.labels("produce", error.name).inc()
-            results.append(make(
-                part_cls, index=pdata.index, error_code=error, base_offset=base_offset,
-                log_append_time=ms_to_datetime(append_time), log_start_offset=start,
-                record_errors=record_errors, error_message=message,
-            ))
-        topics.append(make(topic_cls, name=topic.name, partition_responses=tuple(results)))
+    outcomes = [(topic.name, [await _append(ctx, req, topic.name, pdata, batch_error_cls)
+                              for pdata in topic.partition_data]) for topic in req.topic_data]
+    ctx.release_order()
+    waits = [(outcome, outcome.committed) for _, parts in outcomes for outcome in parts if outcome.committed]
+    if waits:
+        results = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
+        for (outcome, _), result in zip(waits, results, strict=True):
+            if isinstance(result, BaseException):
+                _fail(ctx, outcome, result, batch_error_cls)
     if req.acks == 0:
         return None
-    return make(cls, responses=tuple(topics), throttle_time=ZERO)
+    return make(cls, responses=tuple(make(topic_cls, name=name, partition_responses=tuple(make(
+        part_cls, index=o.index, error_code=o.error, base_offset=o.base_offset,
+        log_append_time=ms_to_datetime(o.append_time), log_start_offset=o.log_start,
+        record_errors=o.record_errors, error_message=o.message,
+    ) for o in parts)) for name, parts in outcomes), throttle_time=ZERO)
+
+
+async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_error_cls: type | None) -> _Outcome:
+    broker = ctx.broker
+    outcome = _Outcome(pdata.index)
+    try:
+        if req.transactional_id is not None:
+            raise KafkaError(ErrorCode.transactional_id_authorization_failed, "transactions are not supported by dm")
+        if req.acks not in (0, 1, -1):
+            raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {req.acks}")
+        part = broker.partition(topic, pdata.index)
+        if part is None:
+            raise KafkaError(broker.missing_partition_error(topic, pdata.index),
+                             f"{topic}-{pdata.index} is not on broker {broker.node_id}")
+        if not part.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"broker {broker.node_id} does not lead {topic}-{pdata.index}")
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.invalid_topic_exception, f"{topic} is internal; clients cannot write to it")
+        records = pdata.records
+        if not records:
+            raise KafkaError(ErrorCode.invalid_record, "no records")
+        settings = part.log.settings
+        headers = validate_batches(records, settings["max.message.bytes"])
+        if len(headers) != 1:
+            raise KafkaError(ErrorCode.invalid_record, "a produce request carries exactly one batch per partition")
+        if headers[0].is_transactional or headers[0].is_control:
+            raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by dm")
+        if settings.compacted and any(r.key is None for r in decode_records(records)):
+            raise KafkaError(ErrorCode.invalid_record, "compacted topics only accept records with a key")
+        if req.acks == -1 and len(part.isr) < settings["min.insync.replicas"]:
+            raise KafkaError(ErrorCode.not_enough_replicas, f"ISR {part.isr} is smaller than min.insync.replicas="
+                             f"{settings['min.insync.replicas']}")
+        result = await part.append_as_leader(records, headers)
+        if req.acks == -1:
+            # also for a retried batch: its first attempt may not be committed yet
+            outcome.committed = part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
+        outcome.base_offset, outcome.append_time = result.base_offset, result.log_append_time
+        outcome.log_start = part.log.log_start_offset
+        if not result.duplicate:
+            broker.metrics.bytes_in.labels(topic).inc(len(records))
+            broker.metrics.messages_in.labels(topic).inc(headers[0].records_count)
+    except Exception as exc:
+        _fail(ctx, outcome, exc, batch_error_cls)
+    return outcome
+
+
+def _fail(ctx: RequestContext, outcome: _Outcome, exc: BaseException, batch_error_cls: type | None) -> None:
+    """Maps an append or commit failure to the partition's error code; anything else is a bug
+    and propagates."""
+    if isinstance(exc, KafkaError):
+        outcome.error, outcome.message = exc.code, exc.message
+    elif isinstance(exc, TimeoutError):
+        outcome.error = ErrorCode.request_timed_out
+        outcome.message = "the ISR did not confirm the batch in time; it may still be committed"
+    elif isinstance(exc, NotLeaderError):
+        outcome.error, outcome.message = ErrorCode.not_leader_or_follower, str(exc)
+    elif isinstance(exc, RecordTooLargeError):
+        outcome.error, outcome.message = ErrorCode.message_too_large, str(exc)
+    elif isinstance(exc, CorruptRecordError):
+        outcome.error, outcome.message = ErrorCode.corrupt_message, str(exc)
+    elif isinstance(exc, InvalidRecordError):
+        outcome.error, outcome.message = ErrorCode.invalid_record, str(exc)
+        if batch_error_cls is not None:
+            outcome.record_errors = (batch_error_cls(batch_index=0, batch_index_error_message=str(exc)),)
+    elif isinstance(exc, OutOfOrderSequenceError):
+        outcome.error, outcome.message = ErrorCode.out_of_order_sequence_number, str(exc)
+    elif isinstance(exc, InvalidProducerEpochError):
+        outcome.error, outcome.message = ErrorCode.invalid_producer_epoch, str(exc)
+    else:
+        raise exc
+    outcome.base_offset = outcome.append_time = outcome.log_start = -1
+    ctx.broker.metrics.request_errors.labels("produce", outcome.error.name).inc()
