@@ -93,14 +93,20 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def warm_memory(gigabytes: float) -> None:
-    """Touches and frees `gigabytes` of memory. On VMs with free page reporting (Firecracker,
-    virtio-balloon) the host discards the guest's free pages, so the first write to each page
-    the kernel hands out — including every new page-cache page a log append takes — costs a
-    host page fault (~2 us per 4 KiB, ~0.5 GB/s per core measured here). Touching memory just
-    before a run makes those pages resident again for the run; see docs/benchmarks.md."""
+def warm_memory(gigabytes: float, settle_s: float = 0) -> None:
+    """Touches and frees `gigabytes` of memory, then waits `settle_s` seconds.
+
+    On VMs with free page reporting (Firecracker, virtio-balloon) the host discards the guest's
+    free pages, so the first write to each page the kernel hands out — including every new
+    page-cache page a log append takes — costs a host page fault (~2 us per 4 KiB, measured
+    0.5-0.8 GB/s per core here against 2-4 GB/s warm; `python -m bench.page_cache`). Touching
+    memory makes it resident again. The guest reports part of what was just freed within a few
+    seconds (here ~1 GB of 4 within 1-5 s): starting at once keeps more of it warm, waiting
+    (`settle_s`) keeps that reporting out of the run. See docs/benchmarks.md."""
+    if gigabytes <= 0:
+        return
     chunk = 256 << 20
     # all held at once: a block freed and allocated again would get the same pages back
     blocks = [bytearray(chunk) for _ in range(int(gigabytes * (1 << 30) // chunk))]  # zero-filled
     del blocks
-
+    time.sleep(settle_s)

@@ -17,7 +17,9 @@ from .config import BrokerConfig
 from .controller.client import HttpControllerClient, LocalControllerClient
 from .http.app import make_app
 from .log.checkpoints import atomic_write
+from .metrics import watch_event_loop
 from .server import KafkaServer
+from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +85,11 @@ async def serve(config: BrokerConfig, banner: bool = False) -> None:
         print_banner(listeners["kafka"], http_port)
     print(f"DM_READY {json.dumps(listeners)}", flush=True)
     tune_gc()
+    loop_watch = asyncio.create_task(watch_event_loop(broker.metrics))
 
     await stop.wait()
     log.info("shutting down broker %d", broker.node_id)
+    await stop_tasks(loop_watch)
     if embedded is None:
         await broker.controlled_shutdown()
     await server.close()

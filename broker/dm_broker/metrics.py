@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -11,6 +13,8 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from .broker import Broker
+
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -73,6 +77,10 @@ class BrokerMetrics:
         self.request_errors = Counter("dm_request_errors", "Partition-level errors returned", ["api", "error"],
                                       registry=r)
         self.connections = Gauge("dm_active_connections", "Open Kafka connections", registry=r)
+        self.event_loop_lag = Histogram(
+            "dm_event_loop_lag_seconds", "How late a timer probing the event loop every 50 ms fired: time the "
+            "loop (and so every request) was kept from running", registry=r, buckets=LATENCY_BUCKETS,
+        )
         self.closed_bad_frames = Counter("dm_connections_closed_bad_input",
                                          "Connections closed for malformed or oversized frames", registry=r)
         r.register(_LogCollector(broker))
@@ -84,3 +92,22 @@ class BrokerMetrics:
                 metric.remove(topic)
             except KeyError:
                 pass
+
+
+LOOP_PROBE_SECONDS = 0.05
+SLOW_LOOP_SECONDS = 0.5
+
+
+async def watch_event_loop(metrics: BrokerMetrics) -> None:
+    """Records how late a periodic timer fires. A Python broker is one event loop: anything that
+    holds it (a slow handler, a GC pause, a starved CPU) delays every request at once, and this is
+    where an operator sees it."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(LOOP_PROBE_SECONDS)
+        lag = max(loop.time() - started - LOOP_PROBE_SECONDS, 0.0)
+        metrics.event_loop_lag.observe(lag)
+        if lag > SLOW_LOOP_SECONDS:
+            log.warning("the event loop was blocked for %.0f ms", lag * 1000)
+

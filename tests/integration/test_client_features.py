@@ -93,6 +93,8 @@ def test_http_health_ready_and_metrics(broker, topic_name):
     assert broker.metric("dm_active_connections") >= 0
     _, text = broker.http_get("/metrics")
     assert 'dm_request_duration_seconds_bucket{api="Produce"' in text
+    # the event-loop probe runs every 50 ms from start-up on
+    assert broker.metric("dm_event_loop_lag_seconds_count") > 0
 
 
 def run_dm(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -55,15 +55,18 @@ def run(args: argparse.Namespace) -> None:
     bootstrap = []
     for i in range(args.brokers):
         cmd = [*py, "broker", "--node-id", str(i), "--data-dir", str(data / f"broker-{i}"), "--port",
-               str(args.port + i), "--http-port", str(args.http_port + i), "--controller", url, *overrides]
+               str(args.port + i), "--http-port", str(args.http_port + i if args.http_port >= 0 else -1),
+               "--controller", url, *overrides]
         proc, binfo = _start(cmd, data / f"broker-{i}.log", env)
         procs.append(proc)
         bootstrap.append(binfo["kafka"])
     servers = ",".join(bootstrap)
+    metrics = (f"Metrics: http://127.0.0.1:{args.http_port}/metrics (broker i on port {args.http_port}+i)"
+               if args.http_port >= 0 else "Metrics: off (--http-port -1)")
     print(f"""
 dm cluster is running: controller {url}, {args.brokers} brokers.
 Bootstrap servers: {servers}
-Logs: {data}/*.log   Metrics: http://127.0.0.1:{args.http_port}/metrics (one port per broker)
+Logs: {data}/*.log   {metrics}
 
   .venv/bin/dm topics create demo --partitions 6 --replication-factor 3 --bootstrap {bootstrap[0]}
   .venv/bin/dm topics describe demo --bootstrap {bootstrap[0]}
@@ -104,7 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--port", type=int, default=9092, help="Kafka port of broker 0; broker i uses port+i")
-    p.add_argument("--http-port", type=int, default=8080, help="HTTP port of broker 0; broker i uses port+i")
+    p.add_argument("--http-port", type=int, default=8080,
+                   help="HTTP port of broker 0; broker i uses port+i; -1: no HTTP port")
     p.add_argument("--controller-port", type=int, default=9990)
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property for every broker")
     p.set_defaults(func=run)
