@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -26,6 +27,11 @@ MIN_FRAME = 8  # api key, api version, correlation id
 WRITE_BUFFER_LIMIT = 1 << 20
 MAX_PIPELINED = 5  # requests of one connection in progress at once (librdkafka sends up to 5)
 IDLE_SWEEP_SECONDS = 30
+
+
+def _release(ordered: asyncio.Future[None], _: asyncio.Task[Any]) -> None:
+    if not ordered.done():
+        ordered.set_result(None)
 
 
 class KafkaServer:
@@ -133,8 +139,9 @@ class KafkaServer:
                 self._connections[conn] = time.monotonic()
                 ordered = loop.create_future()
                 task = loop.create_task(self.dispatcher.handle(frame, peer, ordered))
+                task.add_done_callback(functools.partial(_release, ordered))  # a finished request is ordered too
                 await answers.put(task)
-                await asyncio.wait((task, ordered, responder), return_when=asyncio.FIRST_COMPLETED)
+                await ordered
                 if responder.done() or (task.done() and not task.cancelled() and task.exception() is not None):
                     await responder  # it answers what came before, then logs the failure and closes
                     return

@@ -27,7 +27,7 @@ class Decoded:
     next_offset: int
 
 
-def decode_records(data: bytes, topic: str, partition: int, start: int, end: int,
+def decode_records(data: bytes | memoryview, topic: str, partition: int, start: int, end: int,
                    include_headers: bool) -> Decoded:
     """Rows with start <= offset < end from the record batches in `data` (a fetch response's
     records; a trailing partial batch is ignored). Control batches (transaction markers) are skipped."""
@@ -56,7 +56,7 @@ def decode_records(data: bytes, topic: str, partition: int, start: int, end: int
     if not sections:
         return Decoded(empty_batch(include_headers), next_offset)
 
-    payload = b"".join(sections) + bytes(_PAD)
+    payload = b"".join([*sections, bytes(_PAD)])  # one copy of the records, padding included
     buf = np.frombuffer(payload, dtype=np.uint8)
     starts, record_ends = _record_bounds(payload, len(payload) - _PAD)
     per_batch = np.asarray(counts, dtype=np.int64)

@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dm_broker.protocol.build import make, nested
-from dm_broker.protocol.client import decode_response, encode_request
+from dm_broker.protocol.client import check_correlation, decode_response, encode_request
 from dm_broker.protocol.codec import request_class
+from dm_broker.protocol.fetch_decoder import VERSION as FETCH_VERSION
+from dm_broker.protocol.fetch_decoder import decode_fetch_response
 from kio.schema.errors import ErrorCode
 
 from .errors import DmSourceError
 
 METADATA_VERSION = 12
 LIST_OFFSETS_VERSION = 7
-FETCH_VERSION = 12
 EARLIEST = -2
 LATEST = -1
 RETRIABLE = frozenset({
@@ -60,17 +61,18 @@ class BrokerConnection:
         self.client_id = client_id
         self._correlation = 0
 
-    def request(self, body: Any) -> Any:
-        api_key, version = int(body.__api_key__), int(body.__version__)
+    def request_frame(self, body: Any) -> memoryview:
+        """Sends a request; returns the undecoded response frame, its correlation id checked."""
         self._correlation += 1
-        self.sock.sendall(encode_request(api_key, version, self._correlation, body, self.client_id))
+        self.sock.sendall(encode_request(int(body.__api_key__), int(body.__version__), self._correlation, body,
+                                         self.client_id))
         (size,) = _SIZE.unpack(self._read_exactly(4))
-        got, response = decode_response(api_key, version, self._read_exactly(size))
-        if got != self._correlation:
-            raise ConnectionError(f"{self.address}: correlation id {got} does not match {self._correlation}")
-        return response
+        frame = self._read_exactly(size)
+        check_correlation(frame, self._correlation)
+        return frame
 
-    def _read_exactly(self, size: int) -> bytes:
+    def _read_exactly(self, size: int) -> memoryview:
+        """Received in place; read-only because kio refuses writable buffers."""
         buf = bytearray(size)
         view = memoryview(buf)
         got = 0
@@ -79,7 +81,7 @@ class BrokerConnection:
             if n == 0:
                 raise ConnectionError(f"{self.address} closed the connection")
             got += n
-        return bytes(buf)
+        return view.toreadonly()
 
     def close(self) -> None:
         self.sock.close()
@@ -104,7 +106,7 @@ class FetchResult:
     error: ErrorCode
     high_watermark: int
     log_start_offset: int
-    records: bytes
+    records: bytes | memoryview
 
 
 class DmClient:
@@ -133,8 +135,11 @@ class DmClient:
             conn.close()
 
     def _send(self, address: tuple[str, int], body: Any) -> Any:
+        return decode_response(int(body.__api_key__), int(body.__version__), self._send_frame(address, body))[1]
+
+    def _send_frame(self, address: tuple[str, int], body: Any) -> memoryview:
         try:
-            return self._connection(address).request(body)
+            return self._connection(address).request_frame(body)
         except (OSError, ConnectionError, EOFError):
             self._drop(address)
             raise
@@ -246,18 +251,20 @@ class DmClient:
             problem = "no leader"
             if address is not None:
                 try:
-                    resp = self._send(address, req)
+                    # decoded by hand: the records stay a view of the received frame (no copy)
+                    _, error, partitions = decode_fetch_response(self._send_frame(address, req))
                 except (OSError, ConnectionError) as exc:
                     problem = str(exc)
                 else:
-                    if resp.error_code != ErrorCode.none:
-                        problem = resp.error_code.name
+                    if error != ErrorCode.none:
+                        problem = ErrorCode(error).name
                     else:
-                        data = resp.responses[0].partitions[0]
-                        if data.error_code not in RETRIABLE:
-                            return FetchResult(data.error_code, data.high_watermark, data.log_start_offset,
-                                               bytes(data.records or b""))
-                        problem = data.error_code.name
+                        _, data = next(partitions)
+                        code = ErrorCode(data.error_code)
+                        if code not in RETRIABLE:
+                            return FetchResult(code, data.high_watermark, data.log_start_offset,
+                                               data.records if data.records is not None else b"")
+                        problem = code.name
             if time.monotonic() > deadline:
                 raise DmSourceError(f"fetching {topic}-{partition} at offset {offset} failed for "
                                     f"{self.timeout:.0f} s: {problem}")

@@ -211,8 +211,9 @@ class PartitionLog:
         first = located[0][1]
         if leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first.base_offset)
-        self._maybe_roll(sum(len(c) for c in chunks), first)
-        self.active.append(chunks, located)
+        size = sum(len(c) for c in chunks)
+        self._maybe_roll(size, first)
+        self.active.append(chunks, size, located)
         messages = 0
         for _, header in located:
             self.producers.update(header, header.base_offset)

@@ -13,7 +13,6 @@ from .index import OffsetIndex, TimeIndex
 from .records import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, BatchHeader, parse_header
 
 SCAN_CHUNK = 8 << 20
-IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 
 
 def segment_name(base_offset: int) -> str:
@@ -64,13 +63,13 @@ class Segment:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, chunks: list[bytes | bytearray | memoryview], batches: list[tuple[int, BatchHeader]]) -> None:
-        """Writes already-stamped batches, given as consecutive chunks; `batches` holds
-        (position relative to the first chunk, header)."""
+    def append(self, chunks: list[bytes | bytearray | memoryview], total: int,
+               batches: list[tuple[int, BatchHeader]]) -> None:
+        """Writes already-stamped batches, given as consecutive chunks of `total` bytes (two per
+        batch at most); `batches` holds (position relative to the first chunk, header)."""
         start = self.size
-        total = sum(len(c) for c in chunks)
-        written = os.pwritev(self.fd, chunks, start) if len(chunks) <= IOV_MAX else 0
-        if written < total:  # a short write (or too many chunks): write the rest piece by piece
+        written = os.pwritev(self.fd, chunks, start)
+        if written < total:  # a short write: the rest piece by piece
             rest = memoryview(b"".join(chunks))[written:]
             while rest:
                 n = os.pwrite(self.fd, rest, start + written)

@@ -96,7 +96,7 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
             pos = _walk(payload, buf, pos, flexible)
         elif kind == "array":
             (item_kind, item), nullable = payload
-            n, pos = _length(buf, pos, flexible, ">i")
+            n, pos = _length(buf, pos, flexible, I32)
             if n < 0 and not nullable:
                 # kio reads -1 as None even where the schema forbids null; Kafka rejects that
                 raise BoundsError("null array in a non-nullable field")
@@ -122,19 +122,22 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
     return pos
 
 
-def _length(buf: bytes, pos: int, flexible: bool, legacy: str) -> tuple[int, int]:
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+
+
+def _length(buf: bytes, pos: int, flexible: bool, legacy: struct.Struct) -> tuple[int, int]:
     """A length prefix: compact (uvarint of n+1) in flexible versions, else int16/int32."""
     if flexible:
         n, pos = read_uvarint(buf, pos)
         return n - 1, pos
-    size = struct.calcsize(legacy)
-    if pos + size > len(buf):
+    if pos + legacy.size > len(buf):
         raise BoundsError("truncated length")
-    return struct.unpack_from(legacy, buf, pos)[0], pos + size
+    return legacy.unpack_from(buf, pos)[0], pos + legacy.size
 
 
 def _varlen(buf: bytes, pos: int, flexible: bool, kafka_type: str) -> int:
-    n, pos = _length(buf, pos, flexible, ">h" if kafka_type == "string" else ">i")
+    n, pos = _length(buf, pos, flexible, I16 if kafka_type == "string" else I32)
     if n > len(buf) - pos:
         raise BoundsError(f"{kafka_type} of {n} bytes with {len(buf) - pos} left")
     return pos + max(n, 0)

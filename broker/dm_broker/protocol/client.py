@@ -33,9 +33,10 @@ def encode_request(api_key: int, version: int, correlation_id: int, body: Any, c
     entity_writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
                                               correlation_id=correlation_id, client_id=client_id))
     entity_writer(cls)(buf, body)
-    data = bytearray(buf.getvalue())
-    SIZE.pack_into(data, 0, len(data) - 4)
-    return bytes(data)
+    size = buf.tell() - 4
+    buf.seek(0)
+    buf.write(SIZE.pack(size))
+    return buf.getvalue()
 
 
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
@@ -46,6 +47,13 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
     bounds.check(cls, frame, offset)  # a forged length must not abort this process either
     body, _ = entity_reader(cls)(frame, offset)
     return header.correlation_id, body
+
+
+def check_correlation(frame: bytes | memoryview, expected: int) -> None:
+    """Every response header starts with the request's correlation id."""
+    (got,) = SIZE.unpack_from(frame, 0)
+    if got != expected:
+        raise ConnectionError(f"correlation id {got} does not match request {expected}")
 
 
 class KafkaConnection:
@@ -62,14 +70,11 @@ class KafkaConnection:
         return cls(await asyncio.wait_for(open_frame_connection(host, port), timeout), client_id)
 
     async def request(self, body: Any, timeout: float = 30) -> Any:
-        correlation_id, frame = await self.request_frame(body, timeout)
-        got, response = decode_response(int(body.__api_key__), int(body.__version__), frame)
-        if got != correlation_id:
-            raise ConnectionError(f"correlation id {got} does not match request {correlation_id}")
-        return response
+        frame = await self.request_frame(body, timeout)
+        return decode_response(int(body.__api_key__), int(body.__version__), frame)[1]
 
-    async def request_frame(self, body: Any, timeout: float = 30) -> tuple[int, memoryview]:
-        """Sends a request; returns its correlation id and the undecoded response frame."""
+    async def request_frame(self, body: Any, timeout: float = 30) -> memoryview:
+        """Sends a request; returns the undecoded response frame, its correlation id checked."""
         async with self._lock:
             self._correlation += 1
             correlation_id = self._correlation
@@ -77,7 +82,8 @@ class KafkaConnection:
                                            self.client_id))
             await self.conn.drain()
             frame = await asyncio.wait_for(self.conn.read_frame(), timeout)
-        return correlation_id, frame
+        check_correlation(frame, correlation_id)
+        return frame
 
     async def send_raw(self, frame: bytes) -> None:
         self.conn.write(frame)

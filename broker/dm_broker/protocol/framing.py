@@ -108,7 +108,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if size > len(staging) // 2:
                 # Large frame: the rest is received straight into a buffer of its own.
                 frame = bytearray(size)
-                frame[:have] = staging[body:self._end]
+                frame[:have] = memoryview(staging)[body:self._end]
                 self._frame, self._filled = frame, have
                 self._start = self._end = 0
             break
@@ -122,17 +122,19 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def _push(self, frame: memoryview) -> None:
         self._frames.append(frame)
-        if len(self._frames) >= QUEUED_FRAMES_LIMIT and not self._reading_paused and self.transport is not None:
-            self.transport.pause_reading()
-            self._reading_paused = True
+        if len(self._frames) >= QUEUED_FRAMES_LIMIT:
+            self._pause_reading()
         self._wake()
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
-        if self.transport is not None and not self._reading_paused:
+        self._pause_reading()
+        self._wake()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
             self.transport.pause_reading()
             self._reading_paused = True
-        self._wake()
 
     def _finish(self, exc: BaseException | None) -> None:
         self._closed = True
@@ -172,19 +174,12 @@ class FrameProtocol(asyncio.BufferedProtocol):
         assert self.transport is not None
         self.transport.write(data)
 
-    def writelines(self, chunks: list) -> None:
-        assert self.transport is not None
-        self.transport.writelines(chunks)
-
     async def drain(self) -> None:
         if self.transport is None or self.transport.is_closing():
             await asyncio.sleep(0)  # let connection_lost run, as StreamWriter.drain does
             if self._error is not None:
                 raise ConnectionResetError("connection lost") from self._error
         await self._writable.wait()
-
-    def is_closing(self) -> bool:
-        return self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -194,7 +189,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         await self._lost
 
 
-async def open_frame_connection(host: str, port: int, max_size: int = 1 << 30) -> FrameProtocol:
+async def open_frame_connection(host: str, port: int) -> FrameProtocol:
     loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_connection(lambda: FrameProtocol(0, max_size), host, port)
+    _, protocol = await loop.create_connection(FrameProtocol, host, port)
     return protocol

@@ -151,10 +151,8 @@ class ReplicaFetcher:
                 partition_max_bytes=PARTITION_MAX_BYTES) for p in parts)) for topic, parts in by_topic.items()),
             forgotten_topics_data=(), rack_id="",
         )
-        sent, frame = await conn.request_frame(req, timeout=MAX_WAIT_MS / 1000 + 30)
-        correlation_id, error, partitions = decode_fetch_response(frame)
-        if correlation_id != sent:
-            raise ConnectionError(f"correlation id {correlation_id} does not match request {sent}")
+        frame = await conn.request_frame(req, timeout=MAX_WAIT_MS / 1000 + 30)
+        _, error, partitions = decode_fetch_response(frame)
         if error != ErrorCode.none:
             raise ConnectionError(f"fetch from leader {self.leader_id} failed: {ErrorCode(error).name}")
         for topic, r in partitions:

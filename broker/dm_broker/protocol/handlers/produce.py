@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ from ...log.records import (
     decode_records,
     validate_batches,
 )
-from ...replication.partition import NotLeaderError
+from ...replication.partition import NotLeaderError, Partition
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
@@ -35,7 +34,7 @@ class _Outcome:
     base_offset: int = -1
     append_time: int = -1
     log_start: int = -1
-    committed: Awaitable[None] | None = None  # acks=all: resolves when the ISR has the batch
+    commit: tuple[Partition, int] | None = None  # acks=all: the offset the partition's ISR must reach
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
@@ -48,12 +47,16 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     outcomes = [(topic.name, [await _append(ctx, req, topic.name, pdata, batch_error_cls)
                               for pdata in topic.partition_data]) for topic in req.topic_data]
     ctx.release_order()
-    waits = [(outcome, outcome.committed) for _, parts in outcomes for outcome in parts if outcome.committed]
-    if waits:
-        results = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
-        for (outcome, _), result in zip(waits, results, strict=True):
-            if isinstance(result, BaseException):
-                _fail(ctx, outcome, result, batch_error_cls)
+    # One after another against one deadline: every batch is already appended, so this takes as
+    # long as the slowest partition, without a task per partition.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + req.timeout.total_seconds()
+    for outcome in (o for _, parts in outcomes for o in parts if o.commit is not None):
+        part, offset = outcome.commit
+        try:
+            await part.wait_for_hw(offset, max(deadline - loop.time(), 0))
+        except Exception as exc:
+            _fail(ctx, outcome, exc, batch_error_cls)
     if req.acks == 0:
         return None
     return make(cls, responses=tuple(make(topic_cls, name=name, partition_responses=tuple(make(
@@ -97,7 +100,7 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
         result = await part.append_as_leader(records, headers)
         if req.acks == -1:
             # also for a retried batch: its first attempt may not be committed yet
-            outcome.committed = part.wait_for_hw(result.last_offset + 1, req.timeout.total_seconds())
+            outcome.commit = (part, result.last_offset + 1)
         outcome.base_offset, outcome.append_time = result.base_offset, result.log_append_time
         outcome.log_start = part.log.log_start_offset
         if not result.duplicate:
