@@ -92,7 +92,7 @@ def create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
 def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: int = 5, warm_gb: float = 0) -> dict:
     warm_memory(warm_gb)
     flags = ["--topic", topic, "--records", str(records), "--record-size", "1024", "--acks", "all",
-             "--latency-sample", "4", "--linger-ms", str(linger_ms)]
+             "--latency-sample", "4", "--linger-ms", str(linger_ms), "--warm-up"]
     return dm_bench("produce", bootstrap, *flags, *(["--rate", str(rate)] if rate else []))
 
 

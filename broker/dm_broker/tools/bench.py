@@ -92,12 +92,13 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
         else:
             latencies.append(msg.latency())
 
-    # Warm-up, not measured: one record per partition, so the connections to every leader exist
-    # and the first measured records do not carry the client's connection setup in their latency.
-    for partition in producer.list_topics(topic, timeout=10).topics[topic].partitions:
-        producer.produce(topic, payload, partition=partition)
-    if producer.flush(30):
-        fail(f"warm-up records were not acknowledged by {bootstrap}")
+    if args.warm_up:
+        # not measured: one record per partition, so the connections to every leader exist and the
+        # first measured records do not carry the client's connection setup in their latency
+        for partition in producer.list_topics(topic, timeout=10).topics[topic].partitions:
+            producer.produce(topic, payload, partition=partition)
+        if producer.flush(30):
+            fail(f"warm-up records were not acknowledged by {bootstrap}")
     n = args.records
     produce_call = producer.produce
     poll = producer.poll
@@ -204,6 +205,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--idempotence", action="store_true")
     p.add_argument("--latency-sample", type=int, default=16, help="measure latency on one record in N")
+    p.add_argument("--warm-up", action="store_true",
+                   help="produce one unmeasured record per partition first (the topic gets those records too)")
     p.add_argument("--rate", type=float, default=0, help="offered load in records/s (0: as fast as possible)")
     p.add_argument("--fetch-max-bytes", type=int, default=50 * 1024 * 1024)
     p.add_argument("--timeout", type=float, default=600)
