@@ -1,0 +1,186 @@
+"""Using a testbed from tests and scripts: start it (as a detached supervisor), wait until ready,
+run kubectl against it, call its chaos primitives, stop it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import cleanup
+from .settings import TestbedSettings
+
+TESTBED_ROOT = Path(__file__).resolve().parents[1]
+
+
+class TestbedError(RuntimeError):
+    pass
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def why_unavailable(settings: TestbedSettings) -> str | None:
+    """A reason the testbed cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return "the testbed needs root (network and mount namespaces)"
+    if not shutil.which("ip"):
+        return "iproute2 (`ip`) is missing"
+    if not shutil.which("etcd"):
+        return "etcd is missing (scripts/k8s-build.sh installs etcd-server)"
+    missing = [b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+               if not (settings.bin_dir / b).exists()]
+    if missing:
+        return f"Kubernetes binaries not built ({', '.join(missing)}); run scripts/k8s-build.sh"
+    probe = f"{settings.prefix}-probe-{os.getpid()}"
+    result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return f"cannot create network namespaces: {result.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
+    return None
+
+
+class Testbed:
+    def __init__(self, settings: TestbedSettings) -> None:
+        self.settings = settings
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, settings: TestbedSettings | None = None, owner_pid: int | None = None,
+              timeout_s: float = 120) -> Testbed:
+        settings = settings or TestbedSettings.from_env()
+        reason = why_unavailable(settings)
+        if reason:
+            raise TestbedError(reason)
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = settings.run_dir / "logs"
+        log_dir.mkdir(exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(TESTBED_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        argv = [sys.executable, "-m", "dm_testbed", "up", "--foreground"]
+        if owner_pid:
+            argv += ["--owner-pid", str(owner_pid)]
+        with open(settings.run_dir / cleanup.SUPERVISOR_OUT, "wb") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                                    start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = cleanup.read_state(settings)
+            if state.get("pid") == proc.pid and state.get("phase") == "ready":
+                return cls(settings)
+            if state.get("pid") == proc.pid and state.get("phase") == "failed":
+                raise TestbedError(f"testbed failed to start: {state.get('error')}\n{cls._out_tail(settings)}")
+            if proc.poll() is not None:
+                raise TestbedError(f"testbed exited with {proc.returncode}\n{cls._out_tail(settings)}")
+            time.sleep(0.1)
+        proc.terminate()
+        raise TestbedError(f"testbed not ready after {timeout_s:.0f}s\n{cls._out_tail(settings)}")
+
+    @classmethod
+    def attach(cls, settings: TestbedSettings | None = None) -> Testbed:
+        """A testbed already running (`make k8s-up`)."""
+        settings = settings or TestbedSettings.from_env()
+        if cleanup.supervisor_pid(settings) is None or cleanup.read_state(settings).get("phase") != "ready":
+            raise TestbedError(f"no testbed is running from {settings.run_dir}")
+        return cls(settings)
+
+    @staticmethod
+    def _out_tail(settings: TestbedSettings) -> str:
+        try:
+            return (settings.run_dir / cleanup.SUPERVISOR_OUT).read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> dict[str, list]:
+        """Stops the testbed and returns anything it left behind (empty when clean)."""
+        cleanup.stop_supervisor(self.settings)
+        return cleanup.leftovers(self.settings)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return cleanup.read_state(self.settings)
+
+    # -- kubectl ---------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.settings.kubeconfig
+
+    @property
+    def kubectl_path(self) -> str:
+        return str(self.settings.bin_dir / "kubectl")
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+                "PATH": f"{self.settings.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([self.kubectl_path, *args], input=input, capture_output=True, text=True,
+                                env=self.env(), timeout=timeout_s, check=False)
+        if check and result.returncode != 0:
+            raise TestbedError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    # -- control socket and chaos ----------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: dict | None = None, timeout_s: float = 60) -> Any:
+        conn = _UnixConnection(self.settings.control_socket, timeout_s)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read().decode()
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            raise TestbedError(f"{method} {path}: HTTP {resp.status}: {data}")
+        return json.loads(data)
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/status")
+
+    def kill_container(self, namespace: str, pod: str, container: str | None = None, sig: int = 9) -> dict:
+        """A crash: the container's processes get `sig` (SIGKILL by default); the restart policy
+        brings it back."""
+        return self._call("POST", "/chaos/kill", {"namespace": namespace, "pod": pod, "container": container,
+                                                  "signal": sig})
+
+    def cut_network(self, namespace: str, pod: str) -> dict:
+        return self._call("POST", "/chaos/network", {"namespace": namespace, "pod": pod, "connected": False})
+
+    def heal_network(self, namespace: str, pod: str) -> dict:
+        return self._call("POST", "/chaos/network", {"namespace": namespace, "pod": pod, "connected": True})
+
+    def stop_node(self, node: str) -> dict:
+        return self._call("POST", "/chaos/node", {"node": node, "up": False})
+
+    def start_node(self, node: str) -> dict:
+        return self._call("POST", "/chaos/node", {"node": node, "up": True})
+
+    def delete_pod(self, namespace: str, pod: str, force: bool = False, wait: bool = False) -> None:
+        """Graceful delete (SIGTERM, preStop, grace period), or forced (grace 0: the object goes at
+        once and the processes get a 2 s grace)."""
+        args = ["delete", "pod", pod, "-n", namespace, f"--wait={'true' if wait else 'false'}"]
+        if force:
+            args += ["--grace-period=0", "--force"]
+        self.kubectl(*args)
