@@ -56,6 +56,8 @@ def why_unavailable(settings: TestbedSettings) -> str | None:
 
 
 class Testbed:
+    __test__ = False  # not a pytest test class
+
     def __init__(self, settings: TestbedSettings) -> None:
         self.settings = settings
 
@@ -71,8 +73,8 @@ class Testbed:
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = settings.run_dir / "logs"
         log_dir.mkdir(exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(TESTBED_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        env = {**os.environ, "DM_TESTBED_SETTINGS": settings.model_dump_json(),
+               "PYTHONPATH": os.pathsep.join([str(TESTBED_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         argv = [sys.executable, "-m", "dm_testbed", "up", "--foreground"]
         if owner_pid:
             argv += ["--owner-pid", str(owner_pid)]

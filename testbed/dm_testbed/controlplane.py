@@ -49,6 +49,7 @@ class ControlPlane:
     settings: TestbedSettings
     procs: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     credentials: Credentials | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds until each component was ready
 
     @property
     def logs(self) -> Path:
@@ -87,7 +88,9 @@ class ControlPlane:
 
     async def start(self) -> Credentials:
         s = self.settings
+        t0 = time.monotonic()
         creds = self.make_credentials()
+        self.timings["certificates"] = round(time.monotonic() - t0, 2)
         pki = s.run_dir / "pki"
         etcd_dir = s.run_dir / "etcd"
         etcd_url = f"http://127.0.0.1:{s.etcd_port}"
@@ -101,6 +104,7 @@ class ControlPlane:
             "--unsafe-no-fsync", "--logger", "zap",
         ], self.logs / "etcd.log")
         await self._wait_http(f"{etcd_url}/health", "etcd", 20)
+        self.timings["etcd"] = round(time.monotonic() - t0, 2)
 
         issuer = f"https://kubernetes.default.svc.{s.cluster_domain}"
         self.procs["kube-apiserver"] = await spawn([
@@ -123,6 +127,7 @@ class ControlPlane:
             "--feature-gates=BoundServiceAccountTokenVolume=true",
         ], self.logs / "kube-apiserver.log")
         await self._wait_http(f"{creds.server}/readyz", "kube-apiserver", 60, tls=True)
+        self.timings["kube-apiserver"] = round(time.monotonic() - t0, 2)
 
         common = ["--leader-elect=false", "--bind-address=127.0.0.1", "--port=0"]
         cm_kc = s.run_dir / "controller-manager.kubeconfig"
@@ -147,6 +152,7 @@ class ControlPlane:
             self._wait_http(f"https://127.0.0.1:{s.apiserver_port + 2}/healthz", "kube-scheduler", 30,
                             tls=True, verify=False),
         )
+        self.timings["controllers"] = round(time.monotonic() - t0, 2)
         return creds
 
     def ssl_context(self, verify: bool = True) -> ssl.SSLContext:

@@ -21,6 +21,8 @@ def default_cache() -> Path:
 class TestbedSettings(BaseModel):
     """Everything is overridable through DM_TESTBED_* variables (see `from_env`)."""
 
+    __test__ = False  # not a pytest test class
+
     cache_dir: Path = Field(default_factory=default_cache)
     run_dir: Path = Path("/tmp/dm-testbed")
     nodes: int = Field(3, ge=1, le=20)
@@ -44,6 +46,9 @@ class TestbedSettings(BaseModel):
 
     @classmethod
     def from_env(cls) -> TestbedSettings:
+        whole = os.environ.get("DM_TESTBED_SETTINGS")  # how a starting process hands its settings down
+        if whole:
+            return cls.model_validate_json(whole)
         values: dict[str, object] = {}
         for name in cls.model_fields:
             env = os.environ.get(f"DM_TESTBED_{name.upper()}")

@@ -88,7 +88,8 @@ async def run(settings: TestbedSettings, owner_pid: int | None = None) -> None:
         await web.UnixSite(control, str(settings.control_socket)).start()
         runners.append(control)
         write_state(settings, phase="ready", startup_seconds=round(time.monotonic() - started, 2),
-                    control_plane_seconds=round(control_plane_s, 2), server=creds.server)
+                    control_plane_seconds=round(control_plane_s, 2), server=creds.server,
+                    timings=cp.timings)
         log.info("testbed ready in %.1fs (control plane %.1fs)", time.monotonic() - started, control_plane_s)
         waiters = [asyncio.create_task(stop.wait())]
         if owner_pid:

@@ -1,0 +1,132 @@
+"""Helpers the e2e scenarios share, written against kubectl so they run on any substrate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class Kubectl(Protocol):
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout_s: float = 60) -> subprocess.CompletedProcess[str]: ...
+
+
+def wait_until(check: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
+    """Polls `check` until it returns something truthy; fails with `what` and the last value."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except subprocess.SubprocessError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
+
+
+def apply(k: Kubectl, manifest: str | dict | list, namespace: str | None = None) -> None:
+    if isinstance(manifest, dict):
+        text = yaml.safe_dump(manifest)
+    elif isinstance(manifest, list):
+        text = yaml.safe_dump_all(manifest)
+    else:
+        text = textwrap.dedent(manifest)
+    args = ["apply", "-f", "-"] + (["-n", namespace] if namespace else [])
+    k.kubectl(*args, input=text)
+
+
+def get_json(k: Kubectl, *args: str) -> Any:
+    return json.loads(k.kubectl("get", *args, "-o", "json").stdout)
+
+
+def get_or_none(k: Kubectl, *args: str) -> Any:
+    result = k.kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def pod_ready(pod: dict | None) -> bool:
+    if not pod or pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+def wait_pods_ready(k: Kubectl, namespace: str, selector: str, count: int, timeout_s: float = 120) -> list[dict]:
+    def ready() -> list[dict] | None:
+        pods = get_json(k, "pods", "-n", namespace, "-l", selector)["items"]
+        live = [p for p in pods if pod_ready(p)]
+        return live if len(live) == count and len(pods) == count else None
+
+    return wait_until(ready, timeout_s, f"{count} ready pods {selector} in {namespace}")
+
+
+def script_pod(name: str, script: str, *, image: str = "dm", restart: str = "Never",
+               service_account: str | None = None, env: dict[str, str] | None = None,
+               claims: dict[str, str] | None = None) -> list[dict]:
+    """A ConfigMap holding `script` and a Pod running it with python from the dm image; `claims`
+    maps PersistentVolumeClaim names to where they are mounted."""
+    pod: dict = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 5,
+                 "containers": [{"name": "main", "image": image, "command": ["python", "-u", "/scripts/main.py"],
+                                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                                 "volumeMounts": [{"name": "scripts", "mountPath": "/scripts"}]}],
+                 "volumes": [{"name": "scripts", "configMap": {"name": f"{name}-script"}}]},
+    }
+    for i, (claim, path) in enumerate((claims or {}).items()):
+        pod["spec"]["volumes"].append({"name": f"claim{i}", "persistentVolumeClaim": {"claimName": claim}})
+        pod["spec"]["containers"][0]["volumeMounts"].append({"name": f"claim{i}", "mountPath": path})
+    if service_account:
+        pod["spec"]["serviceAccountName"] = service_account
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-script"},
+          "data": {"main.py": textwrap.dedent(script)}}
+    return [cm, pod]
+
+
+def run_script(k: Kubectl, namespace: str, script: str, timeout_s: float = 120, **kwargs: Any) -> str:
+    """Runs `script` in a pod to completion; returns its output, fails if it did not exit 0."""
+    name = f"script-{uuid.uuid4().hex[:8]}"
+    apply(k, script_pod(name, script, **kwargs), namespace)
+
+    def finished() -> str | None:
+        pod = get_json(k, "pod", name, "-n", namespace)
+        phase = pod.get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    try:
+        phase = wait_until(finished, timeout_s, f"pod {name} to finish")
+    finally:
+        logs = k.kubectl("logs", name, "-n", namespace, check=False).stdout
+    assert phase == "Succeeded", f"script pod {name} failed:\n{logs}"
+    k.kubectl("delete", "pod", name, "-n", namespace, "--wait=false", check=False)
+    return logs
+
+
+def container_status(pod: dict, container: str | None = None) -> dict:
+    statuses = pod.get("status", {}).get("containerStatuses", [])
+    return next((s for s in statuses if container is None or s["name"] == container), {})
+
+
+def dump_namespace(k: Kubectl, namespace: str, out: Path) -> None:
+    """Pods, events and container logs of a namespace, for a failed test's report."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "resources.txt").write_text(k.kubectl("get", "all,pvc,events", "-n", namespace, "-o", "wide",
+                                                 check=False).stdout)
+    pods = get_or_none(k, "pods", "-n", namespace) or {"items": []}
+    for pod in pods["items"]:
+        for c in pod["spec"]["containers"]:
+            name = f"{pod['metadata']['name']}.{c['name']}"
+            (out / f"{name}.log").write_text(k.kubectl("logs", pod["metadata"]["name"], "-c", c["name"], "-n",
+                                                       namespace, check=False).stdout)
