@@ -2,19 +2,32 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.run-stamp
+TEST_STAMP := $(VENV)/.test-stamp
+TESTBED := PYTHONPATH=testbed $(BIN)/python -m dm_testbed
 
-.PHONY: install run test lint bench clean tools
+.PHONY: install install-test run test lint bench clean tools k8s-build k8s-up k8s-down
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# What running dm needs (brokers, controller, operator, CLI).
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+# Everything the suite, the benchmarks and the Spark connector need on top.
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test,bench,spark]'
-	touch $(STAMP)
+	touch $(RUN_STAMP) $(TEST_STAMP)
 
-install: $(STAMP)
+install: $(RUN_STAMP)
 
-# Test tools that are not Python packages (kcat, Java for Spark); skipped tests say so when missing.
+install-test: $(TEST_STAMP)
+
+# Tools that are not Python packages: kcat, Java for Spark, and the Kubernetes control plane the
+# e2e suite runs on (built once from Debian's source package, cached under ~/.cache/dm-testbed).
 tools:
 	bash scripts/install-tools.sh
 
@@ -22,14 +35,24 @@ tools:
 run: install
 	$(BIN)/dm up --brokers 3 --data-dir ./data --port 9092 --http-port 8080
 
-test: install tools
+test: install-test tools
 	bash scripts/run-tests.sh
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check .
 
-bench: install
+bench: install-test
 	$(BIN)/python -m bench.run_all
+
+# The Kubernetes testbed for manual use (docs/testing.md): a real control plane, pods as processes.
+k8s-build:
+	bash scripts/k8s-build.sh
+
+k8s-up: install-test k8s-build
+	$(TESTBED) up
+
+k8s-down: install-test
+	$(TESTBED) down
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

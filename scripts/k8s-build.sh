@@ -69,7 +69,7 @@ cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$reflect2"
 rm -f "$reflect2/go.mod" "$reflect2/go.sum"
 
 # The Makefile generates the OpenAPI definitions before compiling; a plain `go build` does not.
-echo "k8s-build: compiling (first build takes 10-15 minutes on 2 cores; log: $work/build.log)"
+echo "k8s-build: compiling (a first build takes about 6 minutes on 2 cores; log: $work/build.log)"
 export GOPROXY=off GOFLAGS=-mod=vendor GOCACHE=$cache/go-build GOPATH=$work/gopath
 export KUBE_GIT_VERSION=$version KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 KUBE_GIT_TREE_STATE=clean
 export KUBE_GIT_COMMIT=faecb196815e248d3ecfb03c680a4507229c2a56
