@@ -9,19 +9,25 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
 
 from aiohttp import web
 
 from .broker import Broker, embedded_controller
 from .config import BrokerConfig
 from .controller.client import HttpControllerClient, LocalControllerClient
+from .dirlock import DirectoryInUse, DirectoryLock
 from .http.app import make_app
 from .log.checkpoints import atomic_write
+from .log.manager import RecoveryAborted
 from .metrics import watch_event_loop
 from .server import KafkaServer
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def install_event_loop_policy() -> str:
@@ -42,16 +48,63 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
+class Stopped(Exception):
+    """A stop signal arrived before start-up finished."""
+
+
 def _stop_event() -> asyncio.Event:
+    """Set by the first SIGTERM/SIGINT; a second one exits at once (what a SIGKILL would do, which
+    the logs' recovery handles) for whoever does not want to wait for a controlled shutdown."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting without a controlled shutdown", signal.Signals(signum).name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.info("%s: stopping (send it again to exit at once)", signal.Signals(signum).name)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     return stop
+
+
+async def until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
+    """Awaits `work` unless a stop signal comes first: then `work` is cancelled and Stopped raised,
+    so no start-up phase (recovery, registration with an unreachable controller) delays an exit."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    raise Stopped
+
+
+def lock_directory(directory: Path, owner: str) -> DirectoryLock:
+    try:
+        return DirectoryLock(directory, owner).acquire()
+    except DirectoryInUse as exc:
+        raise SystemExit(f"dm: cannot start {owner}: {exc}") from None
 
 
 async def serve(config: BrokerConfig, banner: bool = False) -> None:
     stop = _stop_event()
+    lock = lock_directory(config.data_dir, f"dm broker {config.node_id}")
+    try:
+        await _serve_broker(config, banner, stop)
+    finally:
+        lock.release()
+
+
+async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     token = config["controller.token"] or os.environ.get("DM_CONTROLLER_TOKEN", "")
     embedded = None
@@ -72,11 +125,27 @@ async def serve(config: BrokerConfig, banner: bool = False) -> None:
         await site.start()
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    # Recovery blocks on disk reads; run it off the loop so /healthz answers meanwhile.
-    await loop.run_in_executor(None, broker.recover_logs)
     server = KafkaServer(broker.dispatcher, config["socket.request.max.bytes"], config["connections.max.idle.ms"])
-    broker.port = await server.start(config["listener.host"], config["listener.port"])
-    await broker.start()
+    try:
+        # Recovery blocks on disk reads; run it off the loop so /healthz answers meanwhile. A stop
+        # signal ends it at the next partition.
+        recovery = loop.run_in_executor(None, broker.recover_logs)
+        try:
+            await until_stopped(asyncio.shield(recovery), stop)
+        except Stopped:
+            broker.logs.abort_recovery.set()
+            with contextlib.suppress(RecoveryAborted):
+                await recovery
+            raise
+        broker.port = await server.start(config["listener.host"], config["listener.port"])
+        await until_stopped(broker.start(), stop)
+    except Stopped:
+        log.info("broker %d stopped during start-up", broker.node_id)
+        await server.close()
+        await broker.close()
+        if runner is not None:
+            await runner.cleanup()
+        return
     listeners = {"kafka": f"{config.advertised_host}:{config['advertised.port'] or broker.port}",
                  "http_port": http_port, "node_id": broker.node_id}
     atomic_write(config.data_dir / "__dm_meta" / "listeners.json", json.dumps(listeners).encode())
@@ -107,21 +176,29 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
     from .controller.store import FileControllerStore
 
     stop = _stop_event()
-    store = FileControllerStore(config.data_dir / "controller")
-    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                            unclean_election_default=config["unclean.leader.election.enable"])
-    controller.start()
-    runner = web.AppRunner(controller_app(controller, token), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, config["listener.host"], port)
-    await site.start()
-    actual = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    log.info("dm controller ready on http://%s:%d (%d topics)", config["listener.host"], actual,
-             len(controller.topics))
-    print(f"DM_READY {json.dumps({'controller': f'http://{config.advertised_host}:{actual}'})}", flush=True)
-    await stop.wait()
-    await controller.close()
-    await runner.cleanup()
+    store_dir = config.data_dir / "controller"
+    lock = lock_directory(store_dir, "dm controller")
+    try:
+        store = FileControllerStore(store_dir)
+        controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"],
+                                unclean_election_default=config["unclean.leader.election.enable"])
+        controller.start()
+        runner = web.AppRunner(controller_app(controller, token), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, config["listener.host"], port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise SystemExit(f"dm: cannot start dm controller: port {port}: {exc.strerror}") from None
+        actual = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        log.info("dm controller ready on http://%s:%d (%d topics)", config["listener.host"], actual,
+                 len(controller.topics))
+        print(f"DM_READY {json.dumps({'controller': f'http://{config.advertised_host}:{actual}'})}", flush=True)
+        await stop.wait()
+        await controller.close()
+        await runner.cleanup()
+    finally:
+        lock.release()
 
 
 def print_banner(bootstrap: str, http_port: int) -> None:

@@ -71,6 +71,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.metrics = BrokerMetrics(self)
         self.ready = False
+        self.started = False
         self.port = config["listener.port"]
         self.dispatcher = Dispatcher(self, SPECS)
         self.coordinator = GroupCoordinator(self, CoordinatorSettings(
@@ -112,10 +113,10 @@ class Broker:
         self.replicas.start()
         self.coordinator.start()
         self.logs.start()
-        self.ready = True
+        self.started = self.ready = True
         log.info("broker %d ready: %d partitions (%d led) recovered in %.2fs, previous shutdown %s",
                  self.node_id, len(self.partitions), sum(p.role == LEADER for p in self.partitions.values()),
-                 self.logs.recovery_seconds, "clean" if self.logs.was_clean_shutdown else "unclean")
+                 self.logs.recovery_seconds, self.logs.previous_shutdown)
 
     async def controlled_shutdown(self, timeout: float = 10) -> None:
         """Hands leadership to other ISR members before stopping (SIGTERM)."""
@@ -134,7 +135,8 @@ class Broker:
         await stop_tasks(*self._tasks)
         await self.replicas.close()
         await self.coordinator.close()
-        self._write_hw_checkpoint()
+        if self.started:  # a broker stopped during start-up knows no high watermarks to keep
+            self._write_hw_checkpoint()
         await self.logs.close()
         await self.controller.close()
 

@@ -50,18 +50,50 @@ def _controller(args: argparse.Namespace) -> None:
     run_controller(config, args.port, args.token or os.environ.get("DM_CONTROLLER_TOKEN", ""))
 
 
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dm")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help line, with its default when it has a meaningful one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" not in text and "default" not in text and default not in (None, False, argparse.SUPPRESS)
+                and (action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))):
+            text += " (default: %(default)s)"
+        return text
+
+
+def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parser and all its sub-command parsers."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += parsers(child)
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dm", description="dm: a Kafka-compatible streaming platform")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--version", action="version", version=f"dm {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("broker", help="run a broker")
-    b.add_argument("--data-dir")
-    b.add_argument("--host")
-    b.add_argument("--port", type=int)
-    b.add_argument("--http-port", type=int)
-    b.add_argument("--node-id", type=int)
-    b.add_argument("--advertised-host")
+    b.add_argument("--data-dir", help="log directory (log.dirs; default ./data)")
+    b.add_argument("--host", help="address the Kafka listener binds to (listener.host; default 127.0.0.1)")
+    b.add_argument("--port", type=int, help="Kafka port (listener.port; default 9092)")
+    b.add_argument("--http-port", type=int, help="port of /healthz, /readyz, /metrics (http.port; -1: off)")
+    b.add_argument("--node-id", type=int, help="this broker's id (node.id; default 0)")
+    b.add_argument("--advertised-host", help="host clients are told to connect to (default: --host)")
     b.add_argument("--config", help="Kafka-style .properties file")
     b.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property (repeatable)")
     b.add_argument("--banner", action="store_true", help="print how to use the broker once it is ready")
@@ -69,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_broker)
 
     c = sub.add_parser("controller", help="run the cluster controller")
-    c.add_argument("--data-dir", default="./data/controller")
-    c.add_argument("--host", default="127.0.0.1")
-    c.add_argument("--port", type=int, default=9990)
+    c.add_argument("--data-dir", default="./data/controller", help="where the controller keeps its state")
+    c.add_argument("--host", default="127.0.0.1", help="address the controller's HTTP API binds to")
+    c.add_argument("--port", type=int, default=9990, help="port of the controller's HTTP API")
     c.add_argument("--token", help="shared secret brokers must present (or DM_CONTROLLER_TOKEN)")
     c.add_argument("--override", action="append", metavar="KEY=VALUE",
                    help="property such as broker.session.timeout.ms (repeatable)")
@@ -87,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .tools import bench
 
     bench.register(sub, common)
+    for p in parsers(parser):
+        p.formatter_class = HelpFormatter
     return parser
 
 
@@ -94,7 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    args.func(args)
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a user stops `dm consume` and friends: a clean exit, not a traceback.
+        print("dm: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

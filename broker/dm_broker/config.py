@@ -142,7 +142,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Allow electing a leader outside the ISR (may lose data).",
                  topic_name="unclean.leader.election.enable"),
         Property("partitioner", "choice", "murmur3",
-                 "How dm picks a partition for records without one (CLI, REST): keyed records by "
+                 "How dm picks a partition for records without one (the dm CLI): keyed records by "
                  "murmur3 or murmur2 of the key, keyless by round_robin or least_loaded.",
                  choices=PARTITIONERS, topic_name="partitioner"),
         Property("keyless.partitioner", "choice", "round_robin",

@@ -1,4 +1,4 @@
-"""Partition choice where dm picks the partition (CLI, REST): a topic's `partitioner` setting.
+"""Partition choice where dm picks the partition (the dm CLI): a topic's `partitioner` setting.
 
 - murmur3: keyed records go to murmur3_32(key) mod n (mmh3, unsigned), dm's default.
 - murmur2: Kafka's Java default (toPositive(murmur2(key)) mod n), for keys shared with Java producers.

@@ -280,6 +280,12 @@ class Controller:
             raise ControllerError("invalid_topic_exception", str(exc)) from None
         if req.name in self.topics:
             raise ControllerError("topic_already_exists", f"topic {req.name!r} already exists")
+        folded = req.name.replace(".", "_")
+        clash = next((t for t in self.topics if t.replace(".", "_") == folded), None)
+        if clash is not None:
+            # Kafka refuses these too: metric names fold '.' into '_', so the two would share them.
+            raise ControllerError("invalid_topic_exception", f"topic {req.name!r} collides with existing topic "
+                                                             f"{clash!r} ('.' and '_' are the same in metric names)")
         if req.name.startswith("__") and not req.internal:
             raise ControllerError("invalid_request", f"{req.name} is reserved for internal topics")
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -20,6 +21,10 @@ log = logging.getLogger(__name__)
 
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN = ".dm_cleanshutdown"
+
+
+class RecoveryAborted(Exception):
+    """Start-up was stopped (SIGTERM) while the logs were being recovered."""
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -37,17 +42,27 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery_seconds = 0.0
         self.cleaner = LogCleaner(self.logs, config["log.cleaner.backoff.ms"], config["log.cleaner.enable"])
-        self.was_clean_shutdown = False
+        self.previous_shutdown = "clean"  # clean | unclean | none (a new data directory)
+        self.abort_recovery = threading.Event()
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
         """Opens every partition directory (controller metadata later says which to keep)."""
         start = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN
-        self.was_clean_shutdown = marker.exists()
+        entries = sorted(self.data_dir.iterdir())
+        has_logs = any(p.is_dir() and parse_partition_dir(p.name) for p in entries)
+        if marker.exists():
+            self.previous_shutdown = "clean"
+        elif not has_logs and not (self.data_dir / RECOVERY_CHECKPOINT).exists():
+            self.previous_shutdown = "none (new data directory)"
+        else:
+            self.previous_shutdown = "unclean"
         marker.unlink(missing_ok=True)
         recovery = read_offsets(self.data_dir / RECOVERY_CHECKPOINT)
-        for path in sorted(self.data_dir.iterdir()):
+        for path in entries:
+            if self.abort_recovery.is_set():
+                raise RecoveryAborted
             if path.name.endswith("-delete") and path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
                 continue
@@ -136,10 +151,15 @@ class LogManager:
         for plog in self.logs.values():
             plog.checkpoint_producers()
             plog.flush_sync()
-        self.write_recovery_checkpoint()
+        # After a recovery stopped half-way, the checkpoint would forget the partitions not yet
+        # opened: keep the old one, and do not claim a clean shutdown.
+        complete = not self.abort_recovery.is_set()
+        if complete:
+            self.write_recovery_checkpoint()
         for plog in self.logs.values():
             plog.close()
-        (self.data_dir / CLEAN_SHUTDOWN).touch()
+        if complete:
+            (self.data_dir / CLEAN_SHUTDOWN).touch()
 
     def __iter__(self):
         return iter(self.logs.values())

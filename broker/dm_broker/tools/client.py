@@ -14,11 +14,15 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
-def admin(bootstrap: str) -> Any:
+def admin(bootstrap: str, auto_create: bool = False) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    # log_level 4: librdkafka's informational lines (e.g. purging events at close) are noise here
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4})
+    # log_level 4: librdkafka's informational lines (e.g. purging events at close) are noise here.
+    # allow.auto.create.topics: a producer-type handle's metadata requests would otherwise create
+    # every topic they ask about (`dm topics describe ghost` created `ghost`); only `dm produce`
+    # asks for it, as Kafka's console producer does (the broker's auto.create.topics.enable decides).
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4,
+                        "allow.auto.create.topics": auto_create})
 
 
 def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:

@@ -6,30 +6,92 @@ import argparse
 import json
 import os
 import secrets
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..dirlock import DirectoryInUse, DirectoryLock
 
-def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], dict]:
-    log = log_path.open("ab")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
+DEFAULT_PORT = 9092
+DEFAULT_CONTROLLER_PORT = 9990
+DEFAULT_HTTP_PORT = 8080
+
+
+class StartFailed(Exception):
+    pass
+
+
+def plan_ports(port: int, brokers: int, controller_port: int | None, http_port: int | None) -> dict[str, int]:
+    """Every port a local cluster listens on. Unset controller and HTTP ports move with --port, so
+    a second cluster on other Kafka ports needs no other flag (--port 9192: controller 10090,
+    HTTP 8180+i)."""
+    shift = port - DEFAULT_PORT
+    controller = controller_port if controller_port is not None else DEFAULT_CONTROLLER_PORT + shift
+    http = http_port if http_port is not None else DEFAULT_HTTP_PORT + shift
+    ports = {"controller": controller}
+    for i in range(brokers):
+        ports[f"broker {i}"] = port + i
+        if http >= 0:
+            ports[f"broker {i} HTTP"] = http + i
+    return ports
+
+
+def busy_ports(ports: dict[str, int], host: str = "127.0.0.1") -> list[str]:
+    taken = []
+    for name, number in ports.items():
+        if number == 0:
+            continue
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers themselves bind
+            try:
+                s.bind((host, number))
+            except OSError:
+                taken.append(f"{number} ({name})")
+    return taken
+
+
+def _start(cmd: list[str], log_path: Path, env: dict[str, str], stopping: list[bool]) -> tuple[subprocess.Popen, dict]:
+    """Starts a process and waits for its DM_READY line; a Ctrl-C meanwhile stops waiting."""
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stopping[0]:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if not ready:
+            continue
         line = proc.stdout.readline()
         if line.startswith(b"DM_READY"):
             return proc, json.loads(line.split(b" ", 1)[1])
         if not line and proc.poll() is not None:
             break
-    raise SystemExit(f"dm up: {' '.join(cmd[3:5])} did not start; see {log_path}")
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(10)
+    if stopping[0]:
+        raise StartFailed("interrupted")
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+    raise StartFailed(f"{' '.join(cmd[3:5])} did not start (exit {proc.returncode}): " + " | ".join(tail)
+                      + f"\n  full log: {log_path}")
 
 
 def run(args: argparse.Namespace) -> None:
     data = Path(args.data_dir).resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    if args.brokers < 1:
+        raise SystemExit("dm up: --brokers must be at least 1")
+    try:
+        lock = DirectoryLock(data, "dm up").acquire()
+    except DirectoryInUse as exc:
+        raise SystemExit(f"dm up: {exc}") from None
+    ports = plan_ports(args.port, args.brokers, args.controller_port, args.http_port)
+    taken = busy_ports(ports)
+    if taken:
+        raise SystemExit(f"dm up: port{'s' if len(taken) > 1 else ''} {', '.join(taken)} already in use; "
+                         "choose others with --port, --controller-port and --http-port")
     token_file = data / "controller.token"
     if not token_file.exists():
         token_file.write_text(secrets.token_hex(16))
@@ -40,35 +102,45 @@ def run(args: argparse.Namespace) -> None:
     for item in args.override or []:
         overrides += ["--override", item]
     procs: list[subprocess.Popen[bytes]] = []
-    stopping = False
+    stopping = [False]
 
     def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
+        if stopping[0]:
+            print("dm up: stopping already; waiting for the processes to exit", file=sys.stderr, flush=True)
+        stopping[0] = True
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    controller, info = _start([*py, "controller", "--data-dir", str(data / "controller"), "--port",
-                               str(args.controller_port), *overrides], data / "controller.log", env)
-    procs.append(controller)
-    url = info["controller"]
-    bootstrap = []
-    for i in range(args.brokers):
-        cmd = [*py, "broker", "--node-id", str(i), "--data-dir", str(data / f"broker-{i}"), "--port",
-               str(args.port + i), "--http-port", str(args.http_port + i if args.http_port >= 0 else -1),
-               "--controller", url, *overrides]
-        proc, binfo = _start(cmd, data / f"broker-{i}.log", env)
-        procs.append(proc)
-        bootstrap.append(binfo["kafka"])
+    try:
+        controller, info = _start([*py, "controller", "--data-dir", str(data / "controller"), "--port",
+                                   str(ports["controller"]), *overrides], data / "controller.log", env, stopping)
+        procs.append(controller)
+        url = info["controller"]
+        bootstrap = []
+        for i in range(args.brokers):
+            http = ports.get(f"broker {i} HTTP", -1)
+            cmd = [*py, "broker", "--node-id", str(i), "--data-dir", str(data / f"broker-{i}"), "--port",
+                   str(ports[f"broker {i}"]), "--http-port", str(http), "--controller", url, *overrides]
+            proc, binfo = _start(cmd, data / f"broker-{i}.log", env, stopping)
+            procs.append(proc)
+            bootstrap.append(binfo["kafka"])
+    except StartFailed as exc:
+        _stop_all(procs)
+        lock.release()
+        if str(exc) == "interrupted":
+            print("dm up: interrupted during start-up; stopped.", file=sys.stderr)
+            raise SystemExit(130) from None
+        raise SystemExit(f"dm up: {exc}") from None
     servers = ",".join(bootstrap)
-    metrics = (f"Metrics: http://127.0.0.1:{args.http_port}/metrics (broker i on port {args.http_port}+i)"
-               if args.http_port >= 0 else "Metrics: off (--http-port -1)")
+    http_base = ports.get("broker 0 HTTP")
+    metrics = (f"Metrics: http://127.0.0.1:{http_base}/metrics (broker i on port {http_base}+i)"
+               if http_base is not None else "Metrics: off (--http-port -1)")
     print(f"""
 dm cluster is running: controller {url}, {args.brokers} brokers.
 Bootstrap servers: {servers}
 Logs: {data}/*.log   {metrics}
 
-  .venv/bin/dm topics create demo --partitions 6 --replication-factor 3 --bootstrap {bootstrap[0]}
+  .venv/bin/dm topics create demo --partitions 6 --replication-factor {min(3, args.brokers)} --bootstrap {bootstrap[0]}
   .venv/bin/dm topics describe demo --bootstrap {bootstrap[0]}
   seq 1 10 | .venv/bin/dm produce demo --bootstrap {bootstrap[0]}
 
@@ -76,7 +148,7 @@ Press Ctrl-C to stop the cluster.
 """, flush=True)
     reported: set[int] = set()
     try:
-        while not stopping:
+        while not stopping[0]:
             for i, proc in enumerate(procs):
                 if proc.poll() is not None and i not in reported:
                     # A real cluster survives losing a process; say so and keep the rest running.
@@ -88,27 +160,40 @@ Press Ctrl-C to stop the cluster.
                 break
             time.sleep(0.2)
     finally:
-        for proc in reversed(procs[1:]):  # brokers first: controlled shutdown needs the controller
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs[1:]:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if controller.poll() is None:
-            controller.send_signal(signal.SIGTERM)
-            controller.wait(10)
+        _stop_all(procs)
+        lock.release()
         print("dm cluster stopped.", flush=True)
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Brokers first (their controlled shutdown needs the controller), then the controller."""
+    for proc in reversed(procs[1:]):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs[1:]:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if procs and procs[0].poll() is None:
+        procs[0].send_signal(signal.SIGTERM)
+        try:
+            procs[0].wait(10)
+        except subprocess.TimeoutExpired:
+            procs[0].kill()
+            procs[0].wait()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="run a local cluster: a controller and N brokers")
-    p.add_argument("--brokers", type=int, default=3)
-    p.add_argument("--data-dir", default="./data")
-    p.add_argument("--port", type=int, default=9092, help="Kafka port of broker 0; broker i uses port+i")
-    p.add_argument("--http-port", type=int, default=8080,
-                   help="HTTP port of broker 0; broker i uses port+i; -1: no HTTP port")
-    p.add_argument("--controller-port", type=int, default=9990)
+    p.add_argument("--brokers", type=int, default=3, help="number of brokers")
+    p.add_argument("--data-dir", default="./data", help="directory of the cluster's data and logs")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="Kafka port of broker 0; broker i uses port+i")
+    p.add_argument("--http-port", type=int,
+                   help=f"HTTP port of broker 0, broker i uses port+i; -1: no HTTP port "
+                        f"(default: {DEFAULT_HTTP_PORT} moved by as much as --port is)")
+    p.add_argument("--controller-port", type=int,
+                   help=f"controller port (default: {DEFAULT_CONTROLLER_PORT} moved by as much as --port is)")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property for every broker")
     p.set_defaults(func=run)

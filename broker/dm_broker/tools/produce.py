@@ -14,10 +14,11 @@ def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import ConfigResource
 
-    client = admin(bootstrap)
+    client = admin(bootstrap, auto_create=True)
     md = client.list_topics(topic=topic, timeout=15).topics.get(topic)
     if md is None or md.error is not None:
-        raise LookupError(f"topic {topic}: {md.error if md else 'not found'}")
+        raise LookupError(f"topic {topic}: {md.error.str() if md else 'not found'} (the brokers do not create "
+                          "topics on first use when auto.create.topics.enable is false)")
     resource = ConfigResource("topic", topic)
     configs = wait(client.describe_configs([resource]))[resource]
     keyed, keyless = "murmur3", "round_robin"
@@ -75,10 +76,11 @@ def run(args: argparse.Namespace) -> None:
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("produce", parents=[common], help="produce stdin lines as records")
-    p.add_argument("topic")
+    p.add_argument("topic", help="topic to write to")
     p.add_argument("--key", help="key for every record")
     p.add_argument("--key-separator", help="split each line into key and value at this separator")
     p.add_argument("--partition", type=int, help="write to this partition instead of the partitioner's choice")
-    p.add_argument("--acks", default="all", choices=["0", "1", "all"])
-    p.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--acks", default="all", choices=["0", "1", "all"], help="producer acks")
+    p.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                   help="producer compression.type")
     p.set_defaults(func=run)

@@ -19,6 +19,17 @@ def parse_configs(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def at_least_one(text: str) -> int:
+    """argparse type: Kafka reads -1 as "the broker's default"; the CLI asks for a number."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def create(args: argparse.Namespace) -> None:
     from confluent_kafka.admin import NewTopic
 
@@ -28,7 +39,12 @@ def create(args: argparse.Namespace) -> None:
     result = wait(client.create_topics([topic], operation_timeout=30))[args.name]
     if isinstance(result, Exception):
         fail(f"cannot create topic {args.name}: {result}")
-    print(f"created topic {args.name} ({args.partitions} partitions)")
+    # Say what exists now, as the brokers report it.
+    md = client.list_topics(topic=args.name, timeout=15).topics.get(args.name)
+    if md is None or md.error is not None or not md.partitions:
+        fail(f"created topic {args.name}, but it is not visible yet")
+    rf = len(next(iter(md.partitions.values())).replicas)
+    print(f"created topic {args.name} ({len(md.partitions)} partitions, replication factor {rf})")
 
 
 def delete(args: argparse.Namespace) -> None:
@@ -46,6 +62,7 @@ def list_topics(args: argparse.Namespace) -> None:
 
 
 def describe(args: argparse.Namespace) -> None:
+    from confluent_kafka import KafkaError
     from confluent_kafka.admin import ConfigResource
 
     client = admin(args.bootstrap)
@@ -54,8 +71,10 @@ def describe(args: argparse.Namespace) -> None:
     out = console()
     for name in names:
         topic = md.topics.get(name)
-        if topic is None or topic.error is not None:
-            fail(f"topic {name}: {topic.error if topic else 'not found'}")
+        if topic is None or (topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            fail(f"topic {name} does not exist")
+        if topic.error is not None:
+            fail(f"topic {name}: {topic.error.str()}")
         table = Table(title=f"{name}  ({len(topic.partitions)} partitions)")
         for col in ("partition", "leader", "replicas", "isr"):
             table.add_column(col)
@@ -75,16 +94,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     topics = sub.add_parser("topics", help="manage topics")
     tsub = topics.add_subparsers(dest="action", required=True)
     p = tsub.add_parser("create", parents=[common], help="create a topic")
-    p.add_argument("name")
-    p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("name", help="topic name")
+    p.add_argument("--partitions", type=at_least_one, default=1, help="number of partitions")
+    p.add_argument("--replication-factor", type=at_least_one, default=1, help="copies of each partition")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config (repeatable)")
     p.set_defaults(func=create)
     p = tsub.add_parser("list", parents=[common], help="list topics")
     p.set_defaults(func=list_topics)
     p = tsub.add_parser("describe", parents=[common], help="partitions, leaders, replicas, ISR, configs")
-    p.add_argument("name", nargs="?")
+    p.add_argument("name", nargs="?", help="topic name (default: every topic)")
     p.set_defaults(func=describe)
     p = tsub.add_parser("delete", parents=[common], help="delete a topic")
-    p.add_argument("name")
+    p.add_argument("name", help="topic name")
     p.set_defaults(func=delete)
