@@ -29,7 +29,11 @@ FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "r
 
 
 class LocalCluster:
-    def __init__(self, brokers: int = 3, base: str | None = None) -> None:
+    """A controller and brokers as processes; `overrides` are broker/controller properties (the
+    replication benchmark's fast failure detection by default)."""
+
+    def __init__(self, brokers: int = 3, base: str | None = None, overrides: list[str] | None = None) -> None:
+        self.overrides = FAST if overrides is None else overrides
         self.dir = Path(tempfile.mkdtemp(prefix="dm-rbench-", dir=base))
         self.cport = free_port()
         self.ports = [free_port() for _ in range(brokers)]
@@ -44,7 +48,7 @@ class LocalCluster:
         cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--node-id", str(i),
                "--data-dir", str(self.dir / f"b{i}"), "--port", str(self.ports[i]), "--http-port", "-1",
                "--controller", f"http://127.0.0.1:{self.cport}"]
-        for o in FAST:
+        for o in self.overrides:
             cmd += ["--override", o]
         self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.ports[i])
@@ -52,7 +56,7 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "controller", "--data-dir",
                str(self.dir / "controller"), "--port", str(self.cport)]
-        for o in FAST:
+        for o in self.overrides:
             cmd += ["--override", o]
         self.controller = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.cport)

@@ -111,7 +111,7 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     if config["controller.url"]:
         client = HttpControllerClient(config["controller.url"], token)
     else:
-        embedded = embedded_controller(config)
+        embedded = await embedded_controller(config)
         embedded.start()
         client = LocalControllerClient(embedded)
     broker = Broker(config, client)
@@ -180,8 +180,8 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
     lock = lock_directory(store_dir, "dm controller")
     try:
         store = FileControllerStore(store_dir)
-        controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                                unclean_election_default=config["unclean.leader.election.enable"])
+        controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
+                                           unclean_election_default=config["unclean.leader.election.enable"])
         controller.start()
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()

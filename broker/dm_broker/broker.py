@@ -109,7 +109,7 @@ class Broker:
         metadata = await self._fetch_metadata(-1, "", 0)
         self.apply_metadata(metadata)
         self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._metadata_loop()),
-                       asyncio.create_task(self._checkpoint_loop())]
+                       asyncio.create_task(self._checkpoint_loop()), asyncio.create_task(self._session_loop())]
         self.replicas.start()
         self.coordinator.start()
         self.logs.start()
@@ -152,6 +152,17 @@ class Broker:
             except ControllerUnavailable as exc:
                 log.warning("cannot register with the controller yet: %s", exc)
                 await asyncio.sleep(0.5)
+
+    async def _session_loop(self) -> None:
+        """Holds the controller session open (its closing tells the controller this process died);
+        opens it again for a new registration or a restarted controller."""
+        while True:
+            epoch = self.broker_epoch
+            try:
+                await self.controller.hold_session(self.node_id, epoch)
+            except (ControllerUnavailable, ControllerError) as exc:
+                log.debug("controller session: %s", exc)
+            await asyncio.sleep(0.5)
 
     async def _heartbeat_loop(self) -> None:
         interval = self.config["broker.heartbeat.interval.ms"] / 1000
@@ -428,14 +439,14 @@ class Broker:
         return pid
 
 
-def embedded_controller(config: BrokerConfig):
+async def embedded_controller(config: BrokerConfig):
     """The in-process controller of a standalone broker, stored under its data dir."""
     from .controller.controller import Controller
     from .controller.store import FileControllerStore
 
     store = FileControllerStore(Path(config.data_dir) / "__dm_meta" / "controller")
-    controller = Controller(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                            unclean_election_default=config["unclean.leader.election.enable"])
+    controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
+                                       unclean_election_default=config["unclean.leader.election.enable"])
     controller.node_id = config.node_id
     return controller
 

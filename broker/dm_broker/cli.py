@@ -21,6 +21,11 @@ def _broker(args: argparse.Namespace) -> None:
         if not sep:
             raise SystemExit(f"dm: --override expects key=value, got {item!r}")
         overrides[key] = value
+    if args.node_id_from_name:
+        number = args.node_id_from_name.rpartition("-")[2]
+        if not number.isdigit():
+            raise SystemExit(f"dm: --node-id-from-name {args.node_id_from_name!r} does not end in -<number>")
+        overrides["node.id"] = number
     for flag, prop in (("data_dir", "log.dirs"), ("host", "listener.host"), ("port", "listener.port"),
                        ("http_port", "http.port"), ("node_id", "node.id"), ("advertised_host", "advertised.host"),
                        ("controller", "controller.url")):
@@ -93,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--port", type=int, help="Kafka port (listener.port; default 9092)")
     b.add_argument("--http-port", type=int, help="port of /healthz, /readyz, /metrics (http.port; -1: off)")
     b.add_argument("--node-id", type=int, help="this broker's id (node.id; default 0)")
+    b.add_argument("--node-id-from-name", metavar="NAME",
+                   help="take the node id from NAME's trailing -<number> (a StatefulSet pod's name: $(POD_NAME))")
     b.add_argument("--advertised-host", help="host clients are told to connect to (default: --host)")
     b.add_argument("--config", help="Kafka-style .properties file")
     b.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property (repeatable)")

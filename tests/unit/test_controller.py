@@ -8,6 +8,8 @@ from dm_broker.controller.controller import Controller, ControllerError
 from dm_broker.controller.models import AlterIsrRequest, CreateTopicRequest, HeartbeatRequest, RegisterRequest
 from dm_broker.controller.placement import assign
 from dm_broker.controller.store import ConflictError, FileControllerStore
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 class Clock:
@@ -18,14 +20,14 @@ class Clock:
         return self.now
 
 
-def make(tmp: Path, brokers: int = 3, racks: list[str] | None = None) -> tuple[Controller, Clock, dict[int, int]]:
+async def make(tmp: Path, brokers: int = 3, racks: list[str] | None = None) -> tuple[Controller, Clock, dict[int, int]]:
     clock = Clock()
-    c = Controller(FileControllerStore(tmp), session_timeout_ms=2000, clock=clock)
+    c = await Controller.open(FileControllerStore(tmp), session_timeout_ms=2000, clock=clock)
     epochs = {}
     for i in range(brokers):
         rack = racks[i] if racks else None
-        epochs[i] = c.register(RegisterRequest(node_id=i, host="h", port=9000 + i, rack=rack, incarnation=f"i{i}")
-                               ).broker_epoch
+        epochs[i] = (await c.register(RegisterRequest(node_id=i, host="h", port=9000 + i, rack=rack,
+                                                      incarnation=f"i{i}"))).broker_epoch
     return c, clock, epochs
 
 
@@ -41,41 +43,41 @@ def test_placement_spreads_leaders_and_respects_racks():
 
 
 async def test_election_from_isr_only_and_fencing(tmp_path):
-    c, clock, epochs = make(tmp_path)
-    doc = c.create_topic(CreateTopicRequest(name="t", partitions=3, replication_factor=3))
+    c, clock, epochs = await make(tmp_path)
+    doc = await c.create_topic(CreateTopicRequest(name="t", partitions=3, replication_factor=3))
     p = doc.partitions[0]
     leader = p.leader
     clock.now += 1.0
     for i in range(3):
         if i != leader:
-            c.heartbeat(HeartbeatRequest(node_id=i, broker_epoch=epochs[i]))
+            await c.heartbeat(HeartbeatRequest(node_id=i, broker_epoch=epochs[i]))
     clock.now += 1.5  # leader silent for 2.5 s > 2 s session
     c.started_at = 0
-    c.check_liveness()
+    await c.check_liveness()
     after = c.topics["t"].partitions[0]
     assert after.leader != leader and after.leader in p.isr
     assert leader not in after.isr and after.leader_epoch == p.leader_epoch + 1
     # a stale leader cannot change the ISR (leader epoch CAS)
-    resp = c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
+    resp = await c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
                                        leader_epoch=p.leader_epoch, partition_epoch=after.partition_epoch,
                                        new_isr=[leader]))
     assert resp.error is not None
 
 
 async def test_no_unclean_election_unless_enabled(tmp_path):
-    c, _, epochs = make(tmp_path)
-    c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
-    c.create_topic(CreateTopicRequest(name="u", partitions=1, replication_factor=3,
+    c, _, epochs = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
+    await c.create_topic(CreateTopicRequest(name="u", partitions=1, replication_factor=3,
                                       configs={"unclean.leader.election.enable": "true"}))
     for name in ("t", "u"):
         state = c.topics[name].partitions[0]
         leader = state.leader
         others = [r for r in state.replicas if r != leader]
         # shrink the ISR to the leader alone, then lose the leader
-        c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic=name, partition=0,
+        await c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic=name, partition=0,
                                     leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
                                     new_isr=[leader]))
-        c._fence(leader, "test")
+        await c._fence(leader, "test")
         after = c.topics[name].partitions[0]
         if name == "t":
             assert after.leader == -1 and after.isr == [leader]  # offline, keeps its last ISR member
@@ -85,92 +87,164 @@ async def test_no_unclean_election_unless_enabled(tmp_path):
 
 
 async def test_alter_isr_is_compare_and_set_on_partition_epoch(tmp_path):
-    c, _, epochs = make(tmp_path)
-    state = c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3)).partitions[0]
+    c, _, epochs = await make(tmp_path)
+    state = (await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))).partitions[0]
     leader = state.leader
     req = AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
                           leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
                           new_isr=[leader, state.replicas[1] if state.replicas[0] == leader else state.replicas[0]])
-    ok = c.alter_isr(req)
+    ok = await c.alter_isr(req)
     assert ok.error is None and ok.state.partition_epoch == state.partition_epoch + 1
-    again = c.alter_isr(req)  # same expected epoch: refused
+    again = await c.alter_isr(req)  # same expected epoch: refused
     assert again.error == "invalid_update_version"
-    assert c.alter_isr(req.model_copy(update={"new_isr": [99]})).error is not None
+    assert (await c.alter_isr(req.model_copy(update={"new_isr": [99]}))).error is not None
 
 
 async def test_state_survives_restart_and_store_is_cas(tmp_path):
-    c, _, _ = make(tmp_path)
-    c.create_topic(CreateTopicRequest(name="t", partitions=2, replication_factor=2, configs={"retention.ms": "5"}))
-    c.allocate_producer_ids()
-    again = Controller(FileControllerStore(tmp_path))
+    c, _, _ = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=2, replication_factor=2,
+                                            configs={"retention.ms": "5"}))
+    await c.allocate_producer_ids()
+    again = await Controller.open(FileControllerStore(tmp_path))
     assert again.topics["t"].configs == {"retention.ms": "5"}
     assert [p.replicas for p in again.topics["t"].partitions] == [p.replicas for p in c.topics["t"].partitions]
-    assert again.allocate_producer_ids().first == 1000  # never hands out the same block twice
+    assert (await again.allocate_producer_ids()).first == 1000  # never hands out the same block twice
     store = FileControllerStore(tmp_path)
-    doc = store.load_topics()["t"]
+    doc = (await store.load_topics())["t"]
     with pytest.raises(ConflictError):
-        store.save_topic(doc, doc.version - 1)
+        await store.save_topic(doc, doc.version - 1)
 
 
 async def test_topic_errors(tmp_path):
-    c, _, _ = make(tmp_path, brokers=2)
+    c, _, _ = await make(tmp_path, brokers=2)
     with pytest.raises(ControllerError, match="replication factor"):
-        c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
+        await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
     with pytest.raises(ControllerError) as bad:
-        c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=1,
+        await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=1,
                                           configs={"retention.ms": "x"}))
     assert bad.value.error == "invalid_config" and "retention.ms" in bad.value.message
-    c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=2))
+    await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=2))
     with pytest.raises(ControllerError) as dup:
-        c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=2))
+        await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=2))
     assert dup.value.error == "topic_already_exists"
     with pytest.raises(ControllerError, match="only"):
         from dm_broker.controller.models import CreatePartitionsRequest
 
-        c.create_partitions("t", CreatePartitionsRequest(count=1))
+        await c.create_partitions("t", CreatePartitionsRequest(count=1))
 
 
 async def test_controlled_shutdown_moves_leadership(tmp_path):
-    c, _, epochs = make(tmp_path)
-    c.create_topic(CreateTopicRequest(name="t", partitions=6, replication_factor=3))
-    still = c.controlled_shutdown(0, epochs[0])
+    c, _, epochs = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=6, replication_factor=3))
+    still = await c.controlled_shutdown(0, epochs[0])
     assert still == []
     assert all(p.leader != 0 and 0 not in p.isr for p in c.topics["t"].partitions)
 
 
 async def test_preferred_leader_returns(tmp_path):
-    c, _, epochs = make(tmp_path)
-    c.create_topic(CreateTopicRequest(name="t", partitions=3, replication_factor=3))
-    c._fence(0, "test")
+    c, _, epochs = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=3, replication_factor=3))
+    await c._fence(0, "test")
     moved = [p for p in c.topics["t"].partitions if p.replicas[0] == 0]
     assert all(p.leader != 0 for p in moved)
     c.brokers[0].fenced = False
     # back in the ISR (as the leaders would report), then preferred election
     for i, p in enumerate(c.topics["t"].partitions):
         if 0 not in p.isr:
-            resp = c.alter_isr(AlterIsrRequest(node_id=p.leader, broker_epoch=epochs[p.leader], topic="t", partition=i,
+            resp = await c.alter_isr(AlterIsrRequest(node_id=p.leader, broker_epoch=epochs[p.leader], topic="t",
+                                                     partition=i,
                                                leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
                                                new_isr=[*p.isr, 0]))
             assert resp.error is None, resp
-    assert c.elect_preferred_leaders()
+    assert await c.elect_preferred_leaders()
     assert all(p.leader == p.replicas[0] for p in c.topics["t"].partitions)
 
 
 async def test_broker_default_allows_unclean_election(tmp_path):
     clock = Clock()
-    c = Controller(FileControllerStore(tmp_path), session_timeout_ms=2000, clock=clock,
-                   unclean_election_default=True)
-    epochs = {i: c.register(RegisterRequest(node_id=i, host="h", port=9000 + i, incarnation=f"i{i}")).broker_epoch
-              for i in range(3)}
-    state = c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3)).partitions[0]
+    c = await Controller.open(FileControllerStore(tmp_path), session_timeout_ms=2000, clock=clock,
+                              unclean_election_default=True)
+    epochs = {}
+    for i in range(3):
+        epochs[i] = (await c.register(RegisterRequest(node_id=i, host="h", port=9000 + i,
+                                                      incarnation=f"i{i}"))).broker_epoch
+    state = (await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))).partitions[0]
     leader = state.leader
-    c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
+    await c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
                                 leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
                                 new_isr=[leader]))
-    c._fence(leader, "test")
+    await c._fence(leader, "test")
     after = c.topics["t"].partitions[0]
     assert after.leader not in (-1, leader) and after.isr == [after.leader]
     # a topic override still wins over the broker default
-    c2 = c.create_topic(CreateTopicRequest(name="safe", partitions=1, replication_factor=2,
+    c2 = await c.create_topic(CreateTopicRequest(name="safe", partitions=1, replication_factor=2,
                                            configs={"unclean.leader.election.enable": "false"}))
     assert c2.partitions[0].leader != -1
+
+
+async def test_a_closed_session_fences_at_once_unless_the_broker_shut_down(tmp_path):
+    c, _, epochs = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=3, replication_factor=3))
+    led_by_0 = [i for i, p in enumerate(c.topics["t"].partitions) if p.leader == 0]
+    token = c.open_session(0, epochs[0])
+    assert token is not None and c.open_session(0, epochs[0] + 5) is None  # stale epoch refused
+    await c.close_session(0, c.open_session(0, epochs[0]), epochs[0])  # the newest session closed
+    assert c.brokers[0].fenced and all(c.topics["t"].partitions[i].leader != 0 for i in led_by_0)
+    assert all(0 not in p.isr for p in c.topics["t"].partitions)
+    await c.close_session(0, token, epochs[0])  # an older, replaced session: nothing more happens
+
+    # A broker that shut down in a controlled way closes its session without being fenced.
+    token1 = c.open_session(1, epochs[1])
+    await c.controlled_shutdown(1, epochs[1])
+    await c.close_session(1, token1, epochs[1])
+    assert not c.brokers[1].fenced
+
+
+async def test_a_restarted_controller_waits_one_session_before_moving_leaders(tmp_path):
+    c, clock, _ = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=3, replication_factor=3))
+    before = [p.leader for p in c.topics["t"].partitions]
+    again = await Controller.open(FileControllerStore(tmp_path), session_timeout_ms=2000, clock=clock)
+    # Only broker 0 has checked in so far: the others still lead their partitions.
+    epoch = (await again.register(RegisterRequest(node_id=0, host="h", port=9000, incarnation="i0"))).broker_epoch
+    assert [p.leader for p in again.topics["t"].partitions] == before
+    clock.now += 2.5  # the grace period is over and brokers 1 and 2 never came back
+    await again.heartbeat(HeartbeatRequest(node_id=0, broker_epoch=epoch))
+    await again.check_liveness()
+    assert all(p.leader == 0 for p in again.topics["t"].partitions)
+
+
+async def test_unregister_is_refused_while_a_broker_holds_replicas(tmp_path):
+    c, _, _ = await make(tmp_path, brokers=4)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=1, assignments=[[1]]))
+    with pytest.raises(ControllerError, match="broker 1 still holds 1 replicas"):
+        await c.unregister(1)
+    await c.unregister(3)
+    assert 3 not in c.brokers
+
+
+async def test_the_platform_can_name_a_brokers_rack(tmp_path):
+    async def from_node(node_id: int, sent: str | None) -> str | None:
+        return f"zone-{node_id % 2}"
+
+    c = await Controller.open(FileControllerStore(tmp_path), rack_resolver=from_node)
+    for i in range(4):
+        await c.register(RegisterRequest(node_id=i, host="h", port=9000 + i, rack="ignored", incarnation=f"i{i}"))
+    assert {b.node_id: b.rack for b in c.brokers.values()} == {0: "zone-0", 1: "zone-1", 2: "zone-0", 3: "zone-1"}
+    doc = await c.create_topic(CreateTopicRequest(name="t", partitions=4, replication_factor=2))
+    assert all({r % 2 for r in p.replicas} == {0, 1} for p in doc.partitions), "replicas in both zones"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=1, max_size=9), st.integers(1, 20),
+       st.integers(1, 4), st.integers(0, 1000))
+def test_placement_uses_as_many_racks_as_it_can(racks, partitions, rf, seed):
+    brokers = list(enumerate(racks))
+    if rf > len(brokers):
+        return
+    rack_of = dict(brokers)
+    distinct = {r for r in racks if r is not None}
+    for replicas in assign(brokers, partitions, rf, seed=seed):
+        assert len(replicas) == rf == len(set(replicas))
+        if distinct and None not in racks:
+            assert len({rack_of[r] for r in replicas}) == min(rf, len(distinct))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -41,6 +42,7 @@ class ControllerClient(Protocol):
     async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc: ...
     async def allocate_producer_ids(self) -> ProducerIdBlock: ...
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]: ...
+    async def hold_session(self, node_id: int, broker_epoch: int) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -51,34 +53,38 @@ class LocalControllerClient:
         self.controller = controller
 
     async def register(self, req: RegisterRequest) -> RegisterResponse:
-        return self.controller.register(req)
+        return await self.controller.register(req)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
-        return self.controller.heartbeat(req)
+        return await self.controller.heartbeat(req)
 
     async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
         return await self.controller.wait_for_change(known_version, incarnation, wait_s)
 
     async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        return self.controller.alter_isr(req)
+        return await self.controller.alter_isr(req)
 
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
-        return self.controller.create_topic(req)
+        return await self.controller.create_topic(req)
 
     async def delete_topic(self, name: str) -> TopicDoc:
-        return self.controller.delete_topic(name)
+        return await self.controller.delete_topic(name)
 
     async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
-        return self.controller.create_partitions(name, req)
+        return await self.controller.create_partitions(name, req)
 
     async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc:
-        return self.controller.alter_configs(name, req.configs, req.validate_only)
+        return await self.controller.alter_configs(name, req.configs, req.validate_only)
 
     async def allocate_producer_ids(self) -> ProducerIdBlock:
-        return self.controller.allocate_producer_ids()
+        return await self.controller.allocate_producer_ids()
 
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
-        return self.controller.controlled_shutdown(node_id, broker_epoch)
+        return await self.controller.controlled_shutdown(node_id, broker_epoch)
+
+    async def hold_session(self, node_id: int, broker_epoch: int) -> None:
+        """In one process the controller outlives the broker: there is no connection to lose."""
+        await asyncio.Event().wait()
 
     async def close(self) -> None:
         await self.controller.close()
@@ -143,6 +149,18 @@ class HttpControllerClient:
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
         data = await self._call("POST", f"/v1/brokers/{node_id}/shutdown", params={"epoch": str(broker_epoch)})
         return [tuple(x) for x in data["still_leading"]]
+
+    async def hold_session(self, node_id: int, broker_epoch: int) -> None:
+        """Keeps the session WebSocket open; returns when it closes (the controller went away)."""
+        try:
+            async with self._sess().ws_connect(f"{self.url}/v1/brokers/{node_id}/session",
+                                               params={"epoch": str(broker_epoch)},
+                                               timeout=aiohttp.ClientWSTimeout(ws_close=2)) as ws:
+                async for msg in ws:
+                    if msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        break
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ControllerUnavailable(f"session: {exc}") from None
 
     async def close(self) -> None:
         if self._session is not None:

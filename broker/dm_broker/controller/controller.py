@@ -8,6 +8,14 @@ Safety rules (Kafka's):
   with its data) and loses its leaderships;
 - ISR changes requested by a leader are compare-and-set on the partition epoch and the leader
   epoch, so a deposed leader can never shrink the ISR to itself.
+
+State changes run one at a time under a lock (the store is asynchronous: a file written in a thread,
+or the Kubernetes API); the documents one change touches are saved concurrently.
+
+Liveness has two paths: heartbeats (a broker silent for `broker.session.timeout.ms` is fenced: the
+only way to notice a silent network partition), and a broker's session — a connection it holds open
+to the controller: when it closes without a controlled shutdown, the broker's process is gone and
+it is fenced at once, so its leaderships move in milliseconds instead of a session timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..config import ConfigError, validate_topic_configs
 from ..tasks import stop_tasks
@@ -27,6 +35,7 @@ from .models import (
     AlterIsrRequest,
     AlterIsrResponse,
     BrokerInfo,
+    ClusterDoc,
     ClusterMetadata,
     CreatePartitionsRequest,
     CreateTopicRequest,
@@ -46,6 +55,8 @@ log = logging.getLogger(__name__)
 MAX_PARTITIONS = 10_000
 PRODUCER_ID_BLOCK = 1000
 
+RackResolver = Callable[[int, str | None], Awaitable[str | None]]
+
 
 class ControllerError(Exception):
     """Carries a Kafka error name (e.g. "topic_already_exists") and a message."""
@@ -59,23 +70,39 @@ class ControllerError(Exception):
 class Controller:
     def __init__(self, store: ControllerStore, session_timeout_ms: int = 9000,
                  preferred_leader_check_ms: int = 5000, clock: Callable[[], float] = time.monotonic,
-                 unclean_election_default: bool = False) -> None:
+                 unclean_election_default: bool = False, rack_resolver: RackResolver | None = None) -> None:
         self.unclean_default = unclean_election_default  # the broker-level unclean.leader.election.enable
         self.store = store
         self.session_timeout = session_timeout_ms / 1000
         self.preferred_check = preferred_leader_check_ms / 1000
         self.clock = clock
-        self.cluster = store.load_cluster()
-        self.topics: dict[str, TopicDoc] = store.load_topics()
+        # Where a broker's rack comes from when the platform knows better than the broker (the
+        # operator reads it from the broker's node); (node_id, rack the broker sent) -> rack.
+        self.rack_resolver = rack_resolver
+        self.cluster = ClusterDoc()
+        self.topics: dict[str, TopicDoc] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.last_heartbeat: dict[int, float] = {}
+        self.sessions: dict[int, object] = {}  # node_id -> the token of its open session
         self.started_at = clock()
         self.incarnation = uuid.uuid4().hex
         self.version = 0
         self.node_id = -1
         self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self.internal_topic_setup: Callable[[], CreateTopicRequest | None] | None = None
+
+    async def load(self) -> Controller:
+        """Reads the persisted state; brokers get one session timeout from now to check in."""
+        self.cluster = await self.store.load_cluster()
+        self.topics = await self.store.load_topics()
+        self.started_at = self.clock()
+        return self
+
+    @classmethod
+    async def open(cls, store: ControllerStore, **kwargs) -> Controller:
+        return await cls(store, **kwargs).load()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -107,70 +134,142 @@ class Controller:
     def live_brokers(self) -> list[BrokerInfo]:
         return [b for b in self.brokers.values() if not b.fenced and not b.shutting_down]
 
-    def register(self, req: RegisterRequest) -> RegisterResponse:
-        old = self.brokers.get(req.node_id)
-        epoch = (old.epoch if old else 0) + 1
-        if old is not None and old.incarnation != req.incarnation and not old.fenced:
-            # A new process: whatever the old one led may have lost unflushed data.
-            self._fence(req.node_id, "restarted")
-        self.brokers[req.node_id] = BrokerInfo(node_id=req.node_id, host=req.host, port=req.port, rack=req.rack,
-                                               incarnation=req.incarnation, epoch=epoch)
-        self.last_heartbeat[req.node_id] = self.clock()
-        log.info("broker %d registered at %s:%d (epoch %d)", req.node_id, req.host, req.port, epoch)
-        self._ensure_internal_topics()
-        self._elect_offline_partitions()
-        self._bump()
-        return RegisterResponse(broker_epoch=epoch, cluster_id=self.cluster.cluster_id)
+    def _live_ids(self) -> set[int]:
+        return {b.node_id for b in self.live_brokers()}
 
-    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
+    def in_grace(self) -> bool:
+        """The first session after a (re)start: brokers that served until now are re-registering."""
+        return self.clock() - self.started_at < self.session_timeout
+
+    async def register(self, req: RegisterRequest) -> RegisterResponse:
+        rack = req.rack
+        if self.rack_resolver is not None:
+            rack = await self.rack_resolver(req.node_id, req.rack)
+        async with self._lock:
+            old = self.brokers.get(req.node_id)
+            epoch = (old.epoch if old else 0) + 1
+            if old is not None and old.incarnation != req.incarnation and not old.fenced:
+                # A new process: whatever the old one led may have lost unflushed data.
+                await self._fence(req.node_id, "restarted")
+            self.brokers[req.node_id] = BrokerInfo(node_id=req.node_id, host=req.host, port=req.port, rack=rack,
+                                                   incarnation=req.incarnation, epoch=epoch)
+            self.last_heartbeat[req.node_id] = self.clock()
+            self.sessions.pop(req.node_id, None)  # a session belongs to one registration
+            log.info("broker %d registered at %s:%d (epoch %d%s)", req.node_id, req.host, req.port, epoch,
+                     f", rack {rack}" if rack else "")
+            await self._ensure_internal_topics()
+            await self._elect_offline_partitions()
+            self._bump()
+            return RegisterResponse(broker_epoch=epoch, cluster_id=self.cluster.cluster_id)
+
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         broker = self.brokers.get(req.node_id)
         if broker is None or broker.epoch != req.broker_epoch:
             return HeartbeatResponse(ok=False, reregister=True)
         self.last_heartbeat[req.node_id] = self.clock()
         if broker.fenced and not broker.shutting_down:
-            broker.fenced = False
-            log.info("broker %d is alive again", req.node_id)
-            self._elect_offline_partitions()
-            self._bump()
+            async with self._lock:
+                if broker.fenced and not broker.shutting_down and self.brokers.get(req.node_id) is broker:
+                    broker.fenced = False
+                    log.info("broker %d is alive again", req.node_id)
+                    await self._elect_offline_partitions()
+                    self._bump()
         return HeartbeatResponse(ok=True, fenced=broker.fenced)
 
     async def _liveness_loop(self) -> None:
         while True:
             await asyncio.sleep(min(0.25, self.session_timeout / 4))
-            self.check_liveness()
+            try:
+                await self.check_liveness()
+            except Exception:  # a store that is unavailable for a moment: try again next round
+                log.exception("liveness check failed")
 
-    def check_liveness(self) -> None:
-        now = self.clock()
-        if now - self.started_at < self.session_timeout:
+    async def check_liveness(self) -> None:
+        if self.in_grace():
             return  # after a controller restart, give every broker one session to check in
-        for node_id, broker in self.brokers.items():
-            if broker.fenced:
-                continue
-            if now - self.last_heartbeat.get(node_id, 0) > self.session_timeout:
-                self._fence(node_id, "session timed out")
+        now = self.clock()
+        async with self._lock:
+            changed = False
+            for node_id, broker in self.brokers.items():
+                if not broker.fenced and now - self.last_heartbeat.get(node_id, 0) > self.session_timeout:
+                    await self._fence(node_id, "session timed out")
+                    changed = True
+            # Repair: a leader that is not live (a fence whose saves failed, a broker that never came
+            # back after a controller restart) gives its partitions to another ISR member.
+            changed |= await self._elect_offline_partitions()
+            if changed:
                 self._bump()
 
-    def _fence(self, node_id: int, reason: str) -> None:
+    async def fence(self, node_id: int, reason: str) -> bool:
+        """Fences a broker now (its process is known to be gone); False if there was nothing to do."""
+        async with self._lock:
+            broker = self.brokers.get(node_id)
+            if broker is None or broker.fenced or broker.shutting_down:
+                return False
+            await self._fence(node_id, reason)
+            self._bump()
+            return True
+
+    def open_session(self, node_id: int, broker_epoch: int) -> object | None:
+        """A broker holds a connection open for as long as its process lives; the token identifies it."""
+        broker = self.brokers.get(node_id)
+        if broker is None or broker.epoch != broker_epoch:
+            return None
+        token = object()
+        self.sessions[node_id] = token
+        return token
+
+    def has_session(self, node_id: int) -> bool:
+        return node_id in self.sessions
+
+    async def close_session(self, node_id: int, token: object, broker_epoch: int) -> None:
+        """The connection closed: without a controlled shutdown first, the process died."""
+        if self.sessions.get(node_id) is not token:
+            return  # a newer session (or registration) replaced it
+        del self.sessions[node_id]
+        broker = self.brokers.get(node_id)
+        if broker is None or broker.epoch != broker_epoch or broker.shutting_down:
+            return
+        await self.fence(node_id, "its connection to the controller closed")
+
+    async def _fence(self, node_id: int, reason: str) -> None:
         broker = self.brokers[node_id]
         broker.fenced = True
         log.warning("fencing broker %d: %s", node_id, reason)
-        self._move_away_from(node_id)
+        await self._move_away_from(node_id)
 
-    def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+    async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
         """Moves leadership off a broker that is stopping; returns partitions it still leads
         (no other ISR member to take over)."""
-        broker = self.brokers.get(node_id)
-        if broker is None or broker.epoch != broker_epoch:
-            raise ControllerError("stale_broker_epoch", f"broker {node_id} epoch {broker_epoch} is not current")
-        broker.shutting_down = True
-        self._move_away_from(node_id)
-        self._bump()
-        return [(name, i) for name, doc in self.topics.items() for i, p in enumerate(doc.partitions)
-                if p.leader == node_id]
+        async with self._lock:
+            broker = self.brokers.get(node_id)
+            if broker is None or broker.epoch != broker_epoch:
+                raise ControllerError("stale_broker_epoch", f"broker {node_id} epoch {broker_epoch} is not current")
+            broker.shutting_down = True
+            await self._move_away_from(node_id)
+            self._bump()
+            return [(name, i) for name, doc in self.topics.items() for i, p in enumerate(doc.partitions)
+                    if p.leader == node_id]
 
-    def _move_away_from(self, node_id: int) -> None:
-        for doc in list(self.topics.values()):
-            changed = False
+    async def unregister(self, node_id: int) -> None:
+        """Forgets a broker that was removed from the cluster (scale-down); refused while it still
+        holds replicas."""
+        async with self._lock:
+            hosting = [f"{name}-{i}" for name, doc in self.topics.items() for i, p in enumerate(doc.partitions)
+                       if node_id in p.replicas]
+            if hosting:
+                shown = ", ".join(hosting[:5]) + (", ..." if len(hosting) > 5 else "")
+                raise ControllerError("invalid_request", f"broker {node_id} still holds {len(hosting)} replicas "
+                                                         f"({shown})")
+            if self.brokers.pop(node_id, None) is not None:
+                self.last_heartbeat.pop(node_id, None)
+                self.sessions.pop(node_id, None)
+                log.info("broker %d unregistered", node_id)
+                self._bump()
+
+    async def _move_away_from(self, node_id: int) -> None:
+        changed = []
+        for doc in self.topics.values():
             partitions = []
             for p in doc.partitions:
                 new = p
@@ -179,13 +278,13 @@ class Controller:
                                                  "partition_epoch": p.partition_epoch + 1})
                 if new.leader == node_id:
                     new = self._elected(doc, new, exclude=node_id)
-                changed |= new is not p
                 partitions.append(new)
-            if changed:
-                self._save(doc.model_copy(update={"partitions": partitions}))
+            if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
+                changed.append(doc.model_copy(update={"partitions": partitions}))
+        await self._save_all(changed)
 
     def _elected(self, doc: TopicDoc, p: PartitionState, exclude: int = NO_LEADER) -> PartitionState:
-        live = {b.node_id for b in self.live_brokers()} - {exclude}
+        live = self._live_ids() - {exclude}
         candidates = [r for r in p.replicas if r in p.isr and r in live]
         isr = p.isr
         unclean = doc.configs.get("unclean.leader.election.enable", str(self.unclean_default).lower()) == "true"
@@ -200,71 +299,96 @@ class Controller:
         return p.model_copy(update={"leader": leader, "isr": isr, "leader_epoch": p.leader_epoch + 1,
                                     "partition_epoch": p.partition_epoch + 1})
 
-    def _elect_offline_partitions(self) -> None:
-        for doc in list(self.topics.values()):
-            partitions = [self._elected(doc, p) if p.leader == NO_LEADER or p.leader not in
-                          {b.node_id for b in self.live_brokers()} else p for p in doc.partitions]
+    async def _elect_offline_partitions(self) -> bool:
+        """Elects leaders for partitions whose leader is not live. During the grace period after a
+        controller restart a leader that has not re-registered yet is not replaced: it is probably
+        serving, and about to check in."""
+        live = self._live_ids()
+        grace = self.in_grace()
+        changed = []
+        for doc in self.topics.values():
+            partitions = []
+            for p in doc.partitions:
+                waiting_for_leader = grace and p.leader not in self.brokers
+                offline = p.leader == NO_LEADER or (p.leader not in live and not waiting_for_leader)
+                partitions.append(self._elected(doc, p) if offline else p)
             if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
-                self._save(doc.model_copy(update={"partitions": partitions}))
+                changed.append(doc.model_copy(update={"partitions": partitions}))
+        await self._save_all(changed)
+        return bool(changed)
 
     async def _preferred_loop(self) -> None:
         while True:
             await asyncio.sleep(self.preferred_check)
-            if self.elect_preferred_leaders():
-                self._bump()
+            try:
+                if await self.elect_preferred_leaders():
+                    self._bump()
+            except Exception:
+                log.exception("preferred leader election failed")
 
-    def elect_preferred_leaders(self) -> bool:
+    async def elect_preferred_leaders(self) -> bool:
         """Moves leadership back to each partition's first replica when it is alive and in sync."""
-        live = {b.node_id for b in self.live_brokers()}
-        changed = False
-        for doc in list(self.topics.values()):
-            partitions = []
-            for p in doc.partitions:
-                preferred = p.replicas[0]
-                if p.leader != preferred and preferred in live and preferred in p.isr:
-                    p = p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
-                                             "partition_epoch": p.partition_epoch + 1})
-                    changed = True
-                partitions.append(p)
-            if partitions != doc.partitions:
-                self._save(doc.model_copy(update={"partitions": partitions}))
-        return changed
+        async with self._lock:
+            live = self._live_ids()
+            changed = []
+            for doc in self.topics.values():
+                partitions = []
+                for p in doc.partitions:
+                    preferred = p.replicas[0]
+                    if p.leader != preferred and preferred in live and preferred in p.isr:
+                        p = p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
+                                                 "partition_epoch": p.partition_epoch + 1})
+                    partitions.append(p)
+                if partitions != doc.partitions:
+                    changed.append(doc.model_copy(update={"partitions": partitions}))
+            await self._save_all(changed)
+            return bool(changed)
 
     # -- ISR -------------------------------------------------------------------------------
 
-    def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        broker = self.brokers.get(req.node_id)
-        doc = self.topics.get(req.topic)
-        if doc is None or not 0 <= req.partition < len(doc.partitions):
-            return AlterIsrResponse(error="unknown_topic_or_partition")
-        p = doc.partitions[req.partition]
-        if broker is None or broker.epoch != req.broker_epoch or broker.fenced:
-            return AlterIsrResponse(error="stale_broker_epoch", state=p)
-        if p.leader != req.node_id or p.leader_epoch != req.leader_epoch:
-            return AlterIsrResponse(error="fenced_leader_epoch", state=p)
-        if p.partition_epoch != req.partition_epoch:
-            return AlterIsrResponse(error="invalid_update_version", state=p)
-        new_isr = sorted(set(req.new_isr), key=p.replicas.index) if set(req.new_isr) <= set(p.replicas) else None
-        if new_isr is None or req.node_id not in new_isr:
-            return AlterIsrResponse(error="invalid_request", state=p)
-        live = {b.node_id for b in self.live_brokers()}
-        if any(r not in live and r not in p.isr for r in new_isr):
-            return AlterIsrResponse(error="ineligible_replica", state=p)
-        new = p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1})
-        partitions = list(doc.partitions)
-        partitions[req.partition] = new
-        self._save(doc.model_copy(update={"partitions": partitions}))
-        log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, p.isr, new_isr)
-        self._bump()
-        return AlterIsrResponse(state=new)
+    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
+        async with self._lock:
+            broker = self.brokers.get(req.node_id)
+            doc = self.topics.get(req.topic)
+            if doc is None or not 0 <= req.partition < len(doc.partitions):
+                return AlterIsrResponse(error="unknown_topic_or_partition")
+            p = doc.partitions[req.partition]
+            if broker is None or broker.epoch != req.broker_epoch or broker.fenced:
+                return AlterIsrResponse(error="stale_broker_epoch", state=p)
+            if p.leader != req.node_id or p.leader_epoch != req.leader_epoch:
+                return AlterIsrResponse(error="fenced_leader_epoch", state=p)
+            if p.partition_epoch != req.partition_epoch:
+                return AlterIsrResponse(error="invalid_update_version", state=p)
+            new_isr = sorted(set(req.new_isr), key=p.replicas.index) if set(req.new_isr) <= set(p.replicas) else None
+            if new_isr is None or req.node_id not in new_isr:
+                return AlterIsrResponse(error="invalid_request", state=p)
+            live = self._live_ids()
+            if any(r not in live and r not in p.isr for r in new_isr):
+                return AlterIsrResponse(error="ineligible_replica", state=p)
+            new = p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1})
+            partitions = list(doc.partitions)
+            partitions[req.partition] = new
+            await self._save(doc.model_copy(update={"partitions": partitions}))
+            log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, p.isr, new_isr)
+            self._bump()
+            return AlterIsrResponse(state=new)
 
     # -- topics ----------------------------------------------------------------------------
 
-    def _save(self, doc: TopicDoc) -> TopicDoc:
+    async def _save(self, doc: TopicDoc) -> TopicDoc:
+        """Persists one topic document, then makes it the controller's state."""
         current = self.topics.get(doc.name)
-        saved = self.store.save_topic(doc, current.version if current else -1)
+        saved = await self.store.save_topic(doc, current.version if current else -1)
         self.topics[doc.name] = saved
         return saved
+
+    async def _save_all(self, docs: list[TopicDoc]) -> None:
+        """Several documents at once (a fence touches every topic the broker led); each one is
+        visible once its own save succeeded, and the first failure is raised after all finished."""
+        results = await asyncio.gather(*(self._save(d) for d in docs), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
 
     def _placement(self, count: int, rf: int, first: int = 0) -> list[list[int]]:
         brokers = [(b.node_id, b.rack) for b in self.live_brokers()]
@@ -273,7 +397,11 @@ class Controller:
         except PlacementError as exc:
             raise ControllerError("invalid_replication_factor", str(exc)) from None
 
-    def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
+    async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
+        async with self._lock:
+            return await self._create_topic(req)
+
+    async def _create_topic(self, req: CreateTopicRequest) -> TopicDoc:
         try:
             validate_topic_name(req.name)
         except InvalidTopicError as exc:
@@ -302,7 +430,7 @@ class Controller:
             if not 1 <= req.partitions <= MAX_PARTITIONS:
                 raise ControllerError("invalid_partitions", f"partitions must be 1..{MAX_PARTITIONS}")
             assignment = self._placement(req.partitions, req.replication_factor)
-        live = {b.node_id for b in self.live_brokers()}
+        live = self._live_ids()
         partitions = []
         for replicas in assignment:
             isr = [r for r in replicas if r in live] or replicas[:1]
@@ -311,73 +439,77 @@ class Controller:
         doc = TopicDoc(name=req.name, configs=configs, partitions=partitions)
         if req.validate_only:
             return doc
-        saved = self._save(doc)
+        saved = await self._save(doc)
         log.info("created topic %s: %d partitions, replicas %s", req.name, len(partitions), assignment)
         self._bump()
         return saved
 
-    def delete_topic(self, name: str) -> TopicDoc:
-        doc = self.topics.get(name)
-        if doc is None:
-            raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        if name.startswith("__"):
-            raise ControllerError("invalid_request", f"{name} is an internal topic and cannot be deleted")
-        self.store.delete_topic(name, doc.version)
-        del self.topics[name]
-        log.info("deleted topic %s", name)
-        self._bump()
-        return doc
-
-    def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
-        doc = self.topics.get(name)
-        if doc is None:
-            raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        if name.startswith("__"):
-            raise ControllerError("invalid_request", f"{name} is internal; its partition count is fixed")
-        current = len(doc.partitions)
-        if req.count <= current:
-            raise ControllerError("invalid_partitions", f"topic {name!r} has {current} partitions; the count can only "
-                                                        f"grow (asked {req.count})")
-        if req.count > MAX_PARTITIONS:
-            raise ControllerError("invalid_partitions", f"at most {MAX_PARTITIONS} partitions")
-        rf = len(doc.partitions[0].replicas)
-        assignment = req.assignments or self._placement(req.count - current, rf, first=current)
-        if len(assignment) != req.count - current:
-            raise ControllerError("invalid_replica_assignment", "one assignment per new partition is needed")
-        if req.validate_only:
+    async def delete_topic(self, name: str) -> TopicDoc:
+        async with self._lock:
+            doc = self.topics.get(name)
+            if doc is None:
+                raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+            if name.startswith("__"):
+                raise ControllerError("invalid_request", f"{name} is an internal topic and cannot be deleted")
+            await self.store.delete_topic(name, doc.version)
+            del self.topics[name]
+            log.info("deleted topic %s", name)
+            self._bump()
             return doc
-        live = {b.node_id for b in self.live_brokers()}
-        added = [PartitionState(replicas=r, leader=next((x for x in r if x in live), NO_LEADER),
-                                isr=[x for x in r if x in live] or r[:1]) for r in assignment]
-        saved = self._save(doc.model_copy(update={"partitions": doc.partitions + added}))
-        self._bump()
-        return saved
 
-    def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicDoc:
-        doc = self.topics.get(name)
-        if doc is None:
-            raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
-        try:
-            normalised = validate_topic_configs(configs)
-        except ConfigError as exc:
-            raise ControllerError("invalid_config", str(exc)) from None
-        if validate_only:
-            return doc
-        saved = self._save(doc.model_copy(update={"configs": normalised}))
-        self._bump()
-        return saved
+    async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
+        async with self._lock:
+            doc = self.topics.get(name)
+            if doc is None:
+                raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+            if name.startswith("__"):
+                raise ControllerError("invalid_request", f"{name} is internal; its partition count is fixed")
+            current = len(doc.partitions)
+            if req.count <= current:
+                raise ControllerError("invalid_partitions", f"topic {name!r} has {current} partitions; the count can "
+                                                            f"only grow (asked {req.count})")
+            if req.count > MAX_PARTITIONS:
+                raise ControllerError("invalid_partitions", f"at most {MAX_PARTITIONS} partitions")
+            rf = len(doc.partitions[0].replicas)
+            assignment = req.assignments or self._placement(req.count - current, rf, first=current)
+            if len(assignment) != req.count - current:
+                raise ControllerError("invalid_replica_assignment", "one assignment per new partition is needed")
+            if req.validate_only:
+                return doc
+            live = self._live_ids()
+            added = [PartitionState(replicas=r, leader=next((x for x in r if x in live), NO_LEADER),
+                                    isr=[x for x in r if x in live] or r[:1]) for r in assignment]
+            saved = await self._save(doc.model_copy(update={"partitions": doc.partitions + added}))
+            self._bump()
+            return saved
 
-    def allocate_producer_ids(self) -> ProducerIdBlock:
-        first = self.cluster.next_producer_id
-        updated = self.cluster.model_copy(update={"next_producer_id": first + PRODUCER_ID_BLOCK})
-        self.cluster = self.store.save_cluster(updated, self.cluster.version)
-        return ProducerIdBlock(first=first, size=PRODUCER_ID_BLOCK)
+    async def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicDoc:
+        async with self._lock:
+            doc = self.topics.get(name)
+            if doc is None:
+                raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
+            try:
+                normalised = validate_topic_configs(configs)
+            except ConfigError as exc:
+                raise ControllerError("invalid_config", str(exc)) from None
+            if validate_only:
+                return doc
+            saved = await self._save(doc.model_copy(update={"configs": normalised}))
+            self._bump()
+            return saved
 
-    def _ensure_internal_topics(self) -> None:
+    async def allocate_producer_ids(self) -> ProducerIdBlock:
+        async with self._lock:
+            first = self.cluster.next_producer_id
+            updated = self.cluster.model_copy(update={"next_producer_id": first + PRODUCER_ID_BLOCK})
+            self.cluster = await self.store.save_cluster(updated, self.cluster.version)
+            return ProducerIdBlock(first=first, size=PRODUCER_ID_BLOCK)
+
+    async def _ensure_internal_topics(self) -> None:
         if self.internal_topic_setup is None:
             return
         req = self.internal_topic_setup()
         if req is None or req.name in self.topics:
             return
         req = req.model_copy(update={"replication_factor": min(req.replication_factor, len(self.live_brokers()))})
-        self.create_topic(req)
+        await self._create_topic(req)

@@ -1,12 +1,18 @@
-"""The controller's HTTP/JSON API (aiohttp), protected by a shared token."""
+"""The controller's HTTP/JSON API (aiohttp), protected by a shared token.
+
+`dm controller` serves one controller under `/v1/`. The operator serves one per DMCluster under
+`/clusters/<namespace>/<name>/v1/`, each with its own token: `add_controller_routes` takes how to
+find the controller and its token from a request.
+"""
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 from pydantic import ValidationError
 
 from .controller import Controller, ControllerError
@@ -19,77 +25,117 @@ from .models import (
     RegisterRequest,
 )
 
+log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Resolver = Callable[[web.Request], Controller | None]
+TokenOf = Callable[[web.Request], str]
 
 
-def make_app(controller: Controller, token: str = "") -> web.Application:
-    @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token and request.path.startswith("/v1/"):
-            given = request.headers.get("Authorization", "").removeprefix("Bearer ")
-            if not hmac.compare_digest(given, token):
-                return web.json_response({"error": "unauthorized", "message": "bad or missing token"}, status=401)
-        try:
-            return await handler(request)
-        except ControllerError as exc:
-            return web.json_response({"error": exc.error, "message": exc.message}, status=409)
-        except (ValidationError, json.JSONDecodeError, ValueError) as exc:
-            return web.json_response({"error": "invalid_request", "message": str(exc)}, status=400)
+def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, token_of: TokenOf) -> None:
+    def controller_of(request: web.Request) -> Controller:
+        controller = resolve(request)
+        if controller is None:
+            raise web.HTTPNotFound(text=json.dumps({"error": "unknown_cluster", "message": "no such cluster here"}),
+                                   content_type="application/json")
+        expected = token_of(request)
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if expected and not hmac.compare_digest(given, expected):
+            raise web.HTTPUnauthorized(text=json.dumps({"error": "unauthorized", "message": "bad or missing token"}),
+                                       content_type="application/json")
+        return controller
+
+    def route(handler: Callable[[Controller, web.Request], Awaitable[web.StreamResponse]]) -> Handler:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            controller = controller_of(request)
+            try:
+                return await handler(controller, request)
+            except ControllerError as exc:
+                return web.json_response({"error": exc.error, "message": exc.message}, status=409)
+            except (ValidationError, json.JSONDecodeError, ValueError) as exc:
+                return web.json_response({"error": "invalid_request", "message": str(exc)}, status=400)
+
+        return wrapped
 
     def reply(model) -> web.Response:
         return web.json_response(text=model.model_dump_json())
 
-    async def register(request: web.Request) -> web.Response:
-        return reply(controller.register(RegisterRequest.model_validate(await request.json())))
+    async def register(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.register(RegisterRequest.model_validate(await request.json())))
 
-    async def heartbeat(request: web.Request) -> web.Response:
-        return reply(controller.heartbeat(HeartbeatRequest.model_validate(await request.json())))
+    async def heartbeat(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.heartbeat(HeartbeatRequest.model_validate(await request.json())))
 
-    async def shutdown(request: web.Request) -> web.Response:
+    async def session(c: Controller, request: web.Request) -> web.StreamResponse:
+        """A WebSocket the broker keeps open while its process lives; its closing is how the
+        controller learns at once that the process died."""
         node_id = int(request.match_info["node_id"])
-        still = controller.controlled_shutdown(node_id, int(request.query.get("epoch", "-1")))
+        epoch = int(request.query.get("epoch", "-1"))
+        token = c.open_session(node_id, epoch)
+        if token is None:
+            return web.json_response({"error": "stale_broker_epoch", "message": "register first"}, status=409)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        try:
+            async for msg in ws:
+                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                    break
+        finally:
+            await c.close_session(node_id, token, epoch)
+        return ws
+
+    async def shutdown(c: Controller, request: web.Request) -> web.Response:
+        node_id = int(request.match_info["node_id"])
+        still = await c.controlled_shutdown(node_id, int(request.query.get("epoch", "-1")))
         return web.json_response({"still_leading": still})
 
-    async def metadata(request: web.Request) -> web.Response:
+    async def metadata(c: Controller, request: web.Request) -> web.Response:
         version = int(request.query.get("version", "-1"))
         wait = min(int(request.query.get("wait_ms", "0")), 60_000) / 1000
-        md = await controller.wait_for_change(version, request.query.get("incarnation", ""), wait)
+        md = await c.wait_for_change(version, request.query.get("incarnation", ""), wait)
         return reply(md)
 
-    async def alter_isr(request: web.Request) -> web.Response:
-        return reply(controller.alter_isr(AlterIsrRequest.model_validate(await request.json())))
+    async def alter_isr(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.alter_isr(AlterIsrRequest.model_validate(await request.json())))
 
-    async def create_topic(request: web.Request) -> web.Response:
-        return reply(controller.create_topic(CreateTopicRequest.model_validate(await request.json())))
+    async def create_topic(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.create_topic(CreateTopicRequest.model_validate(await request.json())))
 
-    async def delete_topic(request: web.Request) -> web.Response:
-        return reply(controller.delete_topic(request.match_info["name"]))
+    async def delete_topic(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.delete_topic(request.match_info["name"]))
 
-    async def create_partitions(request: web.Request) -> web.Response:
+    async def create_partitions(c: Controller, request: web.Request) -> web.Response:
         req = CreatePartitionsRequest.model_validate(await request.json())
-        return reply(controller.create_partitions(request.match_info["name"], req))
+        return reply(await c.create_partitions(request.match_info["name"], req))
 
-    async def alter_configs(request: web.Request) -> web.Response:
+    async def alter_configs(c: Controller, request: web.Request) -> web.Response:
         req = AlterConfigsRequest.model_validate(await request.json())
-        return reply(controller.alter_configs(request.match_info["name"], req.configs, req.validate_only))
+        return reply(await c.alter_configs(request.match_info["name"], req.configs, req.validate_only))
 
-    async def producer_ids(_: web.Request) -> web.Response:
-        return reply(controller.allocate_producer_ids())
+    async def producer_ids(c: Controller, _: web.Request) -> web.Response:
+        return reply(await c.allocate_producer_ids())
+
+    v1 = f"{prefix}/v1"
+    app.router.add_post(f"{v1}/brokers/register", route(register))
+    app.router.add_post(f"{v1}/brokers/heartbeat", route(heartbeat))
+    app.router.add_get(f"{v1}/brokers/{{node_id}}/session", route(session))
+    app.router.add_post(f"{v1}/brokers/{{node_id}}/shutdown", route(shutdown))
+    app.router.add_get(f"{v1}/metadata", route(metadata))
+    app.router.add_post(f"{v1}/isr", route(alter_isr))
+    app.router.add_post(f"{v1}/topics", route(create_topic))
+    app.router.add_delete(f"{v1}/topics/{{name}}", route(delete_topic))
+    app.router.add_post(f"{v1}/topics/{{name}}/partitions", route(create_partitions))
+    app.router.add_put(f"{v1}/topics/{{name}}/configs", route(alter_configs))
+    app.router.add_post(f"{v1}/producer-ids", route(producer_ids))
+
+
+def make_app(controller: Controller, token: str = "") -> web.Application:
+    """`dm controller`: one controller under /v1/, and /healthz."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "version": controller.version,
                                   "brokers": {b.node_id: not b.fenced for b in controller.brokers.values()}})
 
-    app = web.Application(middlewares=[guard])
-    app.router.add_post("/v1/brokers/register", register)
-    app.router.add_post("/v1/brokers/heartbeat", heartbeat)
-    app.router.add_post("/v1/brokers/{node_id}/shutdown", shutdown)
-    app.router.add_get("/v1/metadata", metadata)
-    app.router.add_post("/v1/isr", alter_isr)
-    app.router.add_post("/v1/topics", create_topic)
-    app.router.add_delete("/v1/topics/{name}", delete_topic)
-    app.router.add_post("/v1/topics/{name}/partitions", create_partitions)
-    app.router.add_put("/v1/topics/{name}/configs", alter_configs)
-    app.router.add_post("/v1/producer-ids", producer_ids)
+    app = web.Application()
+    add_controller_routes(app, "", lambda _: controller, lambda _: token)
     app.router.add_get("/healthz", healthz)
     return app

@@ -35,6 +35,8 @@ def assign(brokers: Sequence[tuple[int, str | None]], partitions: int, replicati
     if replication_factor > len(brokers):
         raise PlacementError(
             f"replication factor {replication_factor} is larger than the {len(brokers)} available brokers")
+    rack_of = dict(brokers)
+    racks = {r for _, r in brokers if r is not None}
     ordered = rack_alternating(brokers)
     n = len(ordered)
     rng = random.Random(seed)
@@ -46,7 +48,18 @@ def assign(brokers: Sequence[tuple[int, str | None]], partitions: int, replicati
             shift += 1
         first = (start + p) % n
         replicas = [ordered[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(ordered[(first + 1 + (shift + j) % (n - 1)) % n] if n > 1 else ordered[first])
+        # Followers at a shifting distance from the leader; with racks, a broker of a rack that
+        # already holds a replica is passed over while some rack holds none (Kafka's rule).
+        for relax in (False, True):
+            for k in range(n - 1):
+                if len(replicas) == replication_factor:
+                    break
+                candidate = ordered[(first + 1 + (shift + k) % (n - 1)) % n] if n > 1 else ordered[first]
+                if candidate in replicas:
+                    continue
+                used = {rack_of[r] for r in replicas}
+                if not relax and racks and rack_of[candidate] in used and not racks <= used:
+                    continue
+                replicas.append(candidate)
         out.append(replicas)
     return out

@@ -3,11 +3,13 @@
 Every topic is one document updated with compare-and-set on its `version`; the cluster document
 holds the cluster id and the producer-id counter. A change is durable (fsynced, renamed into place,
 directory fsynced) before the controller acknowledges it. The Kubernetes implementation (CRD
-status, resourceVersion CAS) lives in dm_operator and implements the same interface.
+status, resourceVersion CAS) lives in dm_operator and implements the same interface; the interface
+is async because that one talks to the API server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Protocol
@@ -21,14 +23,17 @@ class ConflictError(Exception):
 
 
 class ControllerStore(Protocol):
-    def load_cluster(self) -> ClusterDoc: ...
-    def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc: ...
-    def load_topics(self) -> dict[str, TopicDoc]: ...
-    def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc: ...
-    def delete_topic(self, name: str, expected_version: int) -> None: ...
+    async def load_cluster(self) -> ClusterDoc: ...
+    async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc: ...
+    async def load_topics(self) -> dict[str, TopicDoc]: ...
+    async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc: ...
+    async def delete_topic(self, name: str, expected_version: int) -> None: ...
 
 
 class FileControllerStore:
+    """One JSON file per document; writes run in a thread (each fsyncs) so the event loop never
+    waits on the disk."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         (directory / "topics").mkdir(parents=True, exist_ok=True)
@@ -38,7 +43,22 @@ class FileControllerStore:
     def _topic_path(self, name: str) -> Path:
         return self.directory / "topics" / f"{name}.json"
 
-    def load_cluster(self) -> ClusterDoc:
+    async def load_cluster(self) -> ClusterDoc:
+        return await asyncio.to_thread(self._load_cluster)
+
+    async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
+        return await asyncio.to_thread(self._save_cluster, doc, expected_version)
+
+    async def load_topics(self) -> dict[str, TopicDoc]:
+        return await asyncio.to_thread(self._load_topics)
+
+    async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
+        return await asyncio.to_thread(self._save_topic, doc, expected_version)
+
+    async def delete_topic(self, name: str, expected_version: int) -> None:
+        await asyncio.to_thread(self._delete_topic, name, expected_version)
+
+    def _load_cluster(self) -> ClusterDoc:
         path = self.directory / "cluster.json"
         if path.exists():
             doc = ClusterDoc.model_validate(json.loads(path.read_text()))
@@ -48,7 +68,7 @@ class FileControllerStore:
         self._cluster_version = doc.version
         return doc
 
-    def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
+    def _save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
         if expected_version != self._cluster_version:
             raise ConflictError(f"cluster document is at version {self._cluster_version}, not {expected_version}")
         new = doc.model_copy(update={"version": expected_version + 1})
@@ -56,7 +76,7 @@ class FileControllerStore:
         self._cluster_version = new.version
         return new
 
-    def load_topics(self) -> dict[str, TopicDoc]:
+    def _load_topics(self) -> dict[str, TopicDoc]:
         topics = {}
         for path in sorted((self.directory / "topics").glob("*.json")):
             doc = TopicDoc.model_validate(json.loads(path.read_text()))
@@ -64,7 +84,7 @@ class FileControllerStore:
             self._versions[doc.name] = doc.version
         return topics
 
-    def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
+    def _save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
         current = self._versions.get(doc.name, -1)
         if current != expected_version:
             raise ConflictError(f"topic {doc.name} is at version {current}, not {expected_version}")
@@ -73,7 +93,7 @@ class FileControllerStore:
         self._versions[doc.name] = new.version
         return new
 
-    def delete_topic(self, name: str, expected_version: int) -> None:
+    def _delete_topic(self, name: str, expected_version: int) -> None:
         current = self._versions.get(name, -1)
         if current != expected_version:
             raise ConflictError(f"topic {name} is at version {current}, not {expected_version}")
