@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TOPICS_CACHE = "topics-cache.json"
+FENCED_LISTING_S = 30
+SUSPICION_S = 1.0
 HW_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 
@@ -94,6 +96,8 @@ class Broker:
         self._pid_block_end = 0
         self._initial_hw: dict[tuple[str, int], int] = {}
         self._cache_path = config.data_dir / "__dm_meta" / TOPICS_CACHE
+        self._fenced_since: dict[int, float] = {}
+        self._suspected: dict[int, float] = {}  # node id -> until when its leaderships are not reported
 
     # -- startup and shutdown ----------------------------------------------------------------
 
@@ -208,6 +212,16 @@ class Broker:
     # -- metadata --------------------------------------------------------------------------
 
     def apply_metadata(self, md: ClusterMetadata) -> None:
+        previous = {b.node_id: b for b in self.metadata.brokers} if self.metadata else {}
+        now = time.monotonic()
+        for b in md.brokers:
+            if b.fenced:
+                self._fenced_since.setdefault(b.node_id, now)
+            else:
+                self._fenced_since.pop(b.node_id, None)
+            old = previous.get(b.node_id)
+            if old is not None and (old.epoch != b.epoch or b.fenced):
+                self._suspected.pop(b.node_id, None)  # the controller's word on it is newer
         self.metadata = md
         hosted: set[tuple[str, int]] = set()
         for name, topic in md.topics.items():
@@ -329,9 +343,43 @@ class Broker:
         return None if topic is None else TopicSettings(self.config, topic.configs)
 
     def endpoints(self) -> list[BrokerEndpoint]:
+        """Brokers serving now: registered and not fenced."""
         if not self.metadata:
             return []
         return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack) for b in self.metadata.brokers if not b.fenced]
+
+    def listed_endpoints(self) -> list[BrokerEndpoint]:
+        """The broker list of Metadata responses: serving brokers, and for FENCED_LISTING_S those
+        just fenced. A client (librdkafka) that sees a broker vanish in the same response that moves
+        its partitions sends them through an internal no-leader state and re-queries only a second
+        later; listed a little longer, the partitions move in one step."""
+        if not self.metadata:
+            return []
+        now = time.monotonic()
+        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack) for b in self.metadata.brokers
+                if not b.fenced or now - self._fenced_since.get(b.node_id, now) < FENCED_LISTING_S]
+
+    def suspect(self, node_id: int) -> None:
+        """This broker's replication connection to `node_id` failed: its process may have died, and
+        the controller's verdict is tens of milliseconds away. Until it arrives (or the connection
+        is back, or SUSPICION_S pass), Metadata requests about its partitions wait for it instead of
+        answering with a leader that is probably dead: a client told the dead leader would only
+        ask again at its next periodic refresh (a second for librdkafka)."""
+        if node_id != self.node_id:
+            self._suspected[node_id] = time.monotonic() + SUSPICION_S
+
+    def trust(self, node_id: int) -> None:
+        self._suspected.pop(node_id, None)
+
+    def suspected(self, node_id: int) -> bool:
+        return self._suspected.get(node_id, 0) > time.monotonic()
+
+    async def wait_for_verdict(self, leaders: set[int], timeout: float) -> None:
+        """Waits (bounded) until none of `leaders` is suspected any more."""
+        deadline = time.monotonic() + timeout
+        while any(self.suspected(n) for n in leaders) and time.monotonic() < deadline:
+            await self._wait_metadata(min(deadline, min(self._suspected.get(n, 0) for n in leaders)) -
+                                      time.monotonic())
 
     def endpoint(self, node_id: int) -> BrokerEndpoint | None:
         if not self.metadata:

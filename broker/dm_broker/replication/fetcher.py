@@ -85,10 +85,13 @@ class ReplicaFetcher:
                 if self.needs_truncation:
                     await self._truncate(conn)
                 await self._fetch_once(conn)
+                self.broker.trust(self.leader_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.debug("fetcher for leader %d: %s", self.leader_id, exc)
+                if isinstance(exc, (ConnectionError, OSError, asyncio.IncompleteReadError)):
+                    self.broker.suspect(self.leader_id)
                 await self._disconnect()
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):

@@ -42,6 +42,16 @@ def _topic_metadata(ctx: RequestContext, topic: TopicDoc) -> Any:
                 is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions))
 
 
+async def _wait_for_suspected_leaders(broker: Any, requested: Any) -> None:
+    """A leader this broker just lost its connection to is probably gone: answer once the controller
+    has ruled on it (tens of milliseconds), not with the dead leader (see Broker.suspect)."""
+    docs = broker.topics().values() if requested is None else \
+        [t for t in (broker.topic(e.name) for e in requested if e.name) if t is not None]
+    leaders = {p.leader for doc in docs for p in doc.partitions}
+    if any(broker.suspected(n) for n in leaders):
+        await broker.wait_for_verdict(leaders, timeout=1.0)
+
+
 def _missing(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
     topic_cls = nested(ctx.response_cls, "MetadataResponseTopic")
     return make(topic_cls, error_code=error, name=name, topic_id=topic_id or NULL_UUID, is_internal=False,
@@ -56,6 +66,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     if ctx.version == 0 and requested == ():
         requested = None  # v0: an empty list means every topic
     auto_create = getattr(req, "allow_auto_topic_creation", True)
+    await _wait_for_suspected_leaders(broker, requested)
     topics = []
     if requested is None:
         topics = [_topic_metadata(ctx, t) for t in broker.topics().values()]
@@ -78,7 +89,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
             topics.append(_topic_metadata(ctx, topic) if topic else
                           _missing(ctx, name, None, ErrorCode.unknown_topic_or_partition))
     brokers = tuple(make(broker_cls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-                    for e in broker.endpoints())
+                    for e in broker.listed_endpoints())
     return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
                 controller_id=broker.controller_id, topics=tuple(topics))
 
