@@ -73,13 +73,14 @@ def start(spec: ContainerSpec) -> None:
     # Sources are opened before anything is mounted, so a mount over /tmp cannot hide a source that
     # lives below /tmp; each is then mounted through its /proc/self/fd link.
     fds = [os.open(m.source, os.O_PATH) for m in spec.mounts]
-    if spec.read_only_root:
-        _mount(None, "/", MS_REMOUNT | MS_BIND | MS_RDONLY)
     for m, fd in zip(spec.mounts, fds, strict=True):
         _mount(f"/proc/self/fd/{fd}", m.target, MS_BIND | MS_REC)
         if m.read_only:
             _mount(None, m.target, MS_REMOUNT | MS_BIND | MS_RDONLY)
         os.close(fd)
+    # Last: a bind mount copies its source mount's flags, and the sources live on the root mount.
+    if spec.read_only_root:
+        _mount(None, "/", MS_REMOUNT | MS_BIND | MS_RDONLY)
     if spec.workdir:
         os.chdir(spec.workdir)
     os.execvpe(spec.argv[0], spec.argv, spec.env)

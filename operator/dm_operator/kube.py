@@ -1,0 +1,125 @@
+"""The operator's Kubernetes API calls: JSON dicts over the official client (its authentication,
+in-cluster or kubeconfig), each blocking call run in a small thread pool so the event loop — the
+controller's hot path — never waits on the network."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+MERGE = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Obj, what: str) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(f"{what}: HTTP {status}: {body.get('message', body)}")
+
+    @property
+    def reason(self) -> str:
+        return str(self.body.get("reason", ""))
+
+
+def load_api_client() -> client.ApiClient:
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None, threads: int = 8) -> None:
+        self.api = api_client or load_api_client()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _call(self, method: str, path: str, body: Any, query: dict[str, str] | None, content_type: str) -> Obj:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method, url, headers, body, _ = self.api.param_serialize(
+            method, path, query_params=list((query or {}).items()), header_params=headers, body=body,
+            auth_settings=["BearerToken"])
+        try:
+            resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        except ApiException as exc:
+            raise ApiError(exc.status or 0, {"message": str(exc.reason)}, f"{method} {path}") from None
+        data = resp.read()
+        try:
+            payload = json.loads(data) if data else {}
+        except json.JSONDecodeError:
+            payload = {"message": data.decode(errors="replace")[:500]}
+        if resp.status >= 400:
+            log.debug("%s %s failed (%d); body: %s", method, path, resp.status, body)
+            raise ApiError(resp.status, payload, f"{method} {path}")
+        return payload
+
+    async def request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> Obj:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._call, method, path, body, query, content_type)
+
+    async def get(self, path: str, **query: str) -> Obj:
+        return await self.request("GET", path, query=query or None)
+
+    async def get_or_none(self, path: str) -> Obj | None:
+        try:
+            return await self.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create(self, path: str, body: Obj) -> Obj:
+        return await self.request("POST", path, body)
+
+    async def patch(self, path: str, body: Obj) -> Obj:
+        return await self.request("PATCH", path, body, content_type=MERGE)
+
+    async def delete(self, path: str, body: Obj | None = None) -> Obj | None:
+        try:
+            return await self.request("DELETE", path, body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def served(self, group_version: str) -> bool:
+        """Whether the API server serves e.g. policy/v1 (discovery)."""
+        path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+        try:
+            await self.get(path)
+            return True
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+
+def collection_path(api_version: str, plural: str, namespace: str | None) -> str:
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+
+
+PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
+           "StatefulSet": "statefulsets", "PodDisruptionBudget": "poddisruptionbudgets", "Pod": "pods",
+           "PersistentVolumeClaim": "persistentvolumeclaims", "Event": "events", "Topic": "topics",
+           "DMCluster": "dmclusters"}
+
+
+def object_path(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{collection_path(obj['apiVersion'], PLURALS[obj['kind']], meta.get('namespace'))}/{meta['name']}"

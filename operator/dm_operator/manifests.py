@@ -1,0 +1,208 @@
+"""Pure builders: a DMCluster (and what the operator knows) in, its children's manifests out.
+
+StatefulSet (one PVC per broker, OnDelete updates — the operator rolls —, probes on /readyz and
+/healthz, anti-affinity across nodes and spread across zones, non-root with a read-only root file
+system), headless and bootstrap Services, ConfigMap, ServiceAccount, PodDisruptionBudget; each owned
+by the DMCluster so deleting it removes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from dm_broker.config import BROKER_PROPERTIES, BrokerConfig, ConfigError
+
+from . import naming
+from .models import DMClusterSpec
+from .settings import OperatorSettings
+
+Obj = dict[str, Any]
+BROKER_UID = 10001
+# Set by the operator from the pod's identity; a DMCluster may not set them.
+MANAGED_PROPERTIES = {"node.id", "log.dirs", "listener.host", "listener.port", "http.port", "advertised.host",
+                      "advertised.port", "controller.url", "controller.token", "rack"}
+
+
+def render_config(config: dict[str, Any]) -> str:
+    """broker.properties from spec.config, validated with the broker's own property table;
+    ConfigError names every unknown or invalid property."""
+    problems = []
+    values: dict[str, str] = {}
+    for key, raw in sorted(config.items()):
+        if key in MANAGED_PROPERTIES:
+            problems.append(f"{key} is set by the operator")
+            continue
+        if isinstance(raw, bool):
+            value = "true" if raw else "false"
+        elif isinstance(raw, (int, float, str)):
+            value = str(raw)
+        else:
+            problems.append(f"{key}: expected a string, number or boolean, got {type(raw).__name__}")
+            continue
+        if key not in BROKER_PROPERTIES:
+            problems.append(f"{key} is not a dm broker property")
+            continue
+        try:
+            BrokerConfig.build({key: value}, environ={})
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
+        values[key] = value
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+def min_insync_default(config: dict[str, Any]) -> int:
+    raw = config.get("min.insync.replicas", BROKER_PROPERTIES["min.insync.replicas"].default)
+    try:
+        return max(1, int(raw))
+    except (TypeError, ValueError):
+        return 1
+
+
+def controller_url(settings: OperatorSettings, namespace: str, name: str) -> str:
+    return f"{settings.controller_url.rstrip('/')}/clusters/{namespace}/{name}"
+
+
+def bootstrap_address(name: str, namespace: str, domain: str) -> str:
+    return f"{naming.bootstrap_service(name)}.{namespace}.svc.{domain}:{naming.KAFKA_PORT}"
+
+
+def _meta(name: str, namespace: str, cluster: str, owner: Obj, component: str = "broker") -> Obj:
+    return {"name": name, "namespace": namespace, "labels": naming.labels(cluster, component),
+            "ownerReferences": [owner]}
+
+
+def config_map(name: str, namespace: str, owner: Obj, properties: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(naming.config_map(name), namespace, name, owner),
+            "data": {"broker.properties": properties}}
+
+
+def token_secret(name: str, namespace: str, owner: Obj, token: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(naming.token_secret(name), namespace, name, owner),
+            "stringData": {"token": token}}
+
+
+def service_account(name: str, namespace: str, owner: Obj) -> Obj:
+    # Brokers never call the Kubernetes API: no token is mounted.
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+            "metadata": _meta(naming.service_account(name), namespace, name, owner)}
+
+
+def headless_service(name: str, namespace: str, owner: Obj) -> Obj:
+    """Stable names for each broker (<pod>.<service>...): published before the pods are Ready,
+    because brokers must reach each other (and be registered) to become Ready."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(naming.headless_service(name), namespace, name, owner),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": naming.selector_labels(name),
+                     "ports": [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}]}}
+
+
+def bootstrap_service(name: str, namespace: str, owner: Obj) -> Obj:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(naming.bootstrap_service(name), namespace, name, owner),
+            "spec": {"type": "ClusterIP", "selector": naming.selector_labels(name),
+                     "ports": [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}]}}
+
+
+def pod_disruption_budget(name: str, namespace: str, owner: Obj, api_version: str) -> Obj:
+    """One broker at a time may be disrupted voluntarily (drains)."""
+    return {"apiVersion": api_version, "kind": "PodDisruptionBudget",
+            "metadata": _meta(naming.pdb(name), namespace, name, owner),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": naming.selector_labels(name)}}}
+
+
+def revision(spec: DMClusterSpec, properties: str, image: str) -> str:
+    """What a broker's restart is for: a change of this hash rolls the brokers."""
+    material = {"config": properties, "image": image, "pullPolicy": spec.imagePullPolicy,
+                "resources": spec.resources.model_dump(), "template": spec.template.model_dump(),
+                "rack": spec.rack.model_dump() if spec.rack else None}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, settings: OperatorSettings, *,
+                replicas: int, properties: str) -> Obj:
+    image = spec.image or settings.image
+    rev = revision(spec, properties, image)
+    domain = settings.cluster_domain
+    selector = naming.selector_labels(name)
+    args = [
+        "broker", "--config", f"{naming.CONFIG_PATH}/broker.properties",
+        "--node-id-from-name", "$(POD_NAME)",
+        "--data-dir", naming.DATA_PATH, "--host", "0.0.0.0", "--port", str(naming.KAFKA_PORT),
+        "--http-port", str(naming.HTTP_PORT),
+        "--advertised-host", f"$(POD_NAME).{naming.headless_service(name)}.$(POD_NAMESPACE).svc.{domain}",
+        "--controller", controller_url(settings, namespace, name),
+    ]
+    container: Obj = {
+        "name": "broker", "image": image, "imagePullPolicy": spec.imagePullPolicy, "args": args,
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "DM_CONTROLLER_TOKEN", "valueFrom": {"secretKeyRef": {"name": naming.token_secret(name),
+                                                                           "key": "token"}}},
+        ],
+        "ports": [{"name": "kafka", "containerPort": naming.KAFKA_PORT},
+                  {"name": "http", "containerPort": naming.HTTP_PORT}],
+        # Ready once registered and serving; alive while the process answers (also during log recovery).
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2,
+                           "failureThreshold": 3, "timeoutSeconds": 2},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "initialDelaySeconds": 10,
+                          "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
+        "resources": {k: v for k, v in spec.resources.model_dump().items() if v},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "data", "mountPath": naming.DATA_PATH},
+                         {"name": "config", "mountPath": naming.CONFIG_PATH, "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    zone_key = spec.rack.topologyKey if spec.rack else "topology.kubernetes.io/zone"
+    pod_spec: Obj = {
+        "serviceAccountName": naming.service_account(name),
+        "automountServiceAccountToken": False,
+        # Longer than a controlled shutdown (bounded at 20 s), so SIGKILL never cuts one short.
+        "terminationGracePeriodSeconds": settings.broker_grace_period_s,
+        "securityContext": {"runAsUser": BROKER_UID, "runAsGroup": BROKER_UID, "fsGroup": BROKER_UID,
+                            "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "affinity": spec.template.affinity or {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                "labelSelector": {"matchLabels": selector}}}]}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": zone_key, "whenUnsatisfiable": "ScheduleAnyway",
+                                       "labelSelector": {"matchLabels": selector}}],
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": naming.config_map(name)}},
+                    {"name": "tmp", "emptyDir": {}}],
+    }
+    if spec.template.tolerations:
+        pod_spec["tolerations"] = spec.template.tolerations
+    if spec.template.nodeSelector:
+        pod_spec["nodeSelector"] = spec.template.nodeSelector
+    if spec.template.priorityClassName:
+        pod_spec["priorityClassName"] = spec.template.priorityClassName
+    claim: Obj = {"metadata": {"name": "data", "labels": naming.labels(name)},
+                  "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}}
+    if spec.storage.storageClassName:
+        claim["spec"]["storageClassName"] = spec.storage.storageClassName
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _meta(naming.statefulset(name), namespace, name, owner),
+        "spec": {
+            "serviceName": naming.headless_service(name),
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},  # the operator restarts brokers one at a time, safely
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**spec.template.labels, **naming.labels(name)},
+                             "annotations": {**spec.template.annotations, "dm.dev/revision": rev}},
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }

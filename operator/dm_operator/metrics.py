@@ -1,0 +1,24 @@
+"""The operator's Prometheus metrics (served on /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+
+RECONCILES = Counter("dm_operator_reconciles", "Reconcile passes", ["kind", "result"], registry=REGISTRY)
+RECONCILE_SECONDS = Histogram("dm_operator_reconcile_seconds", "Duration of a DMCluster reconcile pass",
+                              registry=REGISTRY, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+ERRORS = Counter("dm_operator_reconcile_errors", "Reconcile passes that failed", ["kind"], registry=REGISTRY)
+ELECTIONS = Counter("dm_controller_leader_elections", "Partition leader changes", ["namespace", "cluster"],
+                    registry=REGISTRY)
+ISR_CHANGES = Counter("dm_controller_isr_changes", "In-sync replica set changes", ["namespace", "cluster"],
+                      registry=REGISTRY)
+FENCES = Counter("dm_controller_fences", "Brokers fenced by the operator on pod events", ["namespace", "cluster"],
+                 registry=REGISTRY)
+OFFLINE = Gauge("dm_controller_offline_partitions", "Partitions without a leader", ["namespace", "cluster"],
+                registry=REGISTRY)
+UNDER_REPLICATED = Gauge("dm_controller_under_replicated_partitions", "Partitions with an ISR smaller than their "
+                         "replicas", ["namespace", "cluster"], registry=REGISTRY)
+BROKERS = Gauge("dm_controller_brokers", "Brokers by state", ["namespace", "cluster", "state"], registry=REGISTRY)
+CLUSTERS = Gauge("dm_operator_clusters", "DMClusters this operator runs a controller for", registry=REGISTRY)

@@ -1,0 +1,197 @@
+"""The DMCluster and Topic resources (group dm.dev, version v1alpha1) as pydantic models: the single
+source of the CRDs in crds/ (`python -m dm_operator.crdgen` writes them) and of the reference in
+docs/kubernetes.md. Field names are the resources' JSON names."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+TOPIC_NAME = r"^[a-zA-Z0-9._-]+$"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- shared ---------------------------------------------------------------------------------------
+
+
+class Condition(Model):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(description="Ready, ConfigValid, ScaleDown, RollingRestart, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field("", description="CamelCase reason")
+    message: str = Field("", description="What happened, in words")
+    lastTransitionTime: str | None = Field(None, description="When the status last changed")
+    observedGeneration: int | None = Field(None, description="The spec generation this condition is about")
+
+
+# -- DMCluster ------------------------------------------------------------------------------------
+
+
+class StorageSpec(Model):
+    size: str = Field("10Gi", pattern=QUANTITY, description="Size of each broker's PersistentVolumeClaim")
+    storageClassName: str | None = Field(None, description="StorageClass of the claims (default: the cluster's)")
+    deleteClaim: bool = Field(False, description="Delete the brokers' claims (and their data) when the DMCluster "
+                                                 "is deleted; kept by default")
+
+
+class Resources(Model):
+    requests: dict[str, str | int] = Field(default_factory=dict, description="cpu, memory, ... of each broker")
+    limits: dict[str, str | int] = Field(default_factory=dict, description="cpu, memory, ... of each broker")
+
+
+class RackSpec(Model):
+    topologyKey: str = Field("topology.kubernetes.io/zone",
+                             description="Node label whose value is a broker's rack: replicas of a partition are "
+                                         "placed in different racks, and brokers spread over them")
+
+
+class PodTemplate(Model):
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on broker pods")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on broker pods")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Pod tolerations")
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector")
+    affinity: dict[str, Any] | None = Field(None, description="Pod affinity; replaces the default anti-affinity "
+                                                               "across nodes")
+    priorityClassName: str | None = Field(None, description="Pod priorityClassName")
+
+
+class DMClusterSpec(Model):
+    replicas: int = Field(3, ge=1, le=64, description="Number of brokers")
+    image: str | None = Field(None, description="Broker image (default: the operator's own image)")
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent",
+                                                                        description="Image pull policy of brokers")
+    resources: Resources = Field(default_factory=Resources, description="Resources of each broker container")
+    storage: StorageSpec = Field(default_factory=StorageSpec, description="Each broker's persistent volume")
+    config: dict[str, Any] = Field(default_factory=dict, description="Broker properties by dm's names "
+                                   "(docs/configuration.md), e.g. min.insync.replicas: 2; values are strings, "
+                                   "numbers or booleans. Unknown or invalid ones are reported in the ConfigValid "
+                                   "condition and not rolled out")
+    rack: RackSpec | None = Field(None, description="Rack awareness from a node label (off when absent)")
+    template: PodTemplate = Field(default_factory=PodTemplate, description="Broker pod overrides")
+
+
+class BrokerStatus(Model):
+    id: int
+    pod: str
+    ready: bool = Field(description="The pod is Ready")
+    fenced: bool = Field(description="The controller has fenced the broker (not serving as a replica)")
+    registered: bool = Field(description="The broker is registered with the controller")
+    rack: str | None = None
+    node: str | None = Field(None, description="Node the pod runs on")
+
+
+class ControllerState(Model):
+    """The controller's cluster document (what `dm controller` keeps in cluster.json)."""
+
+    nextProducerId: int = 0
+    documentVersion: int = 0
+
+
+class DMClusterStatus(Model):
+    observedGeneration: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    clusterId: str | None = Field(None, description="Kafka cluster id")
+    bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
+    replicas: int = Field(0, description="Broker pods that exist")
+    readyReplicas: int = Field(0, description="Broker pods that are Ready")
+    desiredReplicas: int = Field(0, description="spec.replicas as last applied")
+    selector: str | None = Field(None, description="Label selector of the broker pods (scale subresource)")
+    brokers: list[BrokerStatus] = Field(default_factory=list)
+    controller: ControllerState | None = None
+    revision: str | None = Field(None, description="Hash of the broker pod template the brokers should run")
+
+
+# -- Topic ----------------------------------------------------------------------------------------
+
+
+class TopicSpec(Model):
+    cluster: str = Field(min_length=1, max_length=63, pattern=K8S_NAME,
+                         description="Name of the DMCluster in the same namespace")
+    topicName: str | None = Field(None, min_length=1, max_length=249, pattern=TOPIC_NAME,
+                                  description="Kafka topic name when it differs from metadata.name (names "
+                                              "Kubernetes does not allow, e.g. with '_' or capitals)")
+    partitions: int = Field(1, ge=1, le=10000, description="Number of partitions (can grow, never shrink)")
+    replicas: int = Field(3, ge=1, le=64, description="Replication factor")
+    config: dict[str, Any] = Field(default_factory=dict, description="Topic configs, e.g. min.insync.replicas: 2, "
+                                                                    "retention.ms: 86400000")
+
+
+class PartitionStatus(Model):
+    partition: int
+    leader: int = Field(description="Broker id of the leader; -1 when offline")
+    replicas: list[int]
+    isr: list[int] = Field(description="In-sync replicas")
+    leaderEpoch: int
+    partitionEpoch: int = 0
+
+
+class TopicStatus(Model):
+    observedGeneration: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    topicName: str | None = None
+    topicId: str | None = None
+    partitionCount: int | None = None
+    replicationFactor: int | None = None
+    partitions: list[PartitionStatus] = Field(default_factory=list)
+    configs: dict[str, str] = Field(default_factory=dict, description="Configs in effect (non-default)")
+    underReplicatedPartitions: int = 0
+    offlinePartitions: int = 0
+    documentVersion: int | None = Field(None, description="The controller's version of this topic (compare-and-set)")
+
+
+# -- the CRDs -------------------------------------------------------------------------------------
+
+
+class CrdInfo(BaseModel):
+    kind: str
+    plural: str
+    singular: str
+    short_names: list[str]
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    description: str
+    printer_columns: list[dict[str, Any]]
+    scale: dict[str, str] | None = None
+
+
+CRDS = [
+    CrdInfo(
+        kind="DMCluster", plural="dmclusters", singular="dmcluster", short_names=["dmc"],
+        spec=DMClusterSpec, status=DMClusterStatus,
+        description="A dm cluster: a StatefulSet of brokers on persistent volumes, run by the dm operator, which "
+                    "also hosts the cluster's controller (its state is this resource's and its Topics' status).",
+        printer_columns=[
+            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
+            {"name": "Bootstrap", "type": "string", "jsonPath": ".status.bootstrap", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+               "labelSelectorPath": ".status.selector"},
+    ),
+    CrdInfo(
+        kind="Topic", plural="topics", singular="topic", short_names=["dmt", "dmtopic"],
+        spec=TopicSpec, status=TopicStatus,
+        description="A topic of a DMCluster. Its status shows every partition's leader, replicas and in-sync "
+                    "replicas as the cluster's controller keeps them. Topics created through the Kafka API "
+                    "appear as Topic resources too.",
+        printer_columns=[
+            {"name": "Cluster", "type": "string", "jsonPath": ".spec.cluster"},
+            {"name": "Partitions", "type": "integer", "jsonPath": ".status.partitionCount"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicationFactor"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+            {"name": "Under-replicated", "type": "integer", "jsonPath": ".status.underReplicatedPartitions"},
+            {"name": "Offline", "type": "integer", "jsonPath": ".status.offlinePartitions"},
+            {"name": "Topic", "type": "string", "jsonPath": ".status.topicName", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    ),
+]

@@ -1,0 +1,234 @@
+"""The controller's persistence in the custom resources' status: each topic document in its
+Topic's status, the cluster document in the DMCluster's status. Every write is a merge patch that
+carries the resourceVersion it was computed from, so the API server applies it only if nothing
+changed the object since (409 otherwise). A conflict caused by a change that is not the controller's
+(a user editing the spec, the operator writing conditions) is retried after checking that the
+stored document version is still the expected one; a different document version is a real
+conflict (ConflictError), as with the file store. A write is acknowledged only once the API server
+accepted it, so persisted-before-visible holds as with `dm controller`.
+
+Topics created through the Kafka API get a Topic resource here, so `kubectl get topics` lists every
+topic; a topic deleted through the Kafka API takes its resource with it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dm_broker.controller.models import ClusterDoc, PartitionState, TopicDoc
+from dm_broker.controller.store import ConflictError
+
+from . import API_VERSION, naming
+from .changes import offline, under_replicated
+from .kube import ApiError, Kube
+from .models import PartitionStatus
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+TOPIC_FINALIZER = "dm.dev/topic"
+CAS_RETRIES = 20
+ChangeListener = Callable[[TopicDoc | None, TopicDoc, Obj], None]
+
+
+def topic_status(doc: TopicDoc) -> Obj:
+    """The status fields the store owns (the reconciler owns conditions and observedGeneration)."""
+    return {
+        "topicName": doc.name, "topicId": doc.topic_id, "partitionCount": len(doc.partitions),
+        "replicationFactor": len(doc.partitions[0].replicas) if doc.partitions else 0,
+        "partitions": [PartitionStatus(partition=i, leader=p.leader, replicas=p.replicas, isr=p.isr,
+                                       leaderEpoch=p.leader_epoch, partitionEpoch=p.partition_epoch).model_dump()
+                       for i, p in enumerate(doc.partitions)],
+        "configs": dict(doc.configs), "underReplicatedPartitions": under_replicated(doc),
+        "offlinePartitions": offline(doc), "documentVersion": doc.version,
+    }
+
+
+def doc_from_status(status: Obj) -> TopicDoc | None:
+    if status.get("documentVersion") is None or not status.get("topicName"):
+        return None
+    partitions = [PartitionState(replicas=p["replicas"], leader=p["leader"], isr=p["isr"],
+                                 leader_epoch=p["leaderEpoch"], partition_epoch=p.get("partitionEpoch", 0))
+                  for p in sorted(status.get("partitions", []), key=lambda p: p["partition"])]
+    return TopicDoc(name=status["topicName"], topic_id=status["topicId"], configs=status.get("configs") or {},
+                    partitions=partitions, version=status["documentVersion"])
+
+
+def topic_name_of(obj: Obj) -> str:
+    return obj["spec"].get("topicName") or obj["metadata"]["name"]
+
+
+class CrdStatusStore:
+    def __init__(self, kube: Kube, namespace: str, cluster: str, cluster_uid: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.cluster = cluster
+        self.cluster_uid = cluster_uid
+        self.resources: dict[str, str] = {}  # topic name -> Topic resource name
+        self.resource_versions: dict[str, str] = {}  # resource name -> last resourceVersion we wrote or read
+        self.docs: dict[str, TopicDoc] = {}  # what we last persisted, for change listeners
+        self._cluster_rv: str | None = None
+        self._cluster_version = -1
+        self.listeners: list[ChangeListener] = []
+
+    @property
+    def cluster_path(self) -> str:
+        return f"/apis/{API_VERSION}/namespaces/{self.namespace}/dmclusters/{self.cluster}"
+
+    @property
+    def topics_path(self) -> str:
+        return f"/apis/{API_VERSION}/namespaces/{self.namespace}/topics"
+
+    # -- the cluster document ----------------------------------------------------------------------
+
+    async def load_cluster(self) -> ClusterDoc:
+        obj = await self.kube.get(self.cluster_path)
+        state = (obj.get("status") or {}).get("controller")
+        cluster_id = (obj.get("status") or {}).get("clusterId")
+        self._cluster_rv = obj["metadata"]["resourceVersion"]
+        if state is None or not cluster_id:
+            doc = ClusterDoc()
+            self._cluster_version = -1
+            return await self._write_cluster(doc.model_copy(update={"version": 0}), expected=-1)
+        self._cluster_version = state["documentVersion"]
+        return ClusterDoc(cluster_id=cluster_id, next_producer_id=state["nextProducerId"],
+                          version=state["documentVersion"])
+
+    async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
+        if expected_version != self._cluster_version:
+            raise ConflictError(f"cluster document is at version {self._cluster_version}, not {expected_version}")
+        return await self._write_cluster(doc.model_copy(update={"version": expected_version + 1}), expected_version)
+
+    async def _write_cluster(self, doc: ClusterDoc, expected: int) -> ClusterDoc:
+        status = {"clusterId": doc.cluster_id,
+                  "controller": {"nextProducerId": doc.next_producer_id, "documentVersion": doc.version}}
+        for _ in range(CAS_RETRIES):
+            try:
+                obj = await self.kube.patch(f"{self.cluster_path}/status", {
+                    "metadata": {"resourceVersion": self._cluster_rv}, "status": status})
+                self._cluster_rv = obj["metadata"]["resourceVersion"]
+                self._cluster_version = doc.version
+                return doc
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+            current = await self.kube.get(self.cluster_path)
+            self._cluster_rv = current["metadata"]["resourceVersion"]
+            stored = ((current.get("status") or {}).get("controller") or {}).get("documentVersion", -1)
+            if stored != expected and not (expected == -1 and stored in (-1, None)):
+                raise ConflictError(f"cluster document is at version {stored}, not {expected}")
+        raise ConflictError("cluster document: too many concurrent changes")
+
+    # -- topic documents ---------------------------------------------------------------------------
+
+    async def list_topic_resources(self) -> list[Obj]:
+        listing = await self.kube.get(self.topics_path, labelSelector=f"{naming.CLUSTER_LABEL}={self.cluster}")
+        found = {o["metadata"]["name"]: o for o in listing.get("items", [])}
+        # Topics a user created without the label are found by their spec.
+        everything = await self.kube.get(self.topics_path)
+        for o in everything.get("items", []):
+            if o.get("spec", {}).get("cluster") == self.cluster:
+                found.setdefault(o["metadata"]["name"], o)
+        return list(found.values())
+
+    async def load_topics(self) -> dict[str, TopicDoc]:
+        topics: dict[str, TopicDoc] = {}
+        for obj in await self.list_topic_resources():
+            name = obj["metadata"]["name"]
+            self.resource_versions[name] = obj["metadata"]["resourceVersion"]
+            doc = doc_from_status(obj.get("status") or {})
+            topic = doc.name if doc else topic_name_of(obj)
+            self.resources.setdefault(topic, name)
+            if doc is not None:
+                topics[doc.name] = doc
+                self.docs[doc.name] = doc
+        return topics
+
+    def remember(self, obj: Obj) -> None:
+        """A Topic resource seen through the watch: where its topic lives."""
+        name = obj["metadata"]["name"]
+        self.resources.setdefault(topic_name_of(obj), name)
+
+    async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
+        known = self.docs.get(doc.name)
+        current = known.version if known else -1
+        if expected_version != current:
+            raise ConflictError(f"topic {doc.name} is at version {current}, not {expected_version}")
+        new = doc.model_copy(update={"version": expected_version + 1})
+        resource = await self._resource_for(new)
+        path = f"{self.topics_path}/{resource}/status"
+        status = topic_status(new)
+        for _ in range(CAS_RETRIES):
+            rv = self.resource_versions.get(resource)
+            try:
+                obj = await self.kube.patch(path, {"metadata": {"resourceVersion": rv}, "status": status})
+                self.resource_versions[resource] = obj["metadata"]["resourceVersion"]
+                self.docs[new.name] = new
+                for listener in self.listeners:
+                    listener(known, new, obj)
+                return new
+            except ApiError as exc:
+                if exc.status == 404:
+                    raise ConflictError(f"the Topic resource of {doc.name} is gone") from None
+                if exc.status != 409:
+                    raise
+            fresh = await self.kube.get(f"{self.topics_path}/{resource}")
+            self.resource_versions[resource] = fresh["metadata"]["resourceVersion"]
+            stored = (fresh.get("status") or {}).get("documentVersion")
+            if not (stored == expected_version or (expected_version < 0 and stored is None)):
+                raise ConflictError(f"topic {doc.name}: the stored document is at version {stored}, "
+                                    f"not {expected_version}")
+        raise ConflictError(f"topic {doc.name}: too many concurrent changes")
+
+    async def _resource_for(self, doc: TopicDoc) -> str:
+        """The Topic resource holding `doc`; created for topics born through the Kafka API."""
+        resource = self.resources.get(doc.name)
+        if resource is not None:
+            return resource
+        taken = False
+        for _ in range(2):
+            name = naming.topic_resource_name(doc.name, self.cluster, taken)
+            spec: Obj = {"cluster": self.cluster, "partitions": len(doc.partitions),
+                         "replicas": len(doc.partitions[0].replicas) if doc.partitions else 1,
+                         "config": dict(doc.configs)}
+            if name != doc.name:
+                spec["topicName"] = doc.name
+            body = {"apiVersion": API_VERSION, "kind": "Topic",
+                    "metadata": {"name": name, "namespace": self.namespace,
+                                 "labels": {naming.CLUSTER_LABEL: self.cluster,
+                                            "app.kubernetes.io/managed-by": naming.MANAGED_BY},
+                                 "annotations": {"dm.dev/created-through": "kafka-api"},
+                                 "finalizers": [TOPIC_FINALIZER],
+                                 "ownerReferences": [naming.owner_reference(self.cluster, self.cluster_uid)]},
+                    "spec": spec}
+            try:
+                obj = await self.kube.create(self.topics_path, body)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                existing = await self.kube.get(f"{self.topics_path}/{name}")
+                if existing["spec"].get("cluster") == self.cluster and topic_name_of(existing) == doc.name:
+                    obj = existing
+                else:
+                    taken = True
+                    continue
+            self.resources[doc.name] = name
+            self.resource_versions[name] = obj["metadata"]["resourceVersion"]
+            log.info("%s/%s: Topic resource %s for topic %s", self.namespace, self.cluster, name, doc.name)
+            return name
+        raise ConflictError(f"no free Topic resource name for topic {doc.name}")
+
+    async def delete_topic(self, name: str, expected_version: int) -> None:
+        known = self.docs.get(name)
+        current = known.version if known else -1
+        if expected_version != current:
+            raise ConflictError(f"topic {name} is at version {current}, not {expected_version}")
+        self.docs.pop(name, None)
+        resource = self.resources.pop(name, None)
+        if resource is None:
+            return
+        obj = await self.kube.get_or_none(f"{self.topics_path}/{resource}")
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return  # deleted through Kubernetes: the reconciler releases its finalizer
+        # Deleted through the Kafka API: the resource goes too (its finalizer finds nothing to do).
+        await self.kube.delete(f"{self.topics_path}/{resource}")
