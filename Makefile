@@ -47,6 +47,7 @@ bench: install-test
 # The Kubernetes testbed for manual use (docs/testing.md): a real control plane, pods as processes.
 k8s-build:
 	bash scripts/k8s-build.sh
+	bash scripts/helm-install.sh
 
 k8s-up: install-test k8s-build
 	$(TESTBED) up

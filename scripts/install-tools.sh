@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the non-Python tools the test suite talks to: kcat, a Java runtime for Spark, and the
-# Kubernetes control plane for the e2e suite (scripts/k8s-build.sh: built once, then cached).
+# Kubernetes control plane for the e2e suite (scripts/k8s-build.sh: built once, then cached) with
+# helm (scripts/helm-install.sh).
 # kcat and Java are best effort (their tests skip with a reason when missing). The control plane is
 # not: on a machine that can build it (root with apt-get), a failed build fails `make test` rather
 # than letting the e2e suite skip unnoticed.
@@ -22,7 +23,7 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "install-tools: cannot install ${need[*]} (needs root and apt-get); dependent tests will skip" >&2
   fi
 fi
-if ! bash scripts/k8s-build.sh; then
+if ! bash scripts/k8s-build.sh || ! bash scripts/helm-install.sh; then
   if [ $can_apt = 1 ]; then
     echo "install-tools: building the Kubernetes control plane failed (see above)" >&2
     exit 1

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -95,9 +96,24 @@ def lock_directory(directory: Path, owner: str) -> DirectoryLock:
         raise SystemExit(f"dm: cannot start {owner}: {exc}") from None
 
 
+async def wait_for_directory(directory: Path, owner: str, wait_s: float, stop: asyncio.Event) -> DirectoryLock:
+    """The lock, waiting up to `wait_s` for a holder to exit (a stop signal ends the wait)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return DirectoryLock(directory, owner).acquire()
+        except DirectoryInUse as exc:
+            if time.monotonic() >= deadline or stop.is_set():
+                raise SystemExit(f"dm: cannot start {owner}: {exc}") from None
+            log.warning("%s; waiting up to %.0fs", exc, deadline - time.monotonic())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), min(1.0, max(deadline - time.monotonic(), 0)))
+
+
 async def serve(config: BrokerConfig, banner: bool = False) -> None:
     stop = _stop_event()
-    lock = lock_directory(config.data_dir, f"dm broker {config.node_id}")
+    lock = await wait_for_directory(config.data_dir, f"dm broker {config.node_id}",
+                                    config["log.dirs.lock.wait.ms"] / 1000, stop)
     try:
         await _serve_broker(config, banner, stop)
     finally:

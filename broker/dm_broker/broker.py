@@ -153,7 +153,7 @@ class Broker:
                 resp = await self.controller.register(req)
                 self.broker_epoch = resp.broker_epoch
                 return
-            except ControllerUnavailable as exc:
+            except (ControllerUnavailable, ControllerError) as exc:
                 log.warning("cannot register with the controller yet: %s", exc)
                 await asyncio.sleep(0.5)
 
@@ -180,12 +180,14 @@ class Broker:
                     await self._register()
             except ControllerUnavailable as exc:
                 log.debug("heartbeat failed: %s", exc)
+            except ControllerError as exc:  # this loop must outlive any answer the controller gives
+                log.warning("heartbeat refused: %s", exc.message)
 
     async def _fetch_metadata(self, version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
         while True:
             try:
                 return await self.controller.metadata(version, incarnation, wait_s)
-            except ControllerUnavailable as exc:
+            except (ControllerUnavailable, ControllerError) as exc:
                 log.debug("metadata poll failed: %s", exc)
                 await asyncio.sleep(0.5)
 

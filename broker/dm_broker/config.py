@@ -96,6 +96,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("http.port", "int", 8080, "Port of the HTTP side port (0 picks a free one, -1 disables).",
                  minimum=-1),
         Property("log.dirs", "str", "./data", "Directory holding the partition logs."),
+        Property("log.dirs.lock.wait.ms", "int", 0,
+                 "How long a broker waits for its data directory's lock when another process holds it "
+                 "(0: refuse to start at once). The operator sets 30 s: a force-deleted pod's replacement "
+                 "may start while the old process is still being killed.", minimum=0),
         Property("rack", "str", "", "Rack (failure domain) of this broker."),
         Property("num.partitions", "int", 1, "Partitions of auto-created topics.", minimum=1),
         Property("default.replication.factor", "int", 1, "Replication factor of auto-created topics.",

@@ -1,9 +1,12 @@
 """CustomResourceDefinitions from the pydantic models: structural OpenAPI v3 schemas (types,
 defaults, minimums, enums, descriptions), status and scale subresources, printer columns, short
-names. `python -m dm_operator.crdgen [DIR]` writes crds/*.yaml; a test keeps them equal."""
+names. `python -m dm_operator.crdgen` writes crds/*.yaml and the chart's copy; a test keeps them
+equal to the models."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,9 @@ import yaml
 from . import GROUP, VERSION
 from .models import CRDS, CrdInfo
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+SCHEMA_ANNOTATION = "dm.dev/schema-hash"
+REPO = Path(__file__).resolve().parents[2]
+CRD_DIRS = [REPO / "crds", REPO / "charts" / "dm-cluster" / "crds"]  # Helm installs the chart's copy first
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -77,7 +82,12 @@ def schema_of(model: type, in_status: bool) -> dict[str, Any]:
     return _structural(_resolve(raw, raw.get("$defs", {})), in_status)
 
 
-def crd(info: CrdInfo) -> dict[str, Any]:
+def schema_hash(info: CrdInfo) -> str:
+    """Identifies the schema an operator generates, so it can tell whether the CRD is its own."""
+    return hashlib.sha256(json.dumps(crd(info, annotate=False), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def crd(info: CrdInfo, annotate: bool = True) -> dict[str, Any]:
     spec_schema = schema_of(info.spec, False)
     status_schema = schema_of(info.status, True)
     spec_schema["description"] = f"Desired state of the {info.kind}."
@@ -94,11 +104,14 @@ def crd(info: CrdInfo) -> dict[str, Any]:
     }
     if info.scale:
         version["subresources"]["scale"] = info.scale
+    metadata: dict[str, Any] = {"name": f"{info.plural}.{GROUP}",
+                                "labels": {"app.kubernetes.io/name": "dm", "app.kubernetes.io/component": "crd"}}
+    if annotate:
+        metadata["annotations"] = {SCHEMA_ANNOTATION: schema_hash(info)}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{info.plural}.{GROUP}",
-                     "labels": {"app.kubernetes.io/name": "dm", "app.kubernetes.io/component": "crd"}},
+        "metadata": metadata,
         "spec": {
             "group": GROUP, "scope": "Namespaced",
             "names": {"kind": info.kind, "listKind": f"{info.kind}List", "plural": info.plural,
@@ -118,11 +131,12 @@ def files() -> dict[str, str]:
 
 
 def main() -> None:
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else CRD_DIR
-    target.mkdir(parents=True, exist_ok=True)
-    for name, text in files().items():
-        (target / name).write_text(text)
-        print(f"wrote {target / name}")
+    targets = [Path(sys.argv[1])] if len(sys.argv) > 1 else CRD_DIRS
+    for target in targets:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, text in files().items():
+            (target / name).write_text(text)
+            print(f"wrote {target / name}")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ import signal
 
 import kopf
 from aiohttp import web
+from kubernetes.config import ConfigException
+from pydantic import ValidationError
 
+from .crds import CrdMissing, ensure_crds
 from .handlers import register
+from .kube import Kube
 from .operator import Operator
 from .settings import OperatorSettings
 
@@ -28,7 +32,16 @@ def configure(settings: kopf.OperatorSettings, **_: object) -> None:
 
 
 async def run(settings: OperatorSettings) -> None:
-    operator = Operator(settings)
+    try:
+        kube = Kube()
+    except ConfigException as exc:
+        raise SystemExit(f"dm-operator: no Kubernetes credentials (in-cluster or KUBECONFIG): {exc}") from None
+    if settings.manage_crds:
+        try:
+            await ensure_crds(kube)
+        except CrdMissing as exc:
+            raise SystemExit(f"dm-operator: {exc}") from None
+    operator = Operator(settings, kube)
     registry = kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
     kopf.on.login(registry=registry)(kopf.login_via_client)
@@ -69,7 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = OperatorSettings.from_env()
+    try:
+        settings = OperatorSettings.from_env()
+    except ValidationError as exc:
+        raise SystemExit(f"dm-operator: invalid settings in the environment: {exc}") from None
     if args.namespaces:
         settings = settings.model_copy(update={"namespaces": args.namespaces})
     if args.port:

@@ -139,6 +139,8 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         "--http-port", str(naming.HTTP_PORT),
         "--advertised-host", f"$(POD_NAME).{naming.headless_service(name)}.$(POD_NAMESPACE).svc.{domain}",
         "--controller", controller_url(settings, namespace, name),
+        # A force-deleted pod's replacement can start before the old process is gone: wait for it.
+        "--override", "log.dirs.lock.wait.ms=30000",
     ]
     container: Obj = {
         "name": "broker", "image": image, "imagePullPolicy": spec.imagePullPolicy, "args": args,
@@ -166,6 +168,8 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
     pod_spec: Obj = {
         "serviceAccountName": naming.service_account(name),
         "automountServiceAccountToken": False,
+        # Service link variables of a Service named dm-... would read as DM_* broker properties.
+        "enableServiceLinks": False,
         # Longer than a controlled shutdown (bounded at 20 s), so SIGKILL never cuts one short.
         "terminationGracePeriodSeconds": settings.broker_grace_period_s,
         "securityContext": {"runAsUser": BROKER_UID, "runAsGroup": BROKER_UID, "fsGroup": BROKER_UID,

@@ -455,7 +455,7 @@ class ClusterRuntime:
 
     def _on_topic_change(self, old: TopicDoc | None, new: TopicDoc, obj: Obj) -> None:
         """After a topic document was persisted: an Event on the Topic per leader change, metrics."""
-        changes = leader_changes(old, new)
+        changes = leader_changes(old, new) if old is not None else []  # a new topic: TopicCreated says it
         if changes:
             ELECTIONS.labels(**self.labels).inc(len(changes))
             involved = {"apiVersion": API_VERSION, "kind": "Topic", "name": obj["metadata"]["name"],

@@ -16,6 +16,7 @@ class OperatorSettings(BaseModel):
     port: int = 9990
     reconcile_interval_s: float = 5.0
     broker_grace_period_s: int = 60
+    manage_crds: bool = True
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -25,6 +26,7 @@ class OperatorSettings(BaseModel):
             values["namespaces"] = [n.strip() for n in namespaces.split(",") if n.strip()]
         for env, field in (("DM_CONTROLLER_URL", "controller_url"), ("DM_IMAGE", "image"),
                            ("DM_CLUSTER_DOMAIN", "cluster_domain"), ("DM_OPERATOR_PORT", "port"),
+                           ("DM_MANAGE_CRDS", "manage_crds"),
                            ("DM_RECONCILE_INTERVAL", "reconcile_interval_s")):
             if os.environ.get(env):
                 values[field] = os.environ[env]

@@ -145,9 +145,10 @@ class CrdStatusStore:
         return topics
 
     def remember(self, obj: Obj) -> None:
-        """A Topic resource seen through the watch: where its topic lives."""
+        """A Topic resource seen through a listing: where its topic lives."""
         name = obj["metadata"]["name"]
         self.resources.setdefault(topic_name_of(obj), name)
+        self.resource_versions.setdefault(name, obj["metadata"]["resourceVersion"])
 
     async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
         known = self.docs.get(doc.name)
@@ -160,6 +161,8 @@ class CrdStatusStore:
         status = topic_status(new)
         for _ in range(CAS_RETRIES):
             rv = self.resource_versions.get(resource)
+            if rv is None:
+                rv = (await self.kube.get(f"{self.topics_path}/{resource}"))["metadata"]["resourceVersion"]
             try:
                 obj = await self.kube.patch(path, {"metadata": {"resourceVersion": rv}, "status": status})
                 self.resource_versions[resource] = obj["metadata"]["resourceVersion"]

@@ -95,7 +95,7 @@ def script_pod(name: str, script: str, *, image: str = "dm", restart: str = "Nev
     return [cm, pod]
 
 
-def run_script(k: Kubectl, namespace: str, script: str, timeout_s: float = 120, **kwargs: Any) -> str:
+def run_script(k: Kubectl, namespace: str, script: str, timeout_s: float = 180, **kwargs: Any) -> str:
     """Runs `script` in a pod to completion; returns its output, fails if it did not exit 0."""
     name = f"script-{uuid.uuid4().hex[:8]}"
     apply(k, script_pod(name, script, **kwargs), namespace)

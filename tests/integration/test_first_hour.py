@@ -255,3 +255,22 @@ def test_two_local_clusters_differ_only_in_port(tmp_path):
             b.stop()
     finally:
         a.stop()
+
+
+def test_a_broker_can_wait_for_a_directory_being_released(tmp_path):
+    """With log.dirs.lock.wait.ms (the operator sets it: a force-deleted pod's replacement may start
+    while the old process is still being killed) the second broker waits instead of exiting."""
+    first = BrokerProcess(tmp_path / "data").start()
+    second = BrokerProcess(tmp_path / "data", {"log.dirs.lock.wait.ms": 20000})
+    second.proc = subprocess.Popen(second.command(), stdout=subprocess.PIPE, stderr=second.log_path.open("ab"))
+    deadline = time.monotonic() + 20
+    while "waiting up to" not in second.log_tail() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "is in use by process" in second.log_tail()
+    first.kill()
+    assert second.proc.stdout is not None
+    line = b""
+    while not line.startswith(b"DM_READY") and time.monotonic() < deadline + 20:
+        line = second.proc.stdout.readline()
+    assert line.startswith(b"DM_READY")
+    second.stop()

@@ -108,13 +108,15 @@ class HttpControllerClient:
                 method, self.url + path, json=body.model_dump() if body is not None else None, params=params,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
             ) as resp:
-                data = await resp.json()
+                data = await resp.json(content_type=None)
                 if resp.status >= 400:
                     if resp.status == 401:
                         raise ControllerUnavailable("the controller refused our token")
+                    if resp.status >= 500:
+                        raise ControllerUnavailable(f"{method} {path}: {data.get('message', resp.status)}")
                     raise ControllerError(data.get("error", "unknown_server_error"), data.get("message", str(data)))
                 return data
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:  # ValueError: not JSON
             raise ControllerUnavailable(f"{method} {path}: {exc}") from None
 
     async def register(self, req: RegisterRequest) -> RegisterResponse:

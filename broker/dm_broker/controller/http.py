@@ -35,8 +35,11 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     def controller_of(request: web.Request) -> Controller:
         controller = resolve(request)
         if controller is None:
-            raise web.HTTPNotFound(text=json.dumps({"error": "unknown_cluster", "message": "no such cluster here"}),
-                                   content_type="application/json")
+            # The operator has not (yet) started this cluster's controller: brokers retry.
+            raise web.HTTPServiceUnavailable(text=json.dumps({"error": "controller_unavailable",
+                                                              "message": "no controller runs for this cluster here "
+                                                                         "(yet)"}),
+                                             content_type="application/json")
         expected = token_of(request)
         given = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if expected and not hmac.compare_digest(given, expected):

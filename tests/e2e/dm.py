@@ -1,0 +1,262 @@
+"""dm on Kubernetes, as the scenarios use it: the operator from the Helm chart, DMClusters and
+Topics by kubectl, load and verification from client pods, and the checks on what they saw."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from substrate import REPO, Substrate
+from support import apply, get_json, get_or_none, wait_until
+
+CHART = REPO / "charts" / "dm-cluster"
+WORKLOADS = Path(__file__).parent / "workloads"
+OPERATOR_NAMESPACE = "dm-system"
+WATCHED = "e2e-*"  # the shared operator serves the scenario namespaces only
+
+
+def install_operator(sub: Substrate, release: str = "dm", namespace: str = OPERATOR_NAMESPACE,
+                     extra: tuple[str, ...] = ()) -> None:
+    sub.helm("upgrade", "--install", release, str(CHART), "-n", namespace, "--create-namespace", "--wait",
+             "--timeout", "5m", "--set", f"image.repository={sub.image_repository}",
+             "--set", f"image.tag={sub.image_tag}", "--set", "cluster.enabled=false",
+             "--set", "watch.allNamespaces=true", "--set", f"watch.namespaces={{{WATCHED}}}", *extra)
+    wait_until(lambda: operator_ready(sub, namespace), 120, "the operator pod Ready")
+    time.sleep(3)
+    assert operator_ready(sub, namespace), "the operator pod did not stay up:\n" + sub.kubectl(
+        "logs", "-n", namespace, "-l", "app.kubernetes.io/component=operator", "--tail", "50", check=False).stdout
+
+
+def operator_ready(sub: Substrate, namespace: str) -> bool:
+    """Running, Ready and never restarted (the operator has no readiness probe: a crash loop is
+    Ready between crashes)."""
+    pods = get_json(sub, "pods", "-n", namespace, "-l", "app.kubernetes.io/component=operator")["items"]
+    return any(p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp") and
+               all(c.get("ready") and c.get("restartCount", 0) == 0 for c in p["status"].get("containerStatuses", []))
+               for p in pods)
+
+
+# -- DMClusters and Topics ---------------------------------------------------------------------------
+
+
+def dmcluster(name: str = "demo", replicas: int = 3, config: dict | None = None, **spec: Any) -> dict:
+    return {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, "config": config or {}, **spec}}
+
+
+def topic(name: str, partitions: int = 3, replicas: int = 3, cluster: str = "demo",
+          config: dict | None = None, **spec: Any) -> dict:
+    return {"apiVersion": "dm.dev/v1alpha1", "kind": "Topic", "metadata": {"name": name},
+            "spec": {"cluster": cluster, "partitions": partitions, "replicas": replicas, "config": config or {},
+                     **spec}}
+
+
+def condition(obj: dict | None, kind: str = "Ready") -> dict:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def wait_cluster_ready(sub: Substrate, ns: str, name: str = "demo", replicas: int = 3,
+                       timeout_s: float = 240) -> dict:
+    def ready() -> dict | None:
+        obj = get_or_none(sub, "dmcluster", name, "-n", ns)
+        c = condition(obj)
+        ok = c.get("status") == "True" and obj["status"].get("readyReplicas") == replicas
+        return obj if ok and c.get("observedGeneration") == obj["metadata"]["generation"] else None
+
+    return wait_until(ready, timeout_s, f"DMCluster {ns}/{name} Ready with {replicas} brokers", interval_s=1)
+
+
+def create_cluster(sub: Substrate, ns: str, name: str = "demo", replicas: int = 3, **kw: Any) -> dict:
+    apply(sub, dmcluster(name, replicas, **kw), ns)
+    return wait_cluster_ready(sub, ns, name, replicas)
+
+
+def topic_status(sub: Substrate, ns: str, name: str) -> dict:
+    return (get_or_none(sub, "topic", name, "-n", ns) or {}).get("status") or {}
+
+
+def wait_topic_ready(sub: Substrate, ns: str, name: str, timeout_s: float = 90) -> dict:
+    def ready() -> dict | None:
+        obj = get_or_none(sub, "topic", name, "-n", ns)
+        c = condition(obj)
+        return obj if c.get("status") == "True" and c.get("observedGeneration") == obj["metadata"]["generation"] \
+            else None
+
+    return wait_until(ready, timeout_s, f"Topic {ns}/{name} Ready", interval_s=0.5)
+
+
+def leaders(status: dict) -> dict[int, int]:
+    return {p["partition"]: p["leader"] for p in status.get("partitions", [])}
+
+
+def fully_in_sync(status: dict) -> bool:
+    parts = status.get("partitions", [])
+    return bool(parts) and all(p["leader"] >= 0 and sorted(p["isr"]) == sorted(p["replicas"]) for p in parts)
+
+
+def bootstrap(ns: str, cluster: str = "demo") -> str:
+    return f"{cluster}-bootstrap.{ns}.svc.cluster.local:9092"
+
+
+# -- client pods ---------------------------------------------------------------------------------------
+
+
+class Workload:
+    """A pod running tests/e2e/workloads/<script> with the dm image's python, its output followed
+    from the start (`kubectl logs -f`), stopped by deleting the pod: SIGTERM, which the workloads
+    handle by finishing their work, within the pod's grace period."""
+
+    def __init__(self, sub: Substrate, ns: str, script: str, env: dict[str, Any], grace_s: int = 120) -> None:
+        import threading
+
+        self.sub, self.ns = sub, ns
+        self.name = f"{script.removesuffix('.py')}-{uuid.uuid4().hex[:6]}"
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": self.name},
+              "data": {script: (WORKLOADS / script).read_text()}}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": {"app": "dm-e2e-client"}},
+               "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s,
+                        "containers": [{"name": "main", "image": sub.image,
+                                        "command": ["python", "-u", f"/w/{script}"],
+                                        "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+                                        "volumeMounts": [{"name": "w", "mountPath": "/w"}]}],
+                        "volumes": [{"name": "w", "configMap": {"name": self.name}}]}}
+        apply(sub, [cm, pod], ns)
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        import subprocess
+
+        wait_until(lambda: (get_or_none(self.sub, "pod", self.name, "-n", self.ns) or {}).get("status", {})
+                   .get("phase") in ("Running", "Succeeded", "Failed"), 120, f"{self.name} running")
+        proc = subprocess.Popen(["kubectl", "logs", "-f", self.name, "-n", self.ns], stdout=subprocess.PIPE,
+                                text=True, env=self.sub.env())
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+        proc.wait()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout_s: float) -> None:
+        wait_until(lambda: any(text in line for line in self.lines[-200:]), timeout_s, f"{text!r} from {self.name}")
+
+    def stop(self, timeout_s: float = 240) -> str:
+        """SIGTERM; returns everything it printed once it has exited."""
+        self.sub.kubectl("delete", "pod", self.name, "-n", self.ns, "--wait=false")
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"{self.name} did not finish within {timeout_s}s"
+        assert any(line.startswith("DONE") for line in self.lines[-5:]), \
+            f"{self.name} did not finish its work:\n" + "\n".join(self.lines[-20:])
+        return self.output
+
+
+# -- what the clients saw ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    acked: int
+    read: int
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    reordered: list[str] = field(default_factory=list)
+    acks: list[tuple[int, int, int, float, float]] = field(default_factory=list)  # partition, offset, seq, sent, at
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.reordered)
+
+    def summary(self) -> str:
+        return (f"acknowledged {self.acked}, read {self.read}, lost {len(self.lost)}, duplicated "
+                f"{len(self.duplicated)}, reordered {len(self.reordered)}")
+
+
+def verdict(producer_log: str, consumer_log: str) -> Verdict:
+    """Every acknowledged record is in the topic, once, at the offset it was acknowledged at, and each
+    partition holds its records in the order they were produced."""
+    acks = []
+    for line in producer_log.splitlines():
+        if line.startswith("ACK "):
+            _, p, off, seq, sent, at = line.split()
+            acks.append((int(p), int(off), int(seq), float(sent), float(at)))
+    records: dict[tuple[int, int], str] = {}
+    seen: dict[str, int] = {}
+    duplicated = []
+    order: dict[int, list[int]] = {}
+    for line in consumer_log.splitlines():
+        if line.startswith("REC "):
+            _, p, off, value = line.split(maxsplit=3)
+            records[(int(p), int(off))] = value
+            seen[value] = seen.get(value, 0) + 1
+            if seen[value] == 2:
+                duplicated.append(value)
+            order.setdefault(int(p), []).append(int(value.split(":")[1]))
+    lost = [f"{p}:{seq}@{off}" for p, off, seq, _, _ in acks if records.get((p, off)) != f"{p}:{seq}"]
+    reordered = [f"partition {p}" for p, seqs in order.items() if seqs != sorted(seqs)]
+    return Verdict(len(acks), len(records), lost, duplicated, reordered, acks)
+
+
+def first_ack_after(v: Verdict, instant: float) -> float | None:
+    """Seconds from `instant` to the acknowledgement of the first record produced after it."""
+    later = [at for _, _, _, sent, at in v.acks if sent > instant]
+    return min(later) - instant if later else None
+
+
+def median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.0f} ms (max {max(values) * 1000:.0f} ms, {len(values)} rounds)" \
+        if values else "n/a"
+
+
+def now() -> float:
+    return time.time()
+
+
+class TopicWatcher:
+    """Every version of a Topic's status as the API server sends it, with the time it arrived
+    (a watch in a thread), so tests can tell when a leader change reached the status."""
+
+    def __init__(self, sub: Substrate, ns: str, name: str) -> None:
+        import threading
+
+        from kubernetes import client, config, watch
+
+        self.seen: list[tuple[float, dict[int, int]]] = []
+        self._stop = threading.Event()
+        api_client = config.new_client_from_config(str(sub.kubeconfig))
+        self._api = client.CustomObjectsApi(api_client)
+        self._watch = watch.Watch()
+        self._args = ("dm.dev", "v1alpha1", ns, "topics")
+        self._name = name
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for event in self._watch.stream(self._api.list_namespaced_custom_object, *self._args,
+                                                field_selector=f"metadata.name={self._name}", timeout_seconds=30):
+                    status = event["object"].get("status") or {}
+                    self.seen.append((time.time(), leaders(status)))
+                    if self._stop.is_set():
+                        return
+            except Exception:  # the watch expired or the API server hiccupped: watch again
+                time.sleep(0.2)
+
+    def first_leader_change(self, partition: int, old: int, after: float) -> float | None:
+        """When the status first named a leader other than `old` for `partition`, after `after`."""
+        for at, current in self.seen:
+            if at >= after and current.get(partition, old) not in (old, -1):
+                return at
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watch.stop()

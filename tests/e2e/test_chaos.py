@@ -1,0 +1,116 @@
+"""Pod chaos under load (RF=3, min.insync.replicas=2, an idempotent acks=all producer and a
+consumer, both in pods): the leader's pod deleted, 20 rounds (DM_E2E_CHAOS_ROUNDS for more); then
+forced deletions, container crashes (testbed), and the operator pod killed mid-load. Invariants: no
+acknowledged record lost, none duplicated, none reordered; the Topic's status names the new leader
+every round. Measured and printed: deletion -> new leader in the status, and -> first acknowledged
+write of a record produced after it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from dm import (
+    OPERATOR_NAMESPACE,
+    TopicWatcher,
+    Workload,
+    bootstrap,
+    create_cluster,
+    first_ack_after,
+    fully_in_sync,
+    leaders,
+    median_ms,
+    operator_ready,
+    topic,
+    topic_status,
+    verdict,
+    wait_topic_ready,
+)
+from support import apply, get_json, get_or_none, pod_ready, wait_until
+
+pytestmark = pytest.mark.timeout(1800)
+
+ROUNDS = int(os.environ.get("DM_E2E_CHAOS_ROUNDS", "20"))
+FORCED = int(os.environ.get("DM_E2E_FORCED_ROUNDS", "3"))
+CRASHES = int(os.environ.get("DM_E2E_CRASH_ROUNDS", "3"))
+PARTITIONS = 3
+
+
+def brokers_ready(sub, ns: str) -> bool:
+    pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+    return len(pods) == 3 and all(pod_ready(p) for p in pods)
+
+
+def healthy(sub, ns: str) -> bool:
+    return brokers_ready(sub, ns) and fully_in_sync(topic_status(sub, ns, "load"))
+
+
+def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
+    sub, ns = operator, e2e_namespace
+    create_cluster(sub, ns)
+    apply(sub, topic("load", partitions=PARTITIONS, replicas=3, config={"min.insync.replicas": "2"}), ns)
+    wait_topic_ready(sub, ns, "load")
+    wait_until(lambda: healthy(sub, ns), 60, "the topic fully in sync")
+
+    env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "load", "PARTITIONS": PARTITIONS, "RATE": 150}
+    producer = Workload(sub, ns, "producer.py", env)
+    consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10})
+    producer.wait_for("ACK", 90)
+    watcher = TopicWatcher(sub, ns, "load")
+    kills: dict[str, list[float]] = {"deleted": [], "forced": [], "crashed": []}
+    status_lag: list[float] = []
+
+    def one_round(how: str, partition: int) -> None:
+        wait_until(lambda: healthy(sub, ns), 120, "three Ready brokers in every ISR before the next round")
+        old = leaders(topic_status(sub, ns, "load"))[partition]
+        pod = f"demo-broker-{old}"
+        at = time.time()
+        if how == "deleted":
+            sub.kubectl("delete", "pod", pod, "-n", ns, "--wait=false")
+        elif how == "forced":
+            sub.kubectl("delete", "pod", pod, "-n", ns, "--grace-period=0", "--force", "--wait=false")
+        else:
+            sub.chaos.kill_container(ns, pod, "broker")
+        kills[how].append(at)
+        wait_until(lambda: leaders(topic_status(sub, ns, "load")).get(partition) not in (old, -1), 30,
+                   f"the status to name a new leader of load-{partition} after {pod} was {how}")
+        seen = watcher.first_leader_change(partition, old, at)
+        if seen is not None:
+            status_lag.append(seen - at)
+
+    for i in range(ROUNDS):
+        one_round("deleted", i % PARTITIONS)
+    for i in range(FORCED):
+        one_round("forced", i % PARTITIONS)
+    if sub.chaos is not None:
+        for i in range(CRASHES):
+            one_round("crashed", i % PARTITIONS)
+
+    # The operator pod killed while the load runs: brokers keep serving their leaders meanwhile.
+    wait_until(lambda: healthy(sub, ns), 120, "a healthy cluster before the operator is killed")
+    operator_pod = get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
+                            "app.kubernetes.io/component=operator")["items"][0]["metadata"]["name"]
+    sub.kubectl("delete", "pod", operator_pod, "-n", OPERATOR_NAMESPACE, "--grace-period=0", "--force")
+    time.sleep(5)
+    wait_until(lambda: operator_ready(sub, OPERATOR_NAMESPACE), 120, "the operator back")
+    wait_until(lambda: healthy(sub, ns), 120, "the cluster healthy under the new operator")
+    one_round("deleted", 0)  # and it fails over again
+
+    time.sleep(3)  # load after the last round
+    produced = producer.stop()
+    consumed = consumer.stop()
+    watcher.stop()
+    result = verdict(produced, consumed)
+    first_acks = {how: [x for x in (first_ack_after(result, t) for t in times) if x is not None]
+                  for how, times in kills.items()}
+    print(f"\n[{sub.name}] {result.summary()}; delete -> new leader in Topic status: {median_ms(status_lag)}")
+    for how, values in first_acks.items():
+        print(f"[{sub.name}] leader pod {how} -> first acknowledged write produced after it: {median_ms(values)}")
+    assert result.acked > 1000
+    assert result.ok, f"{result.summary()}: lost {result.lost[:10]} duplicated {result.duplicated[:10]} " \
+                      f"{result.reordered}"
+    events = sub.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.kind=Topic,"
+                         "involvedObject.name=load", "-o", "jsonpath={.items[*].reason}").stdout.split()
+    assert events.count("LeaderElected") >= ROUNDS, "an Event on the Topic for each leader change"
+    assert get_or_none(sub, "dmcluster", "demo", "-n", ns)["status"]["readyReplicas"] == 3

@@ -1,0 +1,42 @@
+"""Reads every partition of TOPIC from the beginning, in a pod, until SIGTERM; then goes on until
+UNTIL_EMPTY seconds pass without a record (what the producer flushed last) and exits. One line per
+record:
+    REC <partition> <offset> <value>"""
+
+import os
+import signal
+import sys
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+bootstrap = os.environ["BOOTSTRAP"]
+topic = os.environ["TOPIC"]
+partitions = int(os.environ.get("PARTITIONS", "3"))
+quiet = float(os.environ.get("UNTIL_EMPTY", "10"))
+draining = False
+
+
+def drain(*_):
+    global draining
+    draining = True
+
+
+signal.signal(signal.SIGTERM, drain)
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{os.getpid()}-{time.time()}",
+                     "enable.auto.commit": False, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
+consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+last = time.time()
+out = sys.stdout
+count = 0
+while not (draining and time.time() - last > quiet):
+    msg = consumer.poll(0.5)
+    if msg is not None and not msg.error():
+        out.write(f"REC {msg.partition()} {msg.offset()} {msg.value().decode()}\n")
+        count += 1
+        last = time.time()
+    elif msg is not None:
+        out.write(f"# {msg.error()}\n")
+    out.flush()
+consumer.close()
+print(f"DONE read={count}", flush=True)

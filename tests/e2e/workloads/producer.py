@@ -1,0 +1,61 @@
+"""Load for chaos scenarios, run in a pod: an idempotent acks=all producer of sequence records
+("<partition>:<seq>") at RATE per second until SIGTERM (or DURATION seconds), then a flush of
+everything outstanding. One line per acknowledgement:
+    ACK <partition> <offset> <seq> <produced at> <acknowledged at>
+and ERR lines for records that failed for good. Times are time.time(): the pods and the test share
+one clock (one machine)."""
+
+import os
+import signal
+import sys
+import time
+
+from confluent_kafka import Producer
+
+bootstrap = os.environ["BOOTSTRAP"]
+topic = os.environ["TOPIC"]
+partitions = int(os.environ.get("PARTITIONS", "3"))
+duration = float(os.environ.get("DURATION", "3600"))
+rate = float(os.environ.get("RATE", "200"))
+stopping = False
+
+
+def stop(*_):
+    global stopping
+    stopping = True
+
+
+signal.signal(signal.SIGTERM, stop)
+producer = Producer({
+    "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+    "message.timeout.ms": 300_000, "retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
+    "reconnect.backoff.max.ms": 500,
+})
+out = sys.stdout
+
+
+def report(err, msg, seq, sent):
+    if err is not None:
+        out.write(f"ERR {msg.partition()} {seq} {err}\n")
+    else:
+        out.write(f"ACK {msg.partition()} {msg.offset()} {seq} {sent:.4f} {time.time():.4f}\n")
+
+
+start = time.time()
+print(f"START {start:.4f}", flush=True)
+seq = 0
+while not stopping and time.time() - start < duration:
+    partition = seq % partitions
+    sent = time.time()
+    try:
+        producer.produce(topic, f"{partition}:{seq}".encode(), partition=partition,
+                         on_delivery=lambda err, msg, seq=seq, sent=sent: report(err, msg, seq, sent))
+        seq += 1
+    except BufferError:
+        pass
+    producer.poll(0)
+    time.sleep(max(0.0, start + seq / rate - time.time()))
+    out.flush()
+remaining = producer.flush(120)
+print(f"DONE produced={seq} unflushed={remaining} {time.time():.4f}", flush=True)
+sys.exit(1 if remaining else 0)
