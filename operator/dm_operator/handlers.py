@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from . import GROUP, VERSION
+from .conditions import condition, merge_conditions
 from .kube import ApiError
 from .operator import Operator
 from .runtime import release_finalizer
@@ -28,6 +29,8 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
     async def dmcluster_event(type: str, body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
         if type == "DELETED" or body.metadata.get("deletionTimestamp"):
             await operator.remove(namespace, name)
+            # Its Topics no longer need the operator to go away.
+            await release_orphans(operator, namespace, cluster=name)
             return
         operator.ensure(namespace, name, body.metadata["uid"])
 
@@ -56,21 +59,19 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
 
 
 async def orphan_topic(operator: Operator, namespace: str, name: str, obj: dict[str, Any]) -> None:
-    """A Topic whose DMCluster this operator does not run: released if it is being deleted,
-    otherwise told why nothing happens."""
+    """A Topic whose DMCluster this operator does not run. Without its cluster the finalizer has no
+    job (there is no Kafka topic to delete), so it is released; the status says why nothing happens."""
     kube = operator.kube
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/topics/{name}"
     cluster = obj.get("spec", {}).get("cluster", "")
-    if obj["metadata"].get("deletionTimestamp"):
-        if TOPIC_FINALIZER in (obj["metadata"].get("finalizers") or []):
-            await release_finalizer(kube, path, obj)
-        return
     dmcluster = await kube.get_or_none(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/dmclusters/{cluster}")
     if dmcluster is not None and not dmcluster["metadata"].get("deletionTimestamp"):
         operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])  # not seen yet: it will pick this up
         return
-    from .conditions import condition, merge_conditions
-
+    if TOPIC_FINALIZER in (obj["metadata"].get("finalizers") or []):
+        await release_finalizer(kube, path, obj)
+    if obj["metadata"].get("deletionTimestamp"):
+        return
     status = obj.get("status") or {}
     reason = "ClusterNotFound" if dmcluster is None else "ClusterDeleting"
     message = f"DMCluster {cluster!r} does not exist in namespace {namespace}" if dmcluster is None else \
@@ -83,3 +84,39 @@ async def orphan_topic(operator: Operator, namespace: str, name: str, obj: dict[
                                                            "observedGeneration": obj["metadata"].get("generation")}})
         except ApiError as exc:
             log.warning("%s/%s: %s", namespace, name, exc)
+
+
+async def release_orphans(operator: Operator, namespace: str, cluster: str | None = None,
+                          only_terminating: bool = False) -> int:
+    """Releases the finalizers of Topics whose cluster is gone (`cluster`), or of every Topic in a
+    namespace being deleted; returns how many."""
+    kube = operator.kube
+    listing = await kube.get(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/topics")
+    released = 0
+    for obj in listing.get("items", []):
+        if TOPIC_FINALIZER not in (obj["metadata"].get("finalizers") or []):
+            continue
+        if cluster is not None and obj.get("spec", {}).get("cluster") != cluster:
+            continue
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/topics/{obj['metadata']['name']}"
+        await release_finalizer(kube, path, obj)
+        released += 1
+    return released
+
+
+async def release_in_terminating_namespaces(operator: Operator) -> None:
+    """At shutdown: a namespace being deleted takes the operator and its Topics at once; nothing is
+    left to clean up in Kafka, so its Topics must not wait for an operator that will not come back."""
+    kube = operator.kube
+    try:
+        listing = await kube.get("/api/v1/namespaces")
+    except ApiError:
+        return
+    for ns in (n["metadata"]["name"] for n in listing.get("items", [])
+               if n.get("status", {}).get("phase") == "Terminating"):
+        try:
+            count = await release_orphans(operator, ns)
+        except ApiError:
+            continue  # not a namespace this operator may touch
+        if count:
+            log.info("%s is being deleted: released %d Topic finalizers", ns, count)

@@ -14,7 +14,7 @@ from kubernetes.config import ConfigException
 from pydantic import ValidationError
 
 from .crds import CrdMissing, ensure_crds
-from .handlers import register
+from .handlers import register, release_in_terminating_namespaces
 from .kube import Kube
 from .operator import Operator
 from .settings import OperatorSettings
@@ -69,9 +69,23 @@ async def run(settings: OperatorSettings) -> None:
                             namespaces=settings.namespaces, stop_flag=stop, ready_flag=ready)
     finally:
         marker.cancel()
+        await release_in_terminating_namespaces(operator)
         await operator.close()
         with contextlib.suppress(Exception):
             await runner.cleanup()
+
+
+def _cleanup(args: argparse.Namespace) -> None:
+    from .cleanup import cleanup
+
+    async def go() -> None:
+        kube = Kube()
+        try:
+            await cleanup(kube, args.cleanup_namespace, args.cluster, args.timeout, args.release)
+        finally:
+            kube.close()
+
+    asyncio.run(go())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,8 +94,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="namespace to watch (repeatable; default: DM_WATCH_NAMESPACES, or all)")
     parser.add_argument("--port", type=int, help="port of the controller API, /healthz and /metrics (default 9990)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    sub = parser.add_subparsers(dest="command")
+    clean = sub.add_parser("cleanup", help="delete a DMCluster and wait until its Topics are released "
+                                           "(the chart's pre-delete hook)")
+    clean.add_argument("--namespace", dest="cleanup_namespace", required=True, help="namespace of the DMCluster")
+    clean.add_argument("--cluster", required=True, help="name of the DMCluster")
+    clean.add_argument("--timeout", type=float, default=120, help="seconds to wait for the operator")
+    clean.add_argument("--release", help="also delete this Helm release's test pods")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "cleanup":
+        _cleanup(args)
+        return
     try:
         settings = OperatorSettings.from_env()
     except ValidationError as exc:

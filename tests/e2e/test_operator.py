@@ -4,17 +4,22 @@ consume through the bootstrap Service."""
 
 from __future__ import annotations
 
+import json
+import textwrap
+
 from dm import (
     REPO,
     bootstrap,
     condition,
+    create_cluster,
     fully_in_sync,
     leaders,
+    topic,
     topic_status,
     wait_cluster_ready,
     wait_topic_ready,
 )
-from support import get_json, run_script, wait_until
+from support import apply, get_json, get_or_none, run_script, wait_until
 
 
 def test_dmcluster_and_topic_from_the_examples(e2e_namespace, operator):
@@ -68,3 +73,102 @@ def test_dmcluster_and_topic_from_the_examples(e2e_namespace, operator):
         print("READ", len(got))
     """
     assert "READ 60" in run_script(sub, ns, script, image=sub.image)
+
+
+def kafka(sub, ns: str, script: str) -> str:
+    """Runs a confluent-kafka script against the cluster `demo` from a pod; `b` is its bootstrap."""
+    return run_script(sub, ns, f"b = {bootstrap(ns)!r}\n" + textwrap.dedent(script), image=sub.image)
+
+
+def topic_names(sub, ns: str) -> dict[str, str]:
+    """Kafka topic name -> Topic resource name."""
+    items = get_json(sub, "topics", "-n", ns)["items"]
+    return {(i.get("status") or {}).get("topicName") or i["spec"].get("topicName") or i["metadata"]["name"]:
+            i["metadata"]["name"] for i in items}
+
+
+def test_topics_grow_refuse_what_they_must_and_follow_the_kafka_api(e2e_namespace, operator):
+    sub, ns = operator, e2e_namespace
+    create_cluster(sub, ns)
+    apply(sub, topic("events", partitions=2, replicas=3), ns)
+    wait_topic_ready(sub, ns, "events")
+
+    # Partitions grow; they never shrink, and the replication factor stays (both reported).
+    sub.kubectl("patch", "topic", "events", "-n", ns, "--type=merge", "-p", '{"spec": {"partitions": 4}}')
+    wait_until(lambda: topic_status(sub, ns, "events").get("partitionCount") == 4, 60, "4 partitions")
+    wait_topic_ready(sub, ns, "events")
+    sub.kubectl("patch", "topic", "events", "-n", ns, "--type=merge", "-p", '{"spec": {"partitions": 2}}')
+    refused = wait_until(lambda: (c := condition(get_or_none(sub, "topic", "events", "-n", ns)))
+                         .get("reason") == "PartitionDecreaseNotSupported" and c, 60, "a refused decrease")
+    assert refused["status"] == "False" and "can only grow" in refused["message"]
+    assert topic_status(sub, ns, "events")["partitionCount"] == 4
+    sub.kubectl("patch", "topic", "events", "-n", ns, "--type=merge", "-p",
+                '{"spec": {"partitions": 4, "replicas": 2}}')
+    wait_until(lambda: condition(get_or_none(sub, "topic", "events", "-n", ns)).get("reason") ==
+               "ReplicationFactorChangeNotSupported", 60, "a refused replication factor change")
+    sub.kubectl("patch", "topic", "events", "-n", ns, "--type=merge", "-p", '{"spec": {"replicas": 3}}')
+    wait_topic_ready(sub, ns, "events")
+
+    # Bad Topics: refused by the schema, or a condition; the cluster is not disturbed.
+    bad = sub.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(topic("zero", partitions=0)), check=False)
+    assert bad.returncode != 0 and "spec.partitions" in bad.stderr
+    apply(sub, topic("too-wide", partitions=1, replicas=5), ns)
+    wait_until(lambda: condition(get_or_none(sub, "topic", "too-wide", "-n", ns)).get("reason") ==
+               "InvalidReplicationFactor", 60, "replicas > brokers reported")
+    apply(sub, topic("bad-config", config={"no.such.config": "1"}), ns)
+    c = wait_until(lambda: (c := condition(get_or_none(sub, "topic", "bad-config", "-n", ns)))
+                   .get("reason") == "InvalidConfig" and c, 60, "an unknown config reported")
+    assert "no.such.config" in c["message"]
+    apply(sub, topic("orphan", cluster="nowhere"), ns)
+    c = wait_until(lambda: (c := condition(get_or_none(sub, "topic", "orphan", "-n", ns)))
+                   .get("reason") == "ClusterNotFound" and c, 60, "a Topic for a missing cluster reported")
+    assert "nowhere" in c["message"]
+    assert condition(get_or_none(sub, "dmcluster", "demo", "-n", ns))["status"] == "True"
+
+    # Topics made through the Kafka API become Topic resources, the internal ones too; deleting
+    # either side deletes the topic.
+    kafka(sub, ns, """
+        from confluent_kafka import Consumer, Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": b})
+        admin.create_topics([NewTopic("Made_By.Kafka", 3, 2)])["Made_By.Kafka"].result(30)
+        c = Consumer({"bootstrap.servers": b, "group.id": "g"})  # a group: __consumer_offsets
+        c.subscribe(["events"]); c.poll(10); c.close()
+    """)
+    names = wait_until(lambda: (n := topic_names(sub, ns)) and "Made_By.Kafka" in n and "__consumer_offsets" in n
+                       and n, 60, "Topic resources for topics created through the Kafka API")
+    made = get_json(sub, "topic", names["Made_By.Kafka"], "-n", ns)
+    assert made["spec"]["topicName"] == "Made_By.Kafka" and made["spec"]["partitions"] == 3
+    assert made["metadata"]["name"] != "Made_By.Kafka"  # not a valid Kubernetes name
+    kafka(sub, ns, """
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": b})  # alive until the future resolves
+        admin.delete_topics(["Made_By.Kafka"])["Made_By.Kafka"].result(30)
+    """)
+    wait_until(lambda: "Made_By.Kafka" not in topic_names(sub, ns), 60, "the resource gone with the topic")
+    sub.kubectl("delete", "topic", "events", "-n", ns, "--wait=true", timeout_s=90)
+    listed = kafka(sub, ns, """
+        from confluent_kafka.admin import AdminClient
+        print("TOPICS", sorted(AdminClient({"bootstrap.servers": b}).list_topics(timeout=30).topics))
+    """)
+    assert "'events'" not in listed.split("TOPICS", 1)[1]
+
+
+def test_invalid_broker_config_is_reported_and_not_rolled_out(e2e_namespace, operator):
+    sub, ns = operator, e2e_namespace
+    cluster = create_cluster(sub, ns)
+    revision = cluster["status"]["revision"]
+    sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=merge", "-p",
+                '{"spec": {"config": {"no.such.property": "1", "log.retention.ms": "soon"}}}')
+    c = wait_until(lambda: (c := condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "ConfigValid"))
+                   .get("status") == "False" and c, 60, "ConfigValid False")
+    assert "no.such.property" in c["message"] and "log.retention.ms" in c["message"]
+    obj = get_or_none(sub, "dmcluster", "demo", "-n", ns)
+    assert condition(obj)["reason"] == "InvalidConfig"
+    assert obj["status"]["revision"] == revision, "an invalid config is not rolled out"
+    pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+    assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in pods)
+    sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=json", "-p",
+                '[{"op": "replace", "path": "/spec/config", "value": {}}]')
+    wait_until(lambda: condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "ConfigValid")
+               .get("status") == "True", 60, "ConfigValid True again")

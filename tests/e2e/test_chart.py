@@ -1,0 +1,162 @@
+"""The Helm chart: lint, manifests valid against the Kubernetes schemas and (on the testbed's API
+server) the CRDs, and the life of a release: install (the operator as a pod under its ServiceAccount,
+so RBAC is enforced), helm test, an upgrade that changes the broker config and rolls the brokers one
+at a time, and an uninstall that leaves no operator objects and keeps the claims (as configured)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from dm import CHART, condition, wait_cluster_ready
+from dm_testbed.settings import TestbedSettings
+from substrate import REPO
+from support import get_json, get_or_none, pod_ready, wait_until
+
+pytestmark = pytest.mark.timeout(900)
+
+VALUE_SETS = {
+    "defaults": [],
+    "topics": ["--set", "topics[0].name=orders", "--set", "topics[0].partitions=6",
+               "--set-string", "topics[0].config.min\\.insync\\.replicas=2"],
+    "namespaces": ["--set", "watch.namespaces={team-a,team-b}", "--set", "cluster.enabled=false"],
+    "all-namespaces": ["--set", "watch.allNamespaces=true", "--set", "watch.namespaces={team-*}",
+                       "--set", "cluster.rack.enabled=true"],
+}
+
+
+def helm_binary() -> str:
+    cached = TestbedSettings.from_env().bin_dir / "helm"
+    found = str(cached) if cached.exists() else shutil.which("helm")
+    if not found:
+        pytest.skip("helm is not installed (scripts/helm-install.sh)")
+    return found
+
+
+def render(*args: str) -> str:
+    return subprocess.run([helm_binary(), "template", "rel", str(CHART), "-n", "dm", "--include-crds", *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_chart_lints_and_renders_manifests_valid_for_kubernetes(tmp_path: Path) -> None:
+    lint = subprocess.run([helm_binary(), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    validate = shutil.which("kubernetes-validate") or str(Path(REPO / ".venv/bin/kubernetes-validate"))
+    for name, args in VALUE_SETS.items():
+        out = tmp_path / f"{name}.yaml"
+        out.write_text(render(*args))
+        kinds = [d["kind"] for d in yaml.safe_load_all(out.read_text()) if d]
+        assert "Deployment" in kinds and "CustomResourceDefinition" in kinds
+        # The oldest and newest Kubernetes the validator has schemas for; 1.20 itself is checked by
+        # the testbed's API server (server-side dry run).
+        for version in ("1.25.0", "1.37.0"):
+            result = subprocess.run([validate, "--strict", "-k", version, "--quiet", str(out)], capture_output=True,
+                                    text=True)
+            problems = [line for line in result.stdout.splitlines() + result.stderr.splitlines()
+                        if line.strip() and "Couldn't find schema for kind" not in line]
+            assert not problems, f"{name} on {version}: {problems}"
+    bad = subprocess.run([helm_binary(), "template", "rel", str(CHART), "--set", "watch.namespaces={team-*}"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "patterns need watch.allNamespaces=true" in bad.stderr
+    schema = subprocess.run([helm_binary(), "template", "rel", str(CHART), "--set", "cluster.replicas=0"],
+                            capture_output=True, text=True)
+    assert schema.returncode != 0 and "replicas" in schema.stderr, "values.schema.json checks values"
+
+
+def test_rendered_objects_pass_the_api_servers_validation(operator) -> None:
+    """Server-side dry run: built-in objects against Kubernetes 1.20, DMCluster and Topic against
+    the CRDs (installed by the operator fixture's release)."""
+    sub = operator
+    ns = f"chart-{uuid.uuid4().hex[:6]}"
+    watched = [f"{ns}-a", f"{ns}-b"]
+    for name in (ns, *watched):
+        sub.kubectl("create", "namespace", name)
+    value_sets = {**VALUE_SETS, "namespaces": ["--set", f"watch.namespaces={{{','.join(watched)}}}",
+                                               "--set", "cluster.enabled=false"]}
+    try:
+        for name, args in value_sets.items():
+            rendered = subprocess.run([helm_binary(), "template", "rel", str(CHART), "-n", ns, *args],
+                                      capture_output=True, text=True, check=True).stdout
+            docs = [d for d in yaml.safe_load_all(rendered)
+                    if d and not (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+            for doc in docs:  # what helm does: objects without a namespace go to the release's
+                if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+                    doc["metadata"].setdefault("namespace", ns)
+            result = sub.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs),
+                                 check=False)
+            assert result.returncode == 0, f"{name}: {result.stderr}"
+        bad = {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "x", "namespace": ns},
+               "spec": {"replicas": 0, "imagePullPolicy": "Sometimes"}}
+        result = sub.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(bad), check=False)
+        assert result.returncode != 0 and "spec.replicas" in result.stderr and "spec.imagePullPolicy" in result.stderr
+    finally:
+        for name in (ns, *watched):
+            sub.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def test_install_helm_test_upgrade_and_uninstall(substrate) -> None:
+    sub = substrate
+    ns = f"chart-{uuid.uuid4().hex[:6]}"
+    release = "dmc"
+    base = ["-n", ns, "--set", f"image.repository={sub.image_repository}", "--set", f"image.tag={sub.image_tag}",
+            "--set", "cluster.storage.size=1Gi", "--set", "topics[0].name=orders",
+            "--set", "topics[0].partitions=3"]
+    sub.helm("install", release, str(CHART), "--create-namespace", "--wait", "--timeout", "5m", *base)
+    try:
+        cluster = wait_cluster_ready(sub, ns, release, 3)
+        op = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=operator")["items"][0]
+        assert op["spec"]["serviceAccountName"] == "dmc-operator"
+        wait_until(lambda: condition(get_or_none(sub, "topic", "orders", "-n", ns)).get("status") == "True", 90,
+                   "the chart's Topic Ready")
+        notes = sub.helm("status", release, "-n", ns).stdout
+        assert f"dmc-bootstrap.{ns}.svc.cluster.local:9092" in notes
+
+        tested = sub.helm("test", release, "-n", ns, "--logs", "--timeout", "5m", check=False)
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        assert "produced and consumed 100 records" in tested.stdout
+
+        # The operator worked under its ServiceAccount's RBAC: nothing was forbidden.
+        operator_log = sub.kubectl("logs", op["metadata"]["name"], "-n", ns).stdout
+        assert "forbidden" not in operator_log.lower() and "403" not in operator_log, operator_log[-3000:]
+
+        # An upgrade that changes the broker config rolls the brokers, one at a time.
+        before = cluster["status"]["revision"]
+        sub.helm("upgrade", release, str(CHART), "--wait", "--timeout", "5m", *base,
+                 "--set", "cluster.config.log\\.segment\\.bytes=2097152")
+        target = wait_until(lambda: (r := get_or_none(sub, "dmcluster", release, "-n", ns)["status"]["revision"])
+                            != before and r, 60, "a new revision after the upgrade")
+        most_down = 0
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+            most_down = max(most_down, 3 - sum(pod_ready(p) for p in pods))
+            if len(pods) == 3 and all(pod_ready(p) and p["metadata"]["annotations"]["dm.dev/revision"] == target
+                                      for p in pods):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the upgrade's roll did not finish")
+        assert most_down <= 1
+        cm = get_json(sub, "configmap", f"{release}-config", "-n", ns)
+        assert "log.segment.bytes=2097152" in cm["data"]["broker.properties"]
+    finally:
+        sub.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "5m", check=False)
+    # Nothing of the operator is left; the claims stay (deleteClaim false), the CRDs too.
+    wait_until(lambda: not get_json(sub, "pods", "-n", ns)["items"], 180, "every pod gone")
+    for kind in ("deployment", "serviceaccount", "role", "rolebinding", "service", "dmcluster", "topic",
+                 "statefulset", "configmap", "job"):
+        left = [i["metadata"]["name"] for i in get_json(sub, kind, "-n", ns)["items"]
+                if kind != "serviceaccount" or i["metadata"]["name"] != "default"]
+        left = [n for n in left if n != "kube-root-ca.crt"]
+        assert not left, f"{kind} left after uninstall: {left}"
+    cluster_wide = sub.kubectl("get", "clusterrole,clusterrolebinding", "-o", "name").stdout
+    assert f"dmc-operator-{ns}" not in cluster_wide
+    claims = [c["metadata"]["name"] for c in get_json(sub, "pvc", "-n", ns)["items"]]
+    assert sorted(claims) == [f"data-{release}-broker-{i}" for i in range(3)]
+    assert sub.kubectl("get", "crd", "dmclusters.dm.dev", check=False).returncode == 0
+    sub.kubectl("delete", "namespace", ns, "--wait=false", check=False)

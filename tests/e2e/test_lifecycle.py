@@ -1,0 +1,128 @@
+"""Changing a running cluster: a rolling restart under load one broker at a time, scaling up (new
+brokers serve new topics), a refused scale-down while brokers hold replicas, several clusters under
+one operator, and a namespace that is deleted with its clusters and Topics without hanging."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from dm import (
+    OPERATOR_NAMESPACE,
+    Workload,
+    bootstrap,
+    condition,
+    create_cluster,
+    fully_in_sync,
+    topic,
+    topic_status,
+    verdict,
+    wait_cluster_ready,
+    wait_topic_ready,
+)
+from support import apply, get_json, get_or_none, pod_ready, run_script, wait_until
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def broker_pods(sub, ns: str) -> list[dict]:
+    return get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+
+
+def test_rolling_restart_under_load_restarts_one_broker_at_a_time(e2e_namespace, operator):
+    sub, ns = operator, e2e_namespace
+    before = create_cluster(sub, ns)["status"]["revision"]
+    apply(sub, topic("load", partitions=3, replicas=3, config={"min.insync.replicas": "2"}), ns)
+    wait_topic_ready(sub, ns, "load")
+    wait_until(lambda: fully_in_sync(topic_status(sub, ns, "load")), 60, "load in sync")
+    env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "load", "PARTITIONS": 3, "RATE": 150}
+    producer = Workload(sub, ns, "producer.py", env)
+    consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10})
+    producer.wait_for("ACK", 90)
+
+    sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=merge", "-p",
+                '{"spec": {"config": {"log.segment.bytes": 1048576}}}')
+    target = wait_until(lambda: (r := get_or_none(sub, "dmcluster", "demo", "-n", ns)["status"]["revision"]) != before
+                        and r, 60, "a new revision")
+    most_unavailable = 0
+    rolling_seen = False
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        pods = broker_pods(sub, ns)
+        unavailable = 3 - sum(1 for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
+        most_unavailable = max(most_unavailable, unavailable)
+        rolling_seen |= condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "RollingRestart")["status"] == "True"
+        done = len(pods) == 3 and all(p["metadata"]["annotations"].get("dm.dev/revision") == target and pod_ready(p)
+                                      for p in pods)
+        if done and fully_in_sync(topic_status(sub, ns, "load")):
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail("the roll did not finish in 10 minutes")
+    assert rolling_seen, "the RollingRestart condition showed the roll"
+    assert most_unavailable == 1, f"{most_unavailable} brokers were down at once"
+    assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in broker_pods(sub, ns)), \
+        "new pods, not crashed containers"
+    time.sleep(3)
+    result = verdict(producer.stop(), consumer.stop())
+    print(f"\n[{sub.name}] rolling restart under load: {result.summary()}")
+    assert result.acked > 500 and result.ok, result.summary()
+    events = sub.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.kind=DMCluster",
+                         "-o", "jsonpath={.items[*].reason}").stdout.split()
+    assert events.count("RollingRestart") == 3
+
+
+def test_scale_up_serves_new_topics_and_scale_down_waits_for_empty_brokers(e2e_namespace, operator):
+    sub, ns = operator, e2e_namespace
+    create_cluster(sub, ns)
+    sub.kubectl("scale", "dmcluster/demo", "-n", ns, "--replicas=5")
+    cluster = wait_cluster_ready(sub, ns, "demo", 5)
+    assert [b["id"] for b in cluster["status"]["brokers"]] == [0, 1, 2, 3, 4]
+    apply(sub, topic("wide", partitions=5, replicas=1), ns)
+    wait_topic_ready(sub, ns, "wide")
+    hosts = {p["replicas"][0] for p in topic_status(sub, ns, "wide")["partitions"]}
+    assert hosts == {0, 1, 2, 3, 4}, "the new brokers take part in new topics"
+
+    sub.kubectl("scale", "dmcluster/demo", "-n", ns, "--replicas=3")
+    blocked = wait_until(lambda: (c := condition(get_or_none(sub, "dmcluster", "demo", "-n", ns),
+                                                 "ScaleDownBlocked")).get("status") == "True" and c, 60,
+                         "the scale-down refused")
+    assert "brokers [3, 4]" in blocked["message"] and "wide-" in blocked["message"]
+    assert get_json(sub, "statefulset", "demo-broker", "-n", ns)["spec"]["replicas"] == 5
+    assert len(broker_pods(sub, ns)) == 5
+
+    sub.kubectl("delete", "topic", "wide", "-n", ns, "--wait=true", timeout_s=90)
+    wait_until(lambda: get_json(sub, "statefulset", "demo-broker", "-n", ns)["spec"]["replicas"] == 3, 60,
+               "the StatefulSet scaled down once brokers 3 and 4 were empty")
+    cluster = wait_until(lambda: (c := get_or_none(sub, "dmcluster", "demo", "-n", ns)) and
+                         [b["id"] for b in c["status"]["brokers"]] == [0, 1, 2] and c, 120,
+                         "brokers 3 and 4 gone from the status")
+    assert condition(cluster, "ScaleDownBlocked")["status"] == "False"
+    assert condition(cluster)["status"] == "True"
+
+
+def test_several_clusters_and_a_namespace_that_goes_away(operator):
+    sub = operator
+    ns = f"e2e-{uuid.uuid4().hex[:8]}"
+    sub.kubectl("create", "namespace", ns)
+    try:
+        for name in ("one", "two"):
+            apply(sub, {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": name},
+                        "spec": {"replicas": 1, "storage": {"size": "1Gi"}}}, ns)
+            apply(sub, topic(f"{name}-events", partitions=2, replicas=1, cluster=name), ns)
+        for name in ("one", "two"):
+            wait_cluster_ready(sub, ns, name, 1)
+            wait_topic_ready(sub, ns, f"{name}-events")
+        metrics = run_script(sub, ns, f"""
+            import urllib.request
+            url = "http://dm-operator.{OPERATOR_NAMESPACE}.svc.cluster.local:9990/metrics"
+            print(urllib.request.urlopen(url, timeout=10).read().decode())
+        """, image=sub.image)
+        assert "dm_operator_reconciles_total" in metrics and "dm_controller_leader_elections_total" in metrics
+        assert f'cluster="one",namespace="{ns}"' in metrics and f'cluster="two",namespace="{ns}"' in metrics
+    finally:
+        sub.kubectl("delete", "namespace", ns, "--wait=false")
+    # Topic finalizers are released once their cluster goes: the namespace does not hang.
+    wait_until(lambda: sub.kubectl("get", "namespace", ns, check=False).returncode != 0, 180,
+               f"namespace {ns} deleted")
