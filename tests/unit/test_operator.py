@@ -1,0 +1,250 @@
+"""The operator's pure parts: CRDs from the models, manifest builders, roll and scale decisions,
+topic plans, names, conditions, status round trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from dm_broker.config import ConfigError
+from dm_broker.controller.models import NO_LEADER, PartitionState, TopicDoc
+from dm_operator import crdgen, manifests, naming
+from dm_operator.changes import describe, leader_changes, offline, under_replicated
+from dm_operator.conditions import condition, merge_conditions
+from dm_operator.models import DMClusterSpec
+from dm_operator.planning import (
+    BrokerPod,
+    TopicRefusal,
+    next_roll_step,
+    plan_topic,
+    restart_blocker,
+    scale_down_blocker,
+    topic_configs,
+)
+from dm_operator.settings import OperatorSettings
+from dm_operator.store import doc_from_status, topic_status
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def doc(name: str, *parts: tuple[list[int], int, list[int]], configs: dict | None = None) -> TopicDoc:
+    return TopicDoc(name=name, configs=configs or {},
+                    partitions=[PartitionState(replicas=r, leader=leader, isr=isr) for r, leader, isr in parts])
+
+
+# -- CRDs ------------------------------------------------------------------------------------------
+
+
+def test_crd_files_are_generated_from_the_models():
+    for directory in crdgen.CRD_DIRS:
+        for name, text in crdgen.files().items():
+            assert (directory / name).read_text() == text, f"run: python -m dm_operator.crdgen ({directory / name})"
+
+
+def _walk(node, path="spec"):
+    if isinstance(node, dict):
+        assert "$ref" not in node and "anyOf" not in node, path
+        if "properties" in node or "items" in node or "additionalProperties" in node:
+            assert node.get("type") in ("object", "array"), path
+        elif path.split(".")[-1] not in ("properties", "additionalProperties"):
+            assert node.get("type") or node.get("x-kubernetes-int-or-string") or \
+                node.get("x-kubernetes-preserve-unknown-fields"), f"{path} has no type"
+        for key, value in node.items():
+            if key in ("properties",):
+                for name, child in value.items():
+                    _walk(child, f"{path}.{name}")
+            elif key in ("items", "additionalProperties") and isinstance(value, dict):
+                _walk(value, f"{path}[]")
+
+
+def test_crds_are_structural_with_defaults_minimums_and_subresources():
+    crds = {c["spec"]["names"]["kind"]: c for c in (yaml.safe_load(t) for t in crdgen.files().values())}
+    cluster = crds["DMCluster"]["spec"]["versions"][0]
+    spec = cluster["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    _walk(spec)
+    assert spec["properties"]["replicas"]["default"] == 3 and spec["properties"]["replicas"]["minimum"] == 1
+    assert spec["properties"]["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
+    assert spec["properties"]["storage"]["default"] == {}  # so its own defaults apply
+    assert spec["properties"]["config"]["additionalProperties"] == {"x-kubernetes-preserve-unknown-fields": True}
+    assert cluster["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+    assert "status" in cluster["subresources"]
+    assert crds["DMCluster"]["spec"]["names"]["shortNames"] == ["dmc"]
+    topic = crds["Topic"]["spec"]["versions"][0]
+    tspec = topic["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert tspec["required"] == ["cluster"] and tspec["properties"]["partitions"]["minimum"] == 1
+    columns = {c["name"] for c in topic["additionalPrinterColumns"]}
+    assert {"Partitions", "Replicas", "Ready", "Under-replicated", "Offline"} <= columns
+    status = topic["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert set(status["partitions"]["items"]["properties"]) >= {"partition", "leader", "replicas", "isr",
+                                                                  "leaderEpoch"}
+
+
+# -- manifests -------------------------------------------------------------------------------------
+
+
+def test_broker_config_is_validated_with_the_brokers_own_table():
+    assert manifests.render_config({"log.retention.ms": 1000, "auto.create.topics.enable": False}) == \
+        "auto.create.topics.enable=false\nlog.retention.ms=1000\n"
+    with pytest.raises(ConfigError) as bad:
+        manifests.render_config({"no.such.thing": 1, "log.retention.ms": "soon", "listener.port": 1,
+                                 "num.partitions": {"nested": 1}})
+    message = str(bad.value)
+    assert "no.such.thing is not a dm broker property" in message
+    assert "log.retention.ms" in message and "listener.port is set by the operator" in message
+    assert "num.partitions: expected a string, number or boolean" in message
+
+
+def test_statefulset_manifest():
+    spec = DMClusterSpec.model_validate({"replicas": 3, "storage": {"size": "5Gi", "storageClassName": "fast"}})
+    owner = naming.owner_reference("demo", "uid-1")
+    settings = OperatorSettings(controller_url="http://op.sys.svc:9990")
+    sts = manifests.statefulset("demo", "ns", owner, spec, settings, replicas=3, properties="")
+    assert sts["metadata"]["name"] == "demo-broker" and sts["metadata"]["ownerReferences"] == [owner]
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    pod = sts["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--node-id-from-name" in container["args"] and "$(POD_NAME)" in container["args"]
+    assert "http://op.sys.svc:9990/clusters/ns/demo" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["terminationGracePeriodSeconds"] > 20  # longer than a controlled shutdown
+    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["resources"]["requests"]["storage"] == "5Gi" and claim["storageClassName"] == "fast"
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == "demo" and labels["app.kubernetes.io/component"] == "broker"
+
+    custom = DMClusterSpec.model_validate({"template": {"affinity": {"nodeAffinity": {}},
+                                                        "tolerations": [{"key": "dedicated"}],
+                                                        "priorityClassName": "high", "labels": {"team": "a"}},
+                                           "rack": {"topologyKey": "example.com/rack"}})
+    other = manifests.statefulset("demo", "ns", owner, custom, settings, replicas=3, properties="")["spec"]["template"]
+    assert other["spec"]["affinity"] == {"nodeAffinity": {}} and other["spec"]["priorityClassName"] == "high"
+    assert other["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "example.com/rack"
+    assert other["metadata"]["labels"]["team"] == "a"
+
+
+def test_revision_changes_with_what_needs_a_restart_only():
+    spec = DMClusterSpec()
+    base = manifests.revision(spec, "a=1\n", "dm:1")
+    assert manifests.revision(spec, "a=1\n", "dm:1") == base
+    assert manifests.revision(spec, "a=2\n", "dm:1") != base
+    assert manifests.revision(spec, "a=1\n", "dm:2") != base
+    assert manifests.revision(spec.model_copy(update={"replicas": 9}), "a=1\n", "dm:1") == base
+
+
+def test_pdb_and_services():
+    owner = naming.owner_reference("demo", "u")
+    pdb = manifests.pod_disruption_budget("demo", "ns", owner, "policy/v1beta1")
+    assert pdb["apiVersion"] == "policy/v1beta1" and pdb["spec"]["maxUnavailable"] == 1
+    headless = manifests.headless_service("demo", "ns", owner)
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert manifests.bootstrap_address("demo", "ns", "cluster.local") == "demo-bootstrap.ns.svc.cluster.local:9092"
+
+
+# -- rolling restarts and scaling ------------------------------------------------------------------
+
+
+def pods(*specs: tuple[int, bool, str]) -> list[BrokerPod]:
+    return [BrokerPod(i, ready, rev) for i, ready, rev in specs]
+
+
+def test_roll_waits_for_ready_brokers_in_every_isr_and_min_isr():
+    topics = {"t": doc("t", ([0, 1, 2], 0, [0, 1, 2]), ([1, 2, 0], 1, [1, 2, 0]), configs={"min.insync.replicas": "2"})}
+    done = next_roll_step("new", pods((0, True, "new"), (1, True, "new"), (2, True, "new")), 3, topics, 1)
+    assert done.restart is None and done.wait is None and done.outdated == []
+    first = next_roll_step("new", pods((0, True, "old"), (1, True, "old"), (2, True, "old")), 3, topics, 1)
+    assert first.restart == 0 and first.outdated == [0, 1, 2]
+    not_ready = next_roll_step("new", pods((0, False, "new"), (1, True, "old"), (2, True, "old")), 3, topics, 1)
+    assert not_ready.restart is None and "broker 0 is not Ready" in not_ready.wait
+    lagging = {"t": doc("t", ([0, 1, 2], 1, [1, 2]))}
+    waits = next_roll_step("new", pods((0, True, "new"), (1, True, "old"), (2, True, "old")), 3, lagging, 1)
+    assert "broker 0 is not back in the ISR of t-0" in waits.wait
+    missing = next_roll_step("new", pods((0, True, "new"), (2, True, "old")), 3, topics, 1)
+    assert "broker 1's pod is being replaced" in missing.wait
+    # An outdated broker that is not serving anyway goes first.
+    assert next_roll_step("new", pods((0, True, "old"), (1, False, "old"), (2, True, "old")), 3, topics, 1).restart == 1
+
+
+def test_restart_blocked_below_min_insync_but_not_for_single_replicas():
+    tight = {"t": doc("t", ([0, 1, 2], 0, [0, 1]), configs={"min.insync.replicas": "2"})}
+    assert "t-0 below min.insync.replicas=2" in restart_blocker(tight, 0, 1)
+    assert restart_blocker(tight, 2, 1) is None  # not in the ISR: does not count
+    single = {"s": doc("s", ([0], 0, [0]), configs={"min.insync.replicas": "1"})}
+    assert restart_blocker(single, 0, 1) is None
+    step = next_roll_step("new", pods((0, True, "old"), (1, True, "old"), (2, True, "old")), 3,
+                          {"t": doc("t", ([0, 1, 2], 0, [0, 1, 2]), configs={"min.insync.replicas": "3"})}, 1)
+    assert step.restart is None and "min.insync.replicas=3" in step.wait
+
+
+def test_scale_down_refused_while_removed_brokers_hold_replicas():
+    topics = {"a": doc("a", ([0, 3], 0, [0, 3]), ([1, 4], 1, [1, 4]), ([4, 2], 4, [4, 2]))}
+    blocked = scale_down_blocker(topics, 5, 3)
+    assert "brokers [3, 4]" in blocked and "broker 4 holds 2 replicas (a-1, a-2)" in blocked
+    assert scale_down_blocker(topics, 5, 5) is None
+    assert scale_down_blocker({"b": doc("b", ([0, 1], 0, [0, 1]))}, 5, 3) is None
+
+
+# -- topics ----------------------------------------------------------------------------------------
+
+
+def test_topic_plans():
+    current = doc("t", ([0, 1, 2], 0, [0, 1, 2]), ([1, 2, 0], 1, [1, 2, 0]), configs={"retention.ms": "1"})
+    assert plan_topic(2, 3, {}, None).create
+    grow = plan_topic(4, 3, {"retention.ms": "1"}, current)
+    assert grow.add_partitions_to == 4 and grow.configs is None
+    assert plan_topic(2, 3, {"retention.ms": "2"}, current).configs == {"retention.ms": "2"}
+    with pytest.raises(TopicRefusal) as shrink:
+        plan_topic(1, 3, {}, current)
+    assert shrink.value.reason == "PartitionDecreaseNotSupported" and "can only grow" in shrink.value.message
+    with pytest.raises(TopicRefusal) as rf:
+        plan_topic(2, 2, {}, current)
+    assert rf.value.reason == "ReplicationFactorChangeNotSupported"
+
+
+def test_topic_configs_take_yaml_scalars():
+    assert topic_configs({"min.insync.replicas": 2, "unclean.leader.election.enable": True}) == \
+        {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"}
+    with pytest.raises(TopicRefusal) as bad:
+        topic_configs({"retention.ms": "forever"})
+    assert bad.value.reason == "InvalidConfig" and "retention.ms" in bad.value.message
+
+
+def test_topic_resource_names():
+    assert naming.topic_resource_name("orders", "demo") == "orders"
+    odd = naming.topic_resource_name("Made_By.Kafka", "demo")
+    assert odd.startswith("demo-made-by.kafka-") and odd == naming.topic_resource_name("Made_By.Kafka", "demo")
+    assert naming.topic_resource_name("orders", "demo", taken=True).startswith("demo-orders-")
+    assert naming.topic_resource_name("__consumer_offsets", "demo").startswith("demo-consumer-offsets-")
+    assert naming.broker_id_of("demo-broker-12", "demo") == 12
+    assert naming.broker_id_of("demo-broker-x", "demo") is None
+    assert naming.broker_id_of("other-broker-1", "demo") is None
+
+
+def test_leader_changes_and_counts():
+    old = doc("t", ([0, 1], 0, [0, 1]), ([1, 0], 1, [1, 0]))
+    new = doc("t", ([0, 1], 1, [1]), ([1, 0], 1, [1, 0]), ([0, 1], NO_LEADER, [0]))
+    changes = leader_changes(old, new)
+    assert [(c.partition, c.old, c.new) for c in changes] == [(0, 0, 1)]
+    assert "leader broker 0 -> broker 1" in describe(changes[0])
+    assert under_replicated(new) == 2 and offline(new) == 1
+
+
+def test_conditions_keep_their_transition_time():
+    first = merge_conditions([], [condition("Ready", False, "BrokersNotReady", "1/3")], 1)
+    again = merge_conditions(first, [condition("Ready", False, "BrokersNotReady", "2/3")], 1)
+    assert again[0]["lastTransitionTime"] == first[0]["lastTransitionTime"] and again[0]["message"] == "2/3"
+    assert "message" not in condition("X", True, "Ok", "")  # 1.20 reads "" as null
+
+
+def test_topic_status_round_trip():
+    d = doc("t", ([0, 1, 2], 1, [1, 2]), configs={"retention.ms": "5"}).model_copy(update={"version": 7})
+    status = topic_status(d)
+    assert status["underReplicatedPartitions"] == 1 and status["partitions"][0]["leader"] == 1
+    assert doc_from_status(status) == d
+    assert doc_from_status({}) is None
