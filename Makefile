@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 TESTBED := PYTHONPATH=testbed $(BIN)/python -m dm_testbed
 
-.PHONY: install install-test run test lint bench clean tools k8s-build k8s-up k8s-down
+.PHONY: install install-test run test lint bench clean tools k8s-build k8s-up k8s-down wheel image e2e-kind
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,5 +55,16 @@ k8s-up: install-test k8s-build
 k8s-down: install-test
 	$(TESTBED) down
 
+# The wheel the image installs (the Dockerfile builds the same one from the same pyproject.toml).
+wheel: install-test
+	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
+
+# The container image (needs a Docker engine), and the e2e suite on kind with it (needs kind too).
+image:
+	docker build -t dm:dev .
+
+e2e-kind: install-test
+	bash scripts/e2e-kind.sh
+
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data dist .pytest_cache
