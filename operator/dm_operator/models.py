@@ -23,8 +23,8 @@ class Model(BaseModel):
 class Condition(Model):
     """A Kubernetes-style condition."""
 
-    type: str = Field(description="Ready, ConfigValid, ScaleDown, RollingRestart, ...")
-    status: Literal["True", "False", "Unknown"]
+    type: str = Field(description="Ready, ConfigValid, ScaleDownBlocked, RollingRestart, ...")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds")
     reason: str = Field("", description="CamelCase reason")
     message: str = Field("", description="What happened, in words")
     lastTransitionTime: str | None = Field(None, description="When the status last changed")
@@ -78,33 +78,34 @@ class DMClusterSpec(Model):
 
 
 class BrokerStatus(Model):
-    id: int
-    pod: str
+    id: int = Field(description="Broker id (the pod's ordinal)")
+    pod: str = Field(description="Pod name")
     ready: bool = Field(description="The pod is Ready")
     fenced: bool = Field(description="The controller has fenced the broker (not serving as a replica)")
     registered: bool = Field(description="The broker is registered with the controller")
-    rack: str | None = None
+    rack: str | None = Field(None, description="Rack (from the node label with rack awareness)")
     node: str | None = Field(None, description="Node the pod runs on")
 
 
 class ControllerState(Model):
     """The controller's cluster document (what `dm controller` keeps in cluster.json)."""
 
-    nextProducerId: int = 0
-    documentVersion: int = 0
+    nextProducerId: int = Field(0, description="First producer id of the next block handed to a broker")
+    documentVersion: int = Field(0, description="Version of this document (compare-and-set)")
 
 
 class DMClusterStatus(Model):
-    observedGeneration: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    observedGeneration: int | None = Field(None, description="The spec generation this status is about")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, ConfigValid, "
+                                        "RollingRestart, ScaleDownBlocked")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")
     readyReplicas: int = Field(0, description="Broker pods that are Ready")
     desiredReplicas: int = Field(0, description="spec.replicas as last applied")
     selector: str | None = Field(None, description="Label selector of the broker pods (scale subresource)")
-    brokers: list[BrokerStatus] = Field(default_factory=list)
-    controller: ControllerState | None = None
+    brokers: list[BrokerStatus] = Field(default_factory=list, description="Every broker, registered or not")
+    controller: ControllerState | None = Field(None, description="The controller's cluster document")
     revision: str | None = Field(None, description="Hash of the broker pod template the brokers should run")
 
 
@@ -124,25 +125,26 @@ class TopicSpec(Model):
 
 
 class PartitionStatus(Model):
-    partition: int
+    partition: int = Field(description="Partition index")
     leader: int = Field(description="Broker id of the leader; -1 when offline")
-    replicas: list[int]
+    replicas: list[int] = Field(description="Broker ids holding a replica, the preferred leader first")
     isr: list[int] = Field(description="In-sync replicas")
-    leaderEpoch: int
-    partitionEpoch: int = 0
+    leaderEpoch: int = Field(description="Bumped at every leader change")
+    partitionEpoch: int = Field(0, description="Bumped at every change of leader or ISR")
 
 
 class TopicStatus(Model):
-    observedGeneration: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    topicName: str | None = None
-    topicId: str | None = None
-    partitionCount: int | None = None
-    replicationFactor: int | None = None
-    partitions: list[PartitionStatus] = Field(default_factory=list)
+    observedGeneration: int | None = Field(None, description="The spec generation this status is about")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, with the reason when not")
+    topicName: str | None = Field(None, description="The Kafka topic name")
+    topicId: str | None = Field(None, description="The Kafka topic id")
+    partitionCount: int | None = Field(None, description="Partitions the topic has")
+    replicationFactor: int | None = Field(None, description="Replicas per partition")
+    partitions: list[PartitionStatus] = Field(default_factory=list, description="Leader, replicas and ISR of "
+                                              "every partition, as the controller keeps them")
     configs: dict[str, str] = Field(default_factory=dict, description="Configs in effect (non-default)")
-    underReplicatedPartitions: int = 0
-    offlinePartitions: int = 0
+    underReplicatedPartitions: int = Field(0, description="Partitions whose ISR is smaller than their replicas")
+    offlinePartitions: int = Field(0, description="Partitions without a leader")
     documentVersion: int | None = Field(None, description="The controller's version of this topic (compare-and-set)")
 
 

@@ -160,3 +160,28 @@ def test_install_helm_test_upgrade_and_uninstall(substrate) -> None:
     assert sorted(claims) == [f"data-{release}-broker-{i}" for i in range(3)]
     assert sub.kubectl("get", "crd", "dmclusters.dm.dev", check=False).returncode == 0
     sub.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_the_readme_kubernetes_commands(substrate) -> None:
+    """The README's two commands, as written (plus a namespace of the test's and, on kind, the
+    image), and what `kubectl get topics` then prints."""
+    sub = substrate
+    ns = f"readme-{uuid.uuid4().hex[:6]}"
+    readme = (REPO / "README.md").read_text()
+    assert "helm install dm charts/dm-cluster -n dm --create-namespace --set cluster.name=demo" in readme
+    assert "kubectl apply -n dm -f examples/kubernetes/topic.yaml" in readme
+    image = [] if sub.name == "testbed" else ["--set", f"image.repository={sub.image_repository}",
+                                               "--set", f"image.tag={sub.image_tag}"]
+    sub.helm("install", "dm", str(CHART), "-n", ns, "--create-namespace", "--set", "cluster.name=demo", *image)
+    try:
+        sub.kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "kubernetes" / "topic.yaml"))
+        wait_cluster_ready(sub, ns, "demo", 3)
+        wait_until(lambda: condition(get_or_none(sub, "topic", "orders", "-n", ns)).get("status") == "True", 90,
+                   "orders Ready")
+        table = sub.kubectl("get", "topics", "-n", ns).stdout.splitlines()
+        assert table[0].split() == ["NAME", "CLUSTER", "PARTITIONS", "REPLICAS", "READY", "UNDER-REPLICATED",
+                                    "OFFLINE", "AGE"]
+        assert table[1].split()[:7] == ["orders", "demo", "6", "3", "True", "0", "0"]
+    finally:
+        sub.helm("uninstall", "dm", "-n", ns, "--wait", "--timeout", "5m", check=False)
+        sub.kubectl("delete", "namespace", ns, "--wait=false", check=False)

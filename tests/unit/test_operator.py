@@ -248,3 +248,9 @@ def test_topic_status_round_trip():
     assert status["underReplicatedPartitions"] == 1 and status["partitions"][0]["leader"] == 1
     assert doc_from_status(status) == d
     assert doc_from_status({}) is None
+
+
+def test_kubernetes_reference_is_generated_from_the_models():
+    from dm_operator import refdoc
+
+    assert refdoc.DOC.read_text() == refdoc.update(), "run: python -m dm_operator.refdoc"
