@@ -146,7 +146,7 @@ class AioKafkaGroupConsumer(GroupConsumer):
 GROUP_CONSUMERS = [ConfluentGroupConsumer, KafkaPythonGroupConsumer, AioKafkaGroupConsumer]
 
 
-def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition") -> None:
+def wait_for(predicate, timeout: float = 60, *, interval: float = 0.2, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -39,6 +39,9 @@ class ContainerSpec(BaseModel):
     hostname: str
     mounts: list[Mount]  # applied in order; the first is the container's private /tmp
     read_only_root: bool = False
+    # Host directories the container's programs need (the virtualenv, the project) that a mount at
+    # /tmp would hide when they live below /tmp: bound back after the volumes.
+    keep_visible: list[str] = []
     workdir: str | None = None
     argv: list[str]
     env: dict[str, str]
@@ -73,10 +76,17 @@ def start(spec: ContainerSpec) -> None:
     # Sources are opened before anything is mounted, so a mount over /tmp cannot hide a source that
     # lives below /tmp; each is then mounted through its /proc/self/fd link.
     fds = [os.open(m.source, os.O_PATH) for m in spec.mounts]
+    keep = {path: os.open(path, os.O_PATH) for path in spec.keep_visible}
     for m, fd in zip(spec.mounts, fds, strict=True):
         _mount(f"/proc/self/fd/{fd}", m.target, MS_BIND | MS_REC)
         if m.read_only:
             _mount(None, m.target, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        os.close(fd)
+    for path, fd in keep.items():
+        hidden = any(path == m.target or path.startswith(m.target.rstrip("/") + "/") for m in spec.mounts)
+        if hidden:
+            os.makedirs(path, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
         os.close(fd)
     # Last: a bind mount copies its source mount's flags, and the sources live on the root mount.
     if spec.read_only_root:

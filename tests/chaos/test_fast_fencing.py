@@ -19,10 +19,10 @@ NEVER_TIMES_OUT = {"broker.session.timeout.ms": 600_000, "broker.heartbeat.inter
 def test_sigkilled_leader_is_fenced_through_its_session(tmp_path: Path):
     with Cluster(tmp_path, overrides=NEVER_TIMES_OUT) as cluster:
         create_topic(cluster, "t", 3)
-        wait_for(lambda: fully_replicated(cluster, "t", 3), 30, "the topic fully replicated")
+        wait_for(lambda: fully_replicated(cluster, "t", 3), 30, what="the topic fully replicated")
         victim = cluster.leader("t", 0)
         cluster.brokers[victim].kill()
-        wait_for(lambda: cluster.leader("t", 0) not in (victim, -1), 30, "a new leader for t-0")
+        wait_for(lambda: cluster.leader("t", 0) not in (victim, -1), 30, what="a new leader for t-0")
         md = cluster.metadata()
         fenced = {b["node_id"]: b["fenced"] for b in md["brokers"]}
         assert fenced[victim] is True

@@ -112,6 +112,12 @@ class NodeAgent:
         # container_init runs with the testbed on its path, and nothing else of the agent's environment.
         self.init_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": testbed_root}
 
+    def host_roots(self, runtime: ImageRuntime) -> list[Path]:
+        """Directories of this machine an image's programs need (its virtualenv's project, this
+        testbed's code) that live below /tmp, where a pod's private /tmp would hide them."""
+        roots = {runtime.bin_dir.resolve().parents[1], Path(self.init_env["PYTHONPATH"])}
+        return sorted(r for r in roots if r.is_relative_to("/tmp"))
+
     # -- start and stop --------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -207,6 +207,7 @@ class ContainerRunner:
         security = self.spec.get("securityContext") or {}
         spec = ContainerSpec(netns=worker.netns_path, hostname=worker.hostname, mounts=mounts,
                              read_only_root=bool(security.get("readOnlyRootFilesystem")),
+                             keep_visible=[str(p) for p in worker.agent.host_roots(runtime)],
                              workdir=self.spec.get("workingDir"), argv=argv, env=env)
         path = worker.dir / "containers" / f"{self.name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
