@@ -37,11 +37,12 @@ class ConfluentClient:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
 
-    def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None,
+                     replication_factor: int = 1) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(15)
+        admin.create_topics([NewTopic(topic, partitions, replication_factor, config=configs or {})])[topic].result(15)
 
     def produce(self, topic: str, records: list[Rec], acks: str = "all", compression: str = "none",
                 idempotent: bool = True, max_bytes: int = 1_000_000) -> Acked:

@@ -112,12 +112,15 @@ async def wait_for_directory(directory: Path, owner: str, wait_s: float, stop: a
 
 async def serve(config: BrokerConfig, banner: bool = False) -> None:
     stop = _stop_event()
-    lock = await wait_for_directory(config.data_dir, f"dm broker {config.node_id}",
-                                    config["log.dirs.lock.wait.ms"] / 1000, stop)
+    locks: list[DirectoryLock] = []
     try:
+        for directory in config.log_dirs:  # every JBOD directory is this broker's alone
+            locks.append(await wait_for_directory(directory, f"dm broker {config.node_id}",
+                                                  config["log.dirs.lock.wait.ms"] / 1000, stop))
         await _serve_broker(config, banner, stop)
     finally:
-        lock.release()
+        for lock in locks:
+            lock.release()
 
 
 async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event) -> None:

@@ -18,20 +18,24 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from .config import BrokerConfig, TopicSettings
+from .config import BROKER_PROPERTIES, BrokerConfig, TopicSettings
 from .controller.client import ControllerClient, ControllerUnavailable
 from .controller.controller import ControllerError
 from .controller.models import (
     NO_LEADER,
     AlterConfigsRequest,
+    BrokerConfigsRequest,
     ClusterMetadata,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    ElectLeadersRequest,
     HeartbeatRequest,
+    PartitionResult,
+    ReassignmentRequest,
     RegisterRequest,
     TopicDoc,
 )
@@ -44,6 +48,7 @@ from .protocol.apis import SPECS
 from .protocol.dispatch import Dispatcher
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, Partition
+from .replication.throttle import ByteRateQuota, listed
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
@@ -87,6 +92,9 @@ class Broker:
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
         ))
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
+        self._rates: dict[str, int] = {}
+        self.leader_quota = ByteRateQuota(lambda: self._rate("leader.replication.throttled.rate"))
+        self.follower_quota = ByteRateQuota(lambda: self._rate("follower.replication.throttled.rate"))
         self.metadata: ClusterMetadata | None = None
         self.broker_epoch = -1
         self.incarnation = uuid.uuid4().hex
@@ -225,6 +233,7 @@ class Broker:
             if old is not None and (old.epoch != b.epoch or b.fenced):
                 self._suspected.pop(b.node_id, None)  # the controller's word on it is newer
         self.metadata = md
+        self._rates = {}
         hosted: set[tuple[str, int]] = set()
         for name, topic in md.topics.items():
             settings = TopicSettings(self.config, topic.configs)
@@ -235,13 +244,14 @@ class Broker:
                 hosted.add(key)
                 part = self.partitions.get(key) or self._host(topic, index, settings)
                 part.log.settings = settings
+                part.adding_replicas = list(state.adding_replicas)
                 if state.leader == self.node_id:
                     if part.role != LEADER or part.leader_epoch != state.leader_epoch:
                         self.replicas.stop_following(part)
                         part.become_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
                         log.info("%s-%d: leader in epoch %d, ISR %s", name, index, state.leader_epoch, state.isr)
                     else:
-                        part.replicas = list(state.replicas)
+                        part.set_replicas(state.replicas)
                         part.update_isr(state.isr, state.partition_epoch)
                 elif part.role == LEADER or part.leader_id != state.leader or part.leader_epoch != state.leader_epoch:
                     part.become_follower(state.leader, state.leader_epoch, state.partition_epoch, state.replicas,
@@ -263,7 +273,8 @@ class Broker:
     def _host(self, topic: TopicDoc, index: int, settings: TopicSettings) -> Partition:
         key = (topic.name, index)
         plog = self.logs.get(*key)
-        marker = self.config.data_dir / f"{topic.name}-{index}" / PARTITION_METADATA
+        existing = self.logs.dir_of(topic.name, index)
+        marker = (existing or self.config.data_dir) / f"{topic.name}-{index}" / PARTITION_METADATA
         if plog is not None and marker.exists() and marker.read_text().strip() != topic.topic_id:
             log.warning("%s-%d on disk belongs to an older topic of that name; deleting it", *key)
             self.logs.delete_partition(*key)
@@ -440,6 +451,69 @@ class Broker:
         doc = await self._ask_controller(self.controller.alter_configs(name, req))
         if not validate_only:
             await self._until_visible(lambda: (t := self.topic(name)) is not None and t.version >= doc.version)
+
+    # -- dynamic broker configs, reassignments, elections, records -----------------------------
+
+    def dynamic_configs(self) -> dict[str, dict[str, str]]:
+        return self.metadata.broker_configs if self.metadata else {}
+
+    def dynamic(self, name: str) -> Any:
+        """A dynamic broker property's value in effect: this broker's, the cluster default, or the
+        static configuration."""
+        configs = self.dynamic_configs()
+        for key in (str(self.node_id), ""):
+            if name in configs.get(key, {}):
+                return BROKER_PROPERTIES[name].parse(configs[key][name])
+        return self.config[name]
+
+    def _rate(self, name: str) -> int:
+        if name not in self._rates:
+            self._rates[name] = self.dynamic(name)
+        return self._rates[name]
+
+    def leader_throttled(self, part: Partition, replica: int) -> bool:
+        """Whether sending this partition to `replica` counts against leader.replication.throttled.rate."""
+        return replica in part.adding_replicas or listed(
+            part.log.settings["leader.replication.throttled.replicas"], part.index, replica)
+
+    def follower_throttled(self, part: Partition) -> bool:
+        return self.node_id in part.adding_replicas or listed(
+            part.log.settings["follower.replication.throttled.replicas"], part.index, self.node_id)
+
+    async def alter_broker_configs(self, broker: str, configs: dict[str, str | None], replace: bool,
+                                   validate_only: bool) -> None:
+        req = BrokerConfigsRequest(broker=broker, configs=configs, replace=replace, validate_only=validate_only)
+        await self._ask_controller(self.controller.alter_broker_configs(req))
+        if not validate_only:
+            wanted = {k: v for k, v in configs.items() if v is not None}
+            await self._until_visible(lambda: all(self.dynamic_configs().get(broker, {}).get(k) is not None
+                                                  for k in wanted))
+
+    async def alter_reassignments(self, requests: list[ReassignmentRequest]) -> list[PartitionResult]:
+        results = await self._ask_controller(self.controller.alter_reassignments(requests))
+        version = self.metadata.version if self.metadata else -1
+        await self._until_visible(lambda: self.metadata is not None and self.metadata.version > version, 2)
+        return results
+
+    async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:
+        return await self._ask_controller(self.controller.elect_leaders(
+            ElectLeadersRequest(unclean=unclean, partitions=partitions)))
+
+    def delete_records(self, topic: str, index: int, offset: int) -> int:
+        """DeleteRecords on the leader: moves the log start offset (-1: to the high watermark);
+        followers follow through their fetches. Returns the new log start offset."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            raise KafkaError(self.missing_partition_error(topic, index), f"{topic}-{index} is not here")
+        if not part.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"broker {self.node_id} does not lead {topic}-{index}")
+        target = part.high_watermark if offset == -1 else offset
+        if target < 0 or target > part.high_watermark:
+            raise KafkaError(ErrorCode.offset_out_of_range, f"offset {offset} is beyond the high watermark "
+                                                            f"{part.high_watermark} of {topic}-{index}")
+        start = part.log.advance_start(target)
+        log.info("%s-%d: records before %d deleted (log start %d)", topic, index, target, start)
+        return start
 
     async def _ask_controller(self, call: Awaitable[T]) -> T:
         """Runs a controller call; its errors become the Kafka error codes clients expect."""

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
-from .tools import cluster, consume, groups, produce, topics
+from .tools import cluster, consume, groups, produce, reassign, topics
 from .tools.client import DEFAULT_BOOTSTRAP
 
 
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.register(sub, common)
     groups.register(sub, common)
     cluster.register(sub)
+    reassign.register_cluster(sub, common)
     from .tools import bench
 
     bench.register(sub, common)

@@ -42,12 +42,14 @@ def _parse_int(value: str) -> int:
 @dataclass(frozen=True)
 class Property:
     name: str
-    kind: str  # "int", "float", "bool", "str", "choice"
+    kind: str  # "int", "float", "bool", "str", "choice", "list" (comma-separated)
     default: Any
     doc: str
     minimum: int | None = None
     choices: tuple[str, ...] = ()
     topic_name: str | None = None  # per-topic override that falls back to this broker property
+    dynamic: bool = False  # a broker property that AlterConfigs may change at run time
+    applied: bool = True  # False: a Kafka topic config dm accepts, stores and returns but does not act on
 
     def parse(self, raw: Any) -> Any:
         try:
@@ -73,6 +75,8 @@ class Property:
                 raise ConfigError(f"expected a ratio between 0 and 1, got {value}")
             return value
         text = str(raw).strip()
+        if self.kind == "list":
+            return ",".join(item.strip() for item in text.split(",") if item.strip())
         if self.kind == "choice" and text not in self.choices:
             raise ConfigError(f"{self.name} must be one of {', '.join(self.choices)}, got {text!r}")
         return text
@@ -95,7 +99,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("advertised.port", "int", 0, "Port advertised in metadata (0: the listener's port).", minimum=0),
         Property("http.port", "int", 8080, "Port of the HTTP side port (0 picks a free one, -1 disables).",
                  minimum=-1),
-        Property("log.dirs", "str", "./data", "Directory holding the partition logs."),
+        Property("log.dirs", "str", "./data",
+                 "Directories holding the partition logs, comma-separated (JBOD: new partitions go to the one "
+                 "with the fewest; AlterReplicaLogDirs moves them). The first also holds the broker's own state."),
         Property("log.dirs.lock.wait.ms", "int", 0,
                  "How long a broker waits for its data directory's lock when another process holds it "
                  "(0: refuse to start at once). The operator sets 30 s: a force-deleted pod's replacement "
@@ -194,14 +200,63 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("log.cleaner.delete.retention.ms", "int", 86_400_000,
                  "How long a tombstone (null value) survives compaction, so consumers see deletes.",
                  minimum=0, topic_name="delete.retention.ms"),
+        Property("leader.replication.throttled.rate", "int", LONG_MAX,
+                 "Bytes per second a leader sends to the throttled replicas of its partitions (reassignments). "
+                 "Dynamic: AlterConfigs on the broker, or on all brokers with an empty broker name.",
+                 minimum=1, dynamic=True),
+        Property("follower.replication.throttled.rate", "int", LONG_MAX,
+                 "Bytes per second a follower fetches for its throttled replicas (reassignments). Dynamic, as "
+                 "leader.replication.throttled.rate.", minimum=1, dynamic=True),
     ]
 }
 
+# Topic configs with no broker counterpart: the throttled-replica lists dm acts on, and the Kafka
+# topic configs dm accepts, stores and returns (DescribeConfigs) without acting on them, so tools and
+# CreateTopics requests that set them work unchanged (docs/configuration.md lists them).
+TOPIC_ONLY_PROPERTIES = [
+    Property("leader.replication.throttled.replicas", "list", "",
+             "Replicas (partition:broker, or *) whose leaders' sending is throttled by "
+             "leader.replication.throttled.rate, besides the replicas a reassignment adds (always throttled)."),
+    Property("follower.replication.throttled.replicas", "list", "",
+             "Replicas (partition:broker, or *) whose fetching is throttled by "
+             "follower.replication.throttled.rate, besides the replicas a reassignment adds (always throttled)."),
+    Property("compression.type", "choice", "producer",
+             "dm keeps batches as producers compressed them (Kafka's `producer`).",
+             choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), applied=False),
+    Property("compression.gzip.level", "int", -1, "Broker-side recompression level.", applied=False),
+    Property("compression.lz4.level", "int", 9, "Broker-side recompression level.", applied=False),
+    Property("compression.zstd.level", "int", 3, "Broker-side recompression level.", applied=False),
+    Property("file.delete.delay.ms", "int", 60_000, "dm deletes segments at once.", minimum=0, applied=False),
+    Property("local.retention.bytes", "int", -2, "Tiered storage.", minimum=-2, applied=False),
+    Property("local.retention.ms", "int", -2, "Tiered storage.", minimum=-2, applied=False),
+    Property("max.compaction.lag.ms", "int", LONG_MAX, "dm compacts by min.cleanable.dirty.ratio.", minimum=1,
+             applied=False),
+    Property("min.compaction.lag.ms", "int", 0, "dm compacts by min.cleanable.dirty.ratio.", minimum=0,
+             applied=False),
+    Property("message.downconversion.enable", "bool", True, "dm serves magic v2 only.", applied=False),
+    Property("message.format.version", "str", "3.0-IV1", "dm writes magic v2 only.", applied=False),
+    Property("message.timestamp.after.max.ms", "int", LONG_MAX, "Timestamps are not range-checked.", minimum=0,
+             applied=False),
+    Property("message.timestamp.before.max.ms", "int", LONG_MAX, "Timestamps are not range-checked.", minimum=0,
+             applied=False),
+    Property("message.timestamp.difference.max.ms", "int", LONG_MAX, "Timestamps are not range-checked.",
+             minimum=0, applied=False),
+    Property("preallocate", "bool", False, "Segments grow as written.", applied=False),
+    Property("remote.storage.enable", "bool", False, "Tiered storage is not supported: only false is accepted.",
+             applied=False),
+    Property("remote.log.copy.disable", "bool", False, "Tiered storage.", applied=False),
+    Property("remote.log.delete.on.disable", "bool", False, "Tiered storage.", applied=False),
+    Property("segment.index.bytes", "int", 10_485_760, "dm's sparse index grows as needed.", minimum=4,
+             applied=False),
+    Property("segment.jitter.ms", "int", 0, "Segments roll at segment.ms exactly.", minimum=0, applied=False),
+]
+
 TOPIC_PROPERTIES: dict[str, Property] = {
-    p.topic_name: Property(p.topic_name, p.kind, p.default, p.doc, p.minimum, p.choices, p.topic_name)
-    for p in BROKER_PROPERTIES.values()
-    if p.topic_name
+    **{p.topic_name: Property(p.topic_name, p.kind, p.default, p.doc, p.minimum, p.choices, p.topic_name)
+       for p in BROKER_PROPERTIES.values() if p.topic_name},
+    **{p.name: p for p in TOPIC_ONLY_PROPERTIES},
 }
+DYNAMIC_BROKER_PROPERTIES = {name for name, p in BROKER_PROPERTIES.items() if p.dynamic}
 TOPIC_TO_BROKER = {p.topic_name: p.name for p in BROKER_PROPERTIES.values() if p.topic_name}
 
 
@@ -216,8 +271,13 @@ class BrokerConfig(BaseModel):
         return self.values[name]
 
     @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d.strip()) for d in str(self.values["log.dirs"]).split(",") if d.strip()]
+
+    @property
     def data_dir(self) -> Path:
-        return Path(self.values["log.dirs"])
+        """The first log directory: it also holds the broker's own state (checkpoints, metadata cache)."""
+        return self.log_dirs[0]
 
     @property
     def node_id(self) -> int:
@@ -275,7 +335,10 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
             raise ConfigError(f"unknown topic config {name!r}")
         if value is None:
             raise ConfigError(f"topic config {name!r} needs a value")
-        out[name] = prop.render(prop.parse(value))
+        parsed = prop.parse(value)
+        if name == "remote.storage.enable" and parsed:
+            raise ConfigError("remote.storage.enable: tiered storage is not supported by dm")
+        out[name] = prop.render(parsed)
     return out
 
 
@@ -287,11 +350,13 @@ class TopicSettings:
     def __init__(self, broker: BrokerConfig, overrides: Mapping[str, str]) -> None:
         self.overrides = dict(overrides)
         self._values: dict[str, Any] = {}
-        for topic_name, broker_name in TOPIC_TO_BROKER.items():
+        for topic_name, prop in TOPIC_PROPERTIES.items():
             if topic_name in overrides:
-                self._values[topic_name] = TOPIC_PROPERTIES[topic_name].parse(overrides[topic_name])
+                self._values[topic_name] = prop.parse(overrides[topic_name])
+            elif topic_name in TOPIC_TO_BROKER:
+                self._values[topic_name] = broker[TOPIC_TO_BROKER[topic_name]]
             else:
-                self._values[topic_name] = broker[broker_name]
+                self._values[topic_name] = prop.default
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]

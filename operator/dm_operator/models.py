@@ -91,6 +91,8 @@ class ControllerState(Model):
     """The controller's cluster document (what `dm controller` keeps in cluster.json)."""
 
     nextProducerId: int = Field(0, description="First producer id of the next block handed to a broker")
+    brokerConfigs: dict[str, dict[str, str]] = Field(default_factory=dict, description="Dynamic broker configs "
+                                                     "by broker id (\"\": the cluster-wide defaults)")
     documentVersion: int = Field(0, description="Version of this document (compare-and-set)")
 
 
@@ -131,6 +133,8 @@ class PartitionStatus(Model):
     isr: list[int] = Field(description="In-sync replicas")
     leaderEpoch: int = Field(description="Bumped at every leader change")
     partitionEpoch: int = Field(0, description="Bumped at every change of leader or ISR")
+    addingReplicas: list[int] = Field(default_factory=list, description="Replicas a reassignment is adding")
+    removingReplicas: list[int] = Field(default_factory=list, description="Replicas a reassignment is removing")
 
 
 class TopicStatus(Model):

@@ -37,18 +37,34 @@ def topic_status(doc: TopicDoc) -> Obj:
         "topicName": doc.name, "topicId": doc.topic_id, "partitionCount": len(doc.partitions),
         "replicationFactor": len(doc.partitions[0].replicas) if doc.partitions else 0,
         "partitions": [PartitionStatus(partition=i, leader=p.leader, replicas=p.replicas, isr=p.isr,
-                                       leaderEpoch=p.leader_epoch, partitionEpoch=p.partition_epoch).model_dump()
+                                       leaderEpoch=p.leader_epoch, partitionEpoch=p.partition_epoch,
+                                       addingReplicas=p.adding_replicas,
+                                       removingReplicas=p.removing_replicas).model_dump()
                        for i, p in enumerate(doc.partitions)],
         "configs": dict(doc.configs), "underReplicatedPartitions": under_replicated(doc),
         "offlinePartitions": offline(doc), "documentVersion": doc.version,
     }
 
 
+def with_deletions(new: Obj, old: Obj) -> Obj:
+    """A merge patch's view of a map: keys gone since `old` must be sent as null to be removed."""
+    out: Obj = {}
+    for key, value in new.items():
+        before = old.get(key)
+        out[key] = with_deletions(value, before) if isinstance(value, dict) and isinstance(before, dict) else value
+    for key in old:
+        if key not in new:
+            out[key] = None
+    return out
+
+
 def doc_from_status(status: Obj) -> TopicDoc | None:
     if status.get("documentVersion") is None or not status.get("topicName"):
         return None
     partitions = [PartitionState(replicas=p["replicas"], leader=p["leader"], isr=p["isr"],
-                                 leader_epoch=p["leaderEpoch"], partition_epoch=p.get("partitionEpoch", 0))
+                                 leader_epoch=p["leaderEpoch"], partition_epoch=p.get("partitionEpoch", 0),
+                                 adding_replicas=p.get("addingReplicas") or [],
+                                 removing_replicas=p.get("removingReplicas") or [])
                   for p in sorted(status.get("partitions", []), key=lambda p: p["partition"])]
     return TopicDoc(name=status["topicName"], topic_id=status["topicId"], configs=status.get("configs") or {},
                     partitions=partitions, version=status["documentVersion"])
@@ -69,6 +85,7 @@ class CrdStatusStore:
         self.docs: dict[str, TopicDoc] = {}  # what we last persisted, for change listeners
         self._cluster_rv: str | None = None
         self._cluster_version = -1
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self.listeners: list[ChangeListener] = []
 
     @property
@@ -91,8 +108,9 @@ class CrdStatusStore:
             self._cluster_version = -1
             return await self._write_cluster(doc.model_copy(update={"version": 0}), expected=-1)
         self._cluster_version = state["documentVersion"]
+        self._broker_configs = dict(state.get("brokerConfigs") or {})
         return ClusterDoc(cluster_id=cluster_id, next_producer_id=state["nextProducerId"],
-                          version=state["documentVersion"])
+                          broker_configs=state.get("brokerConfigs") or {}, version=state["documentVersion"])
 
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
         if expected_version != self._cluster_version:
@@ -101,13 +119,16 @@ class CrdStatusStore:
 
     async def _write_cluster(self, doc: ClusterDoc, expected: int) -> ClusterDoc:
         status = {"clusterId": doc.cluster_id,
-                  "controller": {"nextProducerId": doc.next_producer_id, "documentVersion": doc.version}}
+                  "controller": {"nextProducerId": doc.next_producer_id,
+                                 "brokerConfigs": with_deletions(doc.broker_configs, self._broker_configs),
+                                 "documentVersion": doc.version}}
         for _ in range(CAS_RETRIES):
             try:
                 obj = await self.kube.patch(f"{self.cluster_path}/status", {
                     "metadata": {"resourceVersion": self._cluster_rv}, "status": status})
                 self._cluster_rv = obj["metadata"]["resourceVersion"]
                 self._cluster_version = doc.version
+                self._broker_configs = dict(doc.broker_configs)
                 return doc
             except ApiError as exc:
                 if exc.status != 409:
@@ -159,6 +180,7 @@ class CrdStatusStore:
         resource = await self._resource_for(new)
         path = f"{self.topics_path}/{resource}/status"
         status = topic_status(new)
+        status["configs"] = with_deletions(status["configs"], dict(known.configs) if known else {})
         for _ in range(CAS_RETRIES):
             rv = self.resource_versions.get(resource)
             if rv is None:

@@ -254,3 +254,11 @@ def test_kubernetes_reference_is_generated_from_the_models():
     from dm_operator import refdoc
 
     assert refdoc.DOC.read_text() == refdoc.update(), "run: python -m dm_operator.refdoc"
+
+
+def test_merge_patches_remove_what_is_gone():
+    from dm_operator.store import with_deletions
+
+    assert with_deletions({"a": "1"}, {"a": "0", "b": "2"}) == {"a": "1", "b": None}
+    assert with_deletions({"": {"x": "1"}}, {"": {"x": "0", "y": "2"}, "3": {"z": "1"}}) == \
+        {"": {"x": "1", "y": None}, "3": None}

@@ -61,7 +61,34 @@ def test_offset_for_timestamp(plog):
     assert plog.offset_for_timestamp(10_550) == (6, 10_600)
     assert plog.offset_for_timestamp(0) == (0, 10_000)
     assert plog.offset_for_timestamp(99_999) is None
-    assert plog.max_timestamp_offset() == (19, 11_900)
+    assert plog.max_timestamp_offset(plog.log_end_offset) == (19, 11_900)
+    assert plog.max_timestamp_offset(10) == (9, 10_900), "only below the limit (the high watermark)"
+
+
+def test_max_timestamp_is_the_records_offset_not_its_batchs_last(plog):
+    """KAFKA-16310: the record with the highest timestamp in the middle of a batch."""
+    append(plog, b"first", ts=5_000)
+    data = bytearray(build_batch([(None, b"a", []), (None, b"peak", []), (None, b"c", [])], timestamp_ms=6_000,
+                                 timestamp_deltas=[0, 900, 10]))
+    plog.append(data, validate_batches(data, 1 << 20), 0)
+    append(plog, b"later", ts=6_500)
+    assert plog.max_timestamp_offset(plog.log_end_offset) == (2, 6_900)
+
+
+def test_log_start_moves_inside_a_segment_and_survives_reopening(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024"}))
+    log.open()
+    for i in range(40):
+        append(log, b"v%03d" % i + b"." * 60)
+    segments = len(log.segments)
+    assert log.advance_start(25) == 25
+    assert log.log_start_offset == 25 and len(log.segments) < segments
+    assert log.segments[0].base_offset <= 25
+    assert log.advance_start(10) == 25, "never moves back"
+    log.close()
+    again = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "1024"}))
+    again.open()
+    assert again.log_start_offset == 25
 
 
 def test_recovery_truncates_torn_tail_and_reopens(tmp_path):

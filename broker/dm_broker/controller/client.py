@@ -13,12 +13,19 @@ from .models import (
     AlterConfigsRequest,
     AlterIsrRequest,
     AlterIsrResponse,
+    BrokerConfigsRequest,
+    ClusterDoc,
     ClusterMetadata,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    ElectLeadersRequest,
     HeartbeatRequest,
     HeartbeatResponse,
+    PartitionResult,
+    PartitionResults,
     ProducerIdBlock,
+    ReassignmentRequest,
+    ReassignmentsRequest,
     RegisterRequest,
     RegisterResponse,
     TopicDoc,
@@ -43,6 +50,9 @@ class ControllerClient(Protocol):
     async def allocate_producer_ids(self) -> ProducerIdBlock: ...
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]: ...
     async def hold_session(self, node_id: int, broker_epoch: int) -> None: ...
+    async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]: ...
+    async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]: ...
+    async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc: ...
     async def close(self) -> None: ...
 
 
@@ -85,6 +95,15 @@ class LocalControllerClient:
     async def hold_session(self, node_id: int, broker_epoch: int) -> None:
         """In one process the controller outlives the broker: there is no connection to lose."""
         await asyncio.Event().wait()
+
+    async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]:
+        return await self.controller.alter_reassignments(reqs)
+
+    async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]:
+        return await self.controller.elect_leaders(req.unclean, req.partitions)
+
+    async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
+        return await self.controller.alter_broker_configs(req)
 
     async def close(self) -> None:
         await self.controller.close()
@@ -151,6 +170,16 @@ class HttpControllerClient:
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
         data = await self._call("POST", f"/v1/brokers/{node_id}/shutdown", params={"epoch": str(broker_epoch)})
         return [tuple(x) for x in data["still_leading"]]
+
+    async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]:
+        data = await self._call("POST", "/v1/reassignments", ReassignmentsRequest(reassignments=reqs))
+        return PartitionResults.model_validate(data).results
+
+    async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]:
+        return PartitionResults.model_validate(await self._call("POST", "/v1/elections", req)).results
+
+    async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
+        return ClusterDoc.model_validate(await self._call("PUT", "/v1/broker-configs", req))
 
     async def hold_session(self, node_id: int, broker_epoch: int) -> None:
         """Keeps the session WebSocket open; returns when it closes (the controller went away)."""

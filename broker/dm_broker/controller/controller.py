@@ -27,13 +27,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from ..config import ConfigError, validate_topic_configs
+from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, ConfigError, validate_topic_configs
 from ..tasks import stop_tasks
 from ..topics import InvalidTopicError, validate_topic_name
 from .models import (
     NO_LEADER,
     AlterIsrRequest,
     AlterIsrResponse,
+    BrokerConfigsRequest,
     BrokerInfo,
     ClusterDoc,
     ClusterMetadata,
@@ -41,8 +42,10 @@ from .models import (
     CreateTopicRequest,
     HeartbeatRequest,
     HeartbeatResponse,
+    PartitionResult,
     PartitionState,
     ProducerIdBlock,
+    ReassignmentRequest,
     RegisterRequest,
     RegisterResponse,
     TopicDoc,
@@ -120,7 +123,8 @@ class Controller:
 
     def metadata(self) -> ClusterMetadata:
         return ClusterMetadata(version=self.version, incarnation=self.incarnation, cluster_id=self.cluster.cluster_id,
-                               controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics)
+                               controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics,
+                               broker_configs=self.cluster.broker_configs)
 
     async def wait_for_change(self, known_version: int, incarnation: str, timeout: float) -> ClusterMetadata:
         """Long-poll: returns once the metadata is newer than `known_version` (or at timeout)."""
@@ -195,8 +199,10 @@ class Controller:
                     await self._fence(node_id, "session timed out")
                     changed = True
             # Repair: a leader that is not live (a fence whose saves failed, a broker that never came
-            # back after a controller restart) gives its partitions to another ISR member.
+            # back after a controller restart) gives its partitions to another ISR member; a
+            # reassignment whose new replicas are all in sync completes.
             changed |= await self._elect_offline_partitions()
+            changed |= await self._complete_reassignments()
             if changed:
                 self._bump()
 
@@ -365,13 +371,195 @@ class Controller:
             live = self._live_ids()
             if any(r not in live and r not in p.isr for r in new_isr):
                 return AlterIsrResponse(error="ineligible_replica", state=p)
-            new = p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1})
+            new = self._completed(p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1}))
             partitions = list(doc.partitions)
             partitions[req.partition] = new
             await self._save(doc.model_copy(update={"partitions": partitions}))
             log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, p.isr, new_isr)
+            if p.reassigning and not new.reassigning:
+                log.info("%s-%d: reassignment to %s complete (leader %d)", req.topic, req.partition, new.replicas,
+                         new.leader)
             self._bump()
             return AlterIsrResponse(state=new)
+
+    # -- reassignments (KIP-455) and elections (KIP-460) --------------------------------------
+
+    async def alter_reassignments(self, requests: list[ReassignmentRequest]) -> list[PartitionResult]:
+        """Starts (or replaces, or with replicas=None cancels) partition reassignments: the target
+        replicas are added, fetch and catch up, join the ISR; then leadership leaves the replicas
+        being removed and they are dropped (their brokers delete the data)."""
+        async with self._lock:
+            results = []
+            changed: dict[str, TopicDoc] = {}
+            for r in requests:
+                doc = changed.get(r.topic) or self.topics.get(r.topic)
+                if doc is None or not 0 <= r.partition < len(doc.partitions):
+                    results.append(PartitionResult(topic=r.topic, partition=r.partition,
+                                                   error="unknown_topic_or_partition",
+                                                   message=f"{r.topic}-{r.partition} does not exist"))
+                    continue
+                try:
+                    new = self._reassigned(doc, doc.partitions[r.partition], r.replicas)
+                except ControllerError as exc:
+                    results.append(PartitionResult(topic=r.topic, partition=r.partition, error=exc.error,
+                                                   message=exc.message))
+                    continue
+                partitions = list(doc.partitions)
+                partitions[r.partition] = new
+                changed[r.topic] = doc.model_copy(update={"partitions": partitions})
+                results.append(PartitionResult(topic=r.topic, partition=r.partition))
+                what = "cancelled" if r.replicas is None else f"to {r.replicas}"
+                log.info("%s-%d: reassignment %s (replicas %s, adding %s, removing %s)", r.topic, r.partition, what,
+                         new.replicas, new.adding_replicas, new.removing_replicas)
+            await self._save_all(list(changed.values()))
+            if changed:
+                self._bump()
+            return results
+
+    def _reassigned(self, doc: TopicDoc, p: PartitionState, target: list[int] | None) -> PartitionState:
+        if target is None:
+            if not p.reassigning:
+                raise ControllerError("no_reassignment_in_progress", "no reassignment of this partition is in progress")
+            original = p.original_replicas
+            isr = [r for r in p.isr if r in original]
+            reverted = p.model_copy(update={"replicas": original, "isr": isr or p.isr, "adding_replicas": [],
+                                            "removing_replicas": [], "partition_epoch": p.partition_epoch + 1})
+            if reverted.leader not in original:  # it had moved to an added replica: back to an original one
+                reverted = self._elected(doc, reverted.model_copy(update={"isr": isr}), exclude=reverted.leader)
+            return reverted
+        if not target or len(set(target)) != len(target):
+            raise ControllerError("invalid_replica_assignment", f"target replicas {target} must be distinct and "
+                                                                "not empty")
+        unknown = [b for b in target if b not in self.brokers]
+        if unknown:
+            raise ControllerError("invalid_replica_assignment", f"brokers {unknown} are not registered")
+        original = p.original_replicas
+        if target == original and not p.reassigning:
+            return p
+        adding = [t for t in target if t not in original]
+        removing = [o for o in original if o not in target]
+        replicas = target + removing
+        new = p.model_copy(update={"replicas": replicas, "adding_replicas": adding, "removing_replicas": removing,
+                                   "isr": [r for r in p.isr if r in replicas],
+                                   "partition_epoch": p.partition_epoch + 1})
+        return self._completed(new)
+
+    def _completed(self, p: PartitionState) -> PartitionState:
+        """A reassignment whose added replicas are all in the ISR becomes the target assignment;
+        leadership moves first if the leader is being removed. Unchanged when it must wait."""
+        if not p.reassigning or not set(p.adding_replicas) <= set(p.isr):
+            return p
+        target = p.target_replicas
+        isr = [r for r in p.isr if r in target]
+        live = self._live_ids()
+        leader, epoch = p.leader, p.leader_epoch
+        if leader not in target:
+            candidates = [r for r in target if r in isr and r in live]
+            if not candidates:
+                return p  # no in-sync target replica can lead yet
+            leader, epoch = candidates[0], epoch + 1
+        if not isr:
+            return p
+        return p.model_copy(update={"replicas": target, "isr": isr, "leader": leader, "leader_epoch": epoch,
+                                    "adding_replicas": [], "removing_replicas": [],
+                                    "partition_epoch": p.partition_epoch + 1})
+
+    async def _complete_reassignments(self) -> bool:
+        changed = []
+        for doc in self.topics.values():
+            if not any(p.reassigning for p in doc.partitions):
+                continue
+            partitions = [self._completed(p) for p in doc.partitions]
+            if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
+                changed.append(doc.model_copy(update={"partitions": partitions}))
+        await self._save_all(changed)
+        return bool(changed)
+
+    async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:
+        """ElectLeaders: the preferred replica (the first) when it is live and in sync; or, unclean,
+        any live replica of a partition without a live leader (in-sync ones first)."""
+        async with self._lock:
+            wanted = partitions if partitions is not None else [
+                (name, i) for name, doc in self.topics.items() for i in range(len(doc.partitions))]
+            live = self._live_ids()
+            results = []
+            changed: dict[str, TopicDoc] = {}
+            for topic, index in wanted:
+                doc = changed.get(topic) or self.topics.get(topic)
+                if doc is None or not 0 <= index < len(doc.partitions):
+                    results.append(PartitionResult(topic=topic, partition=index, error="unknown_topic_or_partition",
+                                                   message=f"{topic}-{index} does not exist"))
+                    continue
+                p = doc.partitions[index]
+                new, error, message = p, None, None
+                if not unclean:
+                    preferred = p.replicas[0]
+                    if p.leader == preferred:
+                        error, message = "election_not_needed", f"broker {preferred} already leads"
+                    elif preferred not in live or preferred not in p.isr:
+                        error, message = "preferred_leader_not_available", \
+                            f"preferred replica {preferred} is not live and in sync"
+                    else:
+                        new = p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
+                                                   "partition_epoch": p.partition_epoch + 1})
+                elif p.leader in live:
+                    error, message = "election_not_needed", f"broker {p.leader} leads and is live"
+                else:
+                    clean = [r for r in p.replicas if r in p.isr and r in live]
+                    any_live = [r for r in p.replicas if r in live]
+                    if not (clean or any_live):
+                        error, message = "eligible_leaders_not_available", "no replica of the partition is live"
+                    else:
+                        leader = (clean or any_live)[0]
+                        if not clean:
+                            log.warning("%s-%d: unclean election of broker %d (records may be lost)", topic, index,
+                                        leader)
+                        new = p.model_copy(update={"leader": leader, "isr": p.isr if clean else [leader],
+                                                   "leader_epoch": p.leader_epoch + 1,
+                                                   "partition_epoch": p.partition_epoch + 1})
+                if new is not p:
+                    parts = list(doc.partitions)
+                    parts[index] = new
+                    changed[topic] = doc.model_copy(update={"partitions": parts})
+                results.append(PartitionResult(topic=topic, partition=index, error=error, message=message))
+            await self._save_all(list(changed.values()))
+            if changed:
+                self._bump()
+            return results
+
+    # -- dynamic broker configs --------------------------------------------------------------------
+
+    async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
+        """Dynamic broker configs, for one broker ("<id>") or as cluster-wide defaults (""), kept in
+        the cluster document and delivered with the metadata."""
+        if req.broker and not req.broker.isdigit():
+            raise ControllerError("invalid_request", f"broker {req.broker!r}: expected a broker id or \"\"")
+        async with self._lock:
+            current = {} if req.replace else dict(self.cluster.broker_configs.get(req.broker, {}))
+            for name, value in req.configs.items():
+                if name not in DYNAMIC_BROKER_PROPERTIES:
+                    known = "unknown broker property" if name not in BROKER_PROPERTIES else "not changeable at run time"
+                    raise ControllerError("invalid_config", f"{name}: {known} (dynamic in dm: "
+                                                            f"{', '.join(sorted(DYNAMIC_BROKER_PROPERTIES))})")
+                if value is None:
+                    current.pop(name, None)
+                    continue
+                try:
+                    prop = BROKER_PROPERTIES[name]
+                    current[name] = prop.render(prop.parse(value))
+                except ConfigError as exc:
+                    raise ControllerError("invalid_config", str(exc)) from None
+            if req.validate_only:
+                return self.cluster
+            configs = dict(self.cluster.broker_configs)
+            if current:
+                configs[req.broker] = current
+            else:
+                configs.pop(req.broker, None)
+            updated = self.cluster.model_copy(update={"broker_configs": configs})
+            self.cluster = await self.store.save_cluster(updated, self.cluster.version)
+            self._bump()
+            return self.cluster
 
     # -- topics ----------------------------------------------------------------------------
 

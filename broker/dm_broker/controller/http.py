@@ -19,9 +19,13 @@ from .controller import Controller, ControllerError
 from .models import (
     AlterConfigsRequest,
     AlterIsrRequest,
+    BrokerConfigsRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    ElectLeadersRequest,
     HeartbeatRequest,
+    PartitionResults,
+    ReassignmentsRequest,
     RegisterRequest,
 )
 
@@ -117,6 +121,17 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     async def producer_ids(c: Controller, _: web.Request) -> web.Response:
         return reply(await c.allocate_producer_ids())
 
+    async def reassignments(c: Controller, request: web.Request) -> web.Response:
+        req = ReassignmentsRequest.model_validate(await request.json())
+        return reply(PartitionResults(results=await c.alter_reassignments(req.reassignments)))
+
+    async def elections(c: Controller, request: web.Request) -> web.Response:
+        req = ElectLeadersRequest.model_validate(await request.json())
+        return reply(PartitionResults(results=await c.elect_leaders(req.unclean, req.partitions)))
+
+    async def broker_configs(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.alter_broker_configs(BrokerConfigsRequest.model_validate(await request.json())))
+
     v1 = f"{prefix}/v1"
     app.router.add_post(f"{v1}/brokers/register", route(register))
     app.router.add_post(f"{v1}/brokers/heartbeat", route(heartbeat))
@@ -129,6 +144,9 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_post(f"{v1}/topics/{{name}}/partitions", route(create_partitions))
     app.router.add_put(f"{v1}/topics/{{name}}/configs", route(alter_configs))
     app.router.add_post(f"{v1}/producer-ids", route(producer_ids))
+    app.router.add_post(f"{v1}/reassignments", route(reassignments))
+    app.router.add_post(f"{v1}/elections", route(elections))
+    app.router.add_put(f"{v1}/broker-configs", route(broker_configs))
 
 
 def make_app(controller: Controller, token: str = "") -> web.Application:

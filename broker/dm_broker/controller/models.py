@@ -26,6 +26,21 @@ class PartitionState(BaseModel):
     isr: list[int]
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # An ongoing reassignment (KIP-455): `replicas` is then target + the replicas being removed.
+    adding_replicas: list[int] = Field(default_factory=list)
+    removing_replicas: list[int] = Field(default_factory=list)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.removing_replicas]
+
+    @property
+    def original_replicas(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.adding_replicas]
 
 
 class TopicDoc(BaseModel):
@@ -45,6 +60,8 @@ class TopicDoc(BaseModel):
 class ClusterDoc(BaseModel):
     cluster_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:22])
     next_producer_id: int = 0
+    # Dynamic broker configs: "" holds the cluster-wide defaults, "<id>" one broker's.
+    broker_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
     version: int = 0
 
 
@@ -57,6 +74,7 @@ class ClusterMetadata(BaseModel):
     controller_id: int = -1
     brokers: list[BrokerInfo]
     topics: dict[str, TopicDoc]
+    broker_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class RegisterRequest(BaseModel):
@@ -123,3 +141,36 @@ class ProducerIdBlock(BaseModel):
     first: int
     size: int
 
+
+
+class BrokerConfigsRequest(BaseModel):
+    broker: str  # "" for the cluster-wide defaults
+    configs: dict[str, str | None]  # None deletes
+    replace: bool = False  # AlterConfigs: the given set replaces the broker's dynamic configs
+    validate_only: bool = False
+
+
+class ReassignmentRequest(BaseModel):
+    topic: str
+    partition: int
+    replicas: list[int] | None  # None cancels
+
+
+class ReassignmentsRequest(BaseModel):
+    reassignments: list[ReassignmentRequest]
+
+
+class PartitionResult(BaseModel):
+    topic: str
+    partition: int
+    error: str | None = None
+    message: str | None = None
+
+
+class ElectLeadersRequest(BaseModel):
+    unclean: bool = False
+    partitions: list[tuple[str, int]] | None = None  # None: every partition
+
+
+class PartitionResults(BaseModel):
+    results: list[PartitionResult]

@@ -56,7 +56,7 @@ class LogCleaner:
         while True:
             await asyncio.sleep(self.interval)
             for key, plog in list(self.logs.items()):
-                if not plog.settings.compacted or not self.needs_cleaning(key, plog):
+                if plog.moving or not plog.settings.compacted or not self.needs_cleaning(key, plog):
                     continue
                 try:
                     await self.clean(key, plog)

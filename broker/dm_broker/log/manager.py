@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
 
 from ..config import BrokerConfig, TopicSettings
+from ..errors import KafkaError
 from ..tasks import stop_tasks
-from .checkpoints import read_offsets, write_offsets
+from .checkpoints import fsync_dir, read_offsets, write_offsets
 from .compaction import LogCleaner
 from .partition_log import PartitionLog
 
@@ -21,6 +26,39 @@ log = logging.getLogger(__name__)
 
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN = ".dm_cleanshutdown"
+
+
+def _copy_dir(source: Path, target: Path, only_changed: bool = False) -> int:
+    """Copies a partition directory's files (with only_changed: those that differ in size or are
+    new, appended-to segments from where the copy ends); returns the bytes copied."""
+    target.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for src in sorted(source.iterdir()):
+        if not src.is_file():
+            continue
+        dst = target / src.name
+        size = src.stat().st_size
+        have = dst.stat().st_size if dst.exists() else 0
+        if only_changed and have == size and src.suffix == ".log":
+            continue
+        if only_changed and src.suffix == ".log" and 0 < have < size:
+            with open(src, "rb") as fin, open(dst, "r+b") as fout:
+                fin.seek(have)
+                fout.seek(have)
+                chunk = fin.read()
+                fout.write(chunk)
+                fout.flush()
+                os.fsync(fout.fileno())
+            copied += len(chunk)
+            continue
+        shutil.copyfile(src, dst)
+        with open(dst, "rb") as f:
+            os.fsync(f.fileno())
+        copied += size
+    for gone in set(p.name for p in target.iterdir()) - set(p.name for p in source.iterdir()):
+        (target / gone).unlink(missing_ok=True)  # a segment retention removed meanwhile
+    fsync_dir(target)
+    return copied
 
 
 class RecoveryAborted(Exception):
@@ -37,8 +75,10 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 class LogManager:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.data_dir = config.data_dir
+        self.dirs = config.log_dirs
+        self.data_dir = self.dirs[0]
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._moving: dict[tuple[str, int], tuple[Path, int]] = {}  # key -> (target directory, bytes copied)
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery_seconds = 0.0
         self.cleaner = LogCleaner(self.logs, config["log.cleaner.backoff.ms"], config["log.cleaner.enable"])
@@ -48,9 +88,10 @@ class LogManager:
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
         """Opens every partition directory (controller metadata later says which to keep)."""
         start = time.monotonic()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for directory in self.dirs:
+            directory.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN
-        entries = sorted(self.data_dir.iterdir())
+        entries = sorted(p for directory in self.dirs for p in directory.iterdir())
         has_logs = any(p.is_dir() and parse_partition_dir(p.name) for p in entries)
         if marker.exists():
             self.previous_shutdown = "clean"
@@ -63,8 +104,8 @@ class LogManager:
         for path in entries:
             if self.abort_recovery.is_set():
                 raise RecoveryAborted
-            if path.name.endswith("-delete") and path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
+            if path.name.endswith(("-delete", "-future")) and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)  # deletions and moves a crash interrupted
                 continue
             parsed = parse_partition_dir(path.name) if path.is_dir() else None
             if parsed is None:
@@ -72,6 +113,9 @@ class LogManager:
             settings = settings_for(parsed[0])
             if settings is None:
                 log.warning("ignoring %s: topic is not in the metadata", path)
+                continue
+            if parsed in self.logs:
+                log.warning("%s-%d is in two log directories; keeping %s", *parsed, self.logs[parsed].directory)
                 continue
             plog = PartitionLog(path, parsed[0], parsed[1], settings, recovery.get(parsed, 0))
             plog.open()
@@ -85,10 +129,73 @@ class LogManager:
         existing = self.logs.get((topic, partition))
         if existing is not None:
             return existing
-        plog = PartitionLog(self.data_dir / f"{topic}-{partition}", topic, partition, settings)
+        directory = min(self.dirs, key=lambda d: (sum(1 for p in self.logs.values() if p.directory.parent == d),
+                                                  self.dirs.index(d)))
+        plog = PartitionLog(directory / f"{topic}-{partition}", topic, partition, settings)
         plog.open()
         self.logs[(topic, partition)] = plog
         return plog
+
+    # -- JBOD ------------------------------------------------------------------------------
+
+    def dir_of(self, topic: str, partition: int) -> Path | None:
+        plog = self.logs.get((topic, partition))
+        return plog.directory.parent if plog else None
+
+    def moving_into(self, directory: Path) -> list[tuple[tuple[str, int], int]]:
+        return [(key, copied) for key, (target, copied) in self._moving.items() if target == directory]
+
+    @staticmethod
+    def disk_usage(directory: Path) -> tuple[int, int]:
+        usage = shutil.disk_usage(directory)
+        return usage.total, usage.free
+
+    async def move(self, topic: str, partition: int, target: str, holder: object | None) -> None:
+        """Moves a partition's log to another log directory (AlterReplicaLogDirs). The files are
+        copied in a thread while the log keeps serving; then, in one step of the event loop (no
+        append can interleave), what was appended since is copied, the copy opened in place of the
+        original, and the original deleted. Retention and compaction wait for the move."""
+        key = (topic, partition)
+        directory = Path(target)
+        if directory not in self.dirs:
+            raise KafkaError(ErrorCode.log_dir_not_found, f"{target} is not one of this broker's log.dirs")
+        plog = self.logs.get(key)
+        if plog is None:
+            raise KafkaError(ErrorCode.replica_not_available, f"{topic}-{partition} has no replica here")
+        if plog.directory.parent == directory:
+            return
+        if key in self._moving:
+            raise KafkaError(ErrorCode.reassignment_in_progress, f"{topic}-{partition} is already moving")
+        future = directory / f"{plog.directory.name}.{uuid.uuid4().hex[:8]}-future"
+        plog.moving = True
+        self._moving[key] = (directory, 0)
+        try:
+            await plog.flush()
+            copied = await asyncio.get_running_loop().run_in_executor(None, _copy_dir, plog.directory, future)
+            self._moving[key] = (directory, copied)
+            # From here to the swap nothing awaits: appends cannot interleave.
+            plog.flush_sync()
+            _copy_dir(plog.directory, future, only_changed=True)
+            plog.close()
+            final = directory / plog.directory.name
+            future.rename(final)
+            fsync_dir(directory)
+            moved = PartitionLog(final, topic, partition, plog.settings, plog.recovery_point)
+            moved.open()
+            self.logs[key] = moved
+            if holder is not None:
+                holder.log = moved  # the Partition serving it
+            old = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex[:8]}-delete")
+            plog.directory.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+            self.write_recovery_checkpoint()
+            log.info("%s-%d moved to %s (%d bytes)", topic, partition, directory, moved.size_bytes)
+        except BaseException:
+            shutil.rmtree(future, ignore_errors=True)
+            plog.moving = False
+            raise
+        finally:
+            self._moving.pop(key, None)
 
     def delete_partition(self, topic: str, partition: int) -> None:
         """Renames the partition directory away at once (atomic), then removes it."""
@@ -142,6 +249,8 @@ class LogManager:
         now = int(time.time() * 1000)
         expiration = self.config["producer.id.expiration.ms"]
         for plog in list(self.logs.values()):
+            if plog.moving:
+                continue
             plog.apply_retention()
             plog.producers.expire(now, expiration)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import TopicSettings
-from .checkpoints import fsync_dir
+from .checkpoints import atomic_write, fsync_dir
 from .leader_epochs import LeaderEpochCache
 from .producer_state import CachedBatch, ProducerStateManager
 from .records import STAMPED_PREFIX, BatchHeader, decode_records, iter_batches, stamp_batch
@@ -26,6 +27,7 @@ from .segment import FileSlice, Segment
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
+LOG_START_FILE = "log-start-offset"
 
 
 def now_ms() -> int:
@@ -71,6 +73,8 @@ class PartitionLog:
         self._flush_lock = asyncio.Lock()
         self.truncated_bytes_on_recovery = 0
         self._dir_dirty = False
+        self._start = 0  # DeleteRecords may put the log start inside the first segment
+        self.moving = False  # being copied to another log directory: no retention, no compaction
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -114,6 +118,10 @@ class PartitionLog:
             self.segments = [Segment(self.directory, 0, index_interval)]
         self._bases = [s.base_offset for s in self.segments]
         self._dir_dirty = True  # the directory entry of a new partition or segment is not yet durable
+        start_file = self.directory / LOG_START_FILE
+        if start_file.exists():
+            with contextlib.suppress(ValueError):
+                self._start = min(int(start_file.read_text().strip() or 0), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()
@@ -149,7 +157,20 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        return max(self.segments[0].base_offset, self._start)
+
+    def advance_start(self, offset: int) -> int:
+        """DeleteRecords (or a leader's log start reaching a follower): records below `offset` are
+        gone for readers; whole segments below it are deleted. Returns the new log start."""
+        offset = min(offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            self._delete_first_segment("log start moved past it")
+        self._start = offset
+        atomic_write(self.directory / LOG_START_FILE, str(offset).encode())
+        self.leader_epochs.truncate_from_start(offset)
+        return offset
 
     @property
     def size_bytes(self) -> int:
@@ -342,14 +363,29 @@ class PartitionLog:
                         return record.offset, record.timestamp
         return None
 
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        best: tuple[int, int] | None = None
-        newest = max(self.segments, key=lambda s: s.max_timestamp)
-        for seg in [newest]:
-            for _, header in seg.headers_from(0):
-                if best is None or header.max_timestamp > best[1]:
-                    best = (header.last_offset, header.max_timestamp)
-        return best
+    def max_timestamp_offset(self, limit: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the highest timestamp below `limit` (KIP-734;
+        not the last offset of its batch, Kafka's KAFKA-16310). Segments are visited newest maximum
+        first, and only their batch headers are read until no other segment can hold a higher one."""
+        best: tuple[int, int, int, BatchHeader] | None = None  # timestamp, segment index, position, header
+        order = sorted(range(len(self.segments)), key=lambda i: (-self.segments[i].max_timestamp, i))
+        for i in order:
+            seg = self.segments[i]
+            if best is not None and seg.max_timestamp < best[0]:
+                break
+            for position, header in seg.headers_from(0):
+                if header.base_offset >= limit:
+                    break
+                key = (header.max_timestamp, -header.base_offset)
+                if best is None or key > (best[0], -best[3].base_offset):
+                    best = (header.max_timestamp, i, position, header)
+        if best is None:
+            return None
+        timestamp, i, position, header = best
+        for record in decode_records(self.segments[i].read_batch(position, header)):
+            if record.timestamp == timestamp and record.offset < limit:
+                return record.offset, timestamp
+        return header.base_offset, timestamp
 
     # -- retention and truncation ------------------------------------------------------------
 
@@ -371,16 +407,16 @@ class PartitionLog:
             if not (expired or oversized):
                 break
             size -= seg.size
-            self._delete_first_segment()
+            self._delete_first_segment("retention")
             deleted += 1
         if deleted:
             self.leader_epochs.truncate_from_start(self.log_start_offset)
         return deleted
 
-    def _delete_first_segment(self) -> None:
+    def _delete_first_segment(self, why: str) -> None:
         seg = self.segments.pop(0)
         self._bases.pop(0)
-        log.info("%s-%d: deleting segment %d (retention)", self.topic, self.partition, seg.base_offset)
+        log.info("%s-%d: deleting segment %d (%s)", self.topic, self.partition, seg.base_offset, why)
         seg.delete()
 
     def truncate_to(self, offset: int) -> None:
@@ -404,6 +440,8 @@ class PartitionLog:
             seg.delete()
         self.segments = [Segment(self.directory, offset, self.settings["index.interval.bytes"])]
         self._bases = [offset]
+        self._start = offset
+        (self.directory / LOG_START_FILE).unlink(missing_ok=True)
         self.recovery_point = offset
         self.leader_epochs.truncate_from_end(0)
         self.producers.clear()

@@ -311,12 +311,15 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = NO_SEQUENCE,
     attributes_extra: int = 0,
+    timestamp_deltas: list[int] | None = None,
 ) -> bytes:
-    """Encodes (key, value, headers) tuples as one magic-v2 batch (used by internal writers)."""
+    """Encodes (key, value, headers) tuples as one magic-v2 batch (used by internal writers);
+    `timestamp_deltas` gives records timestamps of their own (timestamp_ms + delta)."""
+    deltas = timestamp_deltas or [0] * len(records)
     body = bytearray()
     for delta, (key, value, headers) in enumerate(records):
         rec = bytearray(b"\x00")
-        _write_varint(rec, 0)
+        _write_varint(rec, deltas[delta])
         _write_varint(rec, delta)
         _write_varbytes(rec, key)
         _write_varbytes(rec, value)
@@ -332,7 +335,8 @@ def build_batch(
     out = bytearray(
         BATCH_HEADER.pack(
             base_offset, length, -1, MAGIC_V2, 0, attributes, len(records) - 1,
-            timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence, len(records),
+            timestamp_ms, timestamp_ms + max(deltas, default=0), producer_id, producer_epoch, base_sequence,
+            len(records),
         )
     )
     out += payload

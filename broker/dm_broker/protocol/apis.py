@@ -7,7 +7,7 @@ topic ids in produce/fetch (Produce 13, Fetch 13+) are not offered yet.
 from __future__ import annotations
 
 from .dispatch import ApiSpec
-from .handlers import admin, fetch, groups, metadata, offsets, produce
+from .handlers import admin, cluster_admin, fetch, groups, metadata, offsets, produce
 
 SPECS: list[ApiSpec] = [
     ApiSpec(0, "Produce", 3, 11, produce.handle, advertised_min=0),
@@ -17,11 +17,18 @@ SPECS: list[ApiSpec] = [
     ApiSpec(18, "ApiVersions", 0, 4, metadata.handle_api_versions),
     ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics),
     ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
+    ApiSpec(21, "DeleteRecords", 0, 2, cluster_admin.handle_delete_records),
     ApiSpec(22, "InitProducerId", 0, 5, admin.handle_init_producer_id),
     ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, offsets.handle_offset_for_leader_epoch),
     ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    ApiSpec(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+    ApiSpec(34, "AlterReplicaLogDirs", 1, 2, cluster_admin.handle_alter_replica_log_dirs),
+    ApiSpec(35, "DescribeLogDirs", 1, 4, cluster_admin.handle_describe_log_dirs),
     ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
+    ApiSpec(43, "ElectLeaders", 0, 2, cluster_admin.handle_elect_leaders),
     ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
+    ApiSpec(45, "AlterPartitionReassignments", 0, 1, cluster_admin.handle_alter_partition_reassignments),
+    ApiSpec(46, "ListPartitionReassignments", 0, 0, cluster_admin.handle_list_partition_reassignments),
     ApiSpec(60, "DescribeCluster", 0, 1, metadata.handle_describe_cluster),
     ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit),
     ApiSpec(9, "OffsetFetch", 1, 9, groups.handle_offset_fetch),

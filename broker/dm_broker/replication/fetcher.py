@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 EPOCH_VERSION = 4
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 8 << 20
+THROTTLED_MIN_BYTES = 64 << 10  # a throttled partition still asks for whole batches
 BACKOFF_S = 0.2
 
 
@@ -134,6 +135,14 @@ class ReplicaFetcher:
 
     async def _fetch_once(self, conn: KafkaConnection) -> None:
         ready = [p for k, p in self.partitions.items() if k not in self.needs_truncation and p.role == FOLLOWER]
+        quota = self.broker.follower_quota
+        allowance = quota.available()
+        throttled = {(p.topic, p.index) for p in ready if self.broker.follower_throttled(p)}
+        if allowance <= 0 and throttled:  # over follower.replication.throttled.rate: in-sync partitions only
+            ready = [p for p in ready if (p.topic, p.index) not in throttled]
+            if not ready:
+                await asyncio.sleep(min(quota.seconds_until_available(), MAX_WAIT_MS / 1000))
+                return
         if not ready:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -151,7 +160,8 @@ class ReplicaFetcher:
             topics=tuple(topic_cls(topic=topic, partitions=tuple(make(
                 part_cls, partition=p.index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log.log_end_offset,
                 last_fetched_epoch=p.log.leader_epochs.latest_epoch, log_start_offset=p.log.log_start_offset,
-                partition_max_bytes=PARTITION_MAX_BYTES) for p in parts)) for topic, parts in by_topic.items()),
+                partition_max_bytes=self._max_bytes(p, throttled, allowance)) for p in parts))
+                for topic, parts in by_topic.items()),
             forgotten_topics_data=(), rack_id="",
         )
         frame = await conn.request_frame(req, timeout=MAX_WAIT_MS / 1000 + 30)
@@ -163,7 +173,15 @@ class ReplicaFetcher:
             part = self.partitions.get(key)
             if part is None or part.role != FOLLOWER:
                 continue
+            if key in throttled and r.records:
+                quota.record(len(r.records))
             self._apply(key, part, r)
+
+    @staticmethod
+    def _max_bytes(part: Partition, throttled: set[tuple[str, int]], allowance: int) -> int:
+        if (part.topic, part.index) not in throttled:
+            return PARTITION_MAX_BYTES
+        return max(min(allowance, PARTITION_MAX_BYTES), THROTTLED_MIN_BYTES)
 
     def _apply(self, key: tuple[str, int], part: Partition, r: PartitionResult) -> None:
         error = ErrorCode(r.error_code)
@@ -174,6 +192,8 @@ class ReplicaFetcher:
                 if plog.flush_due():
                     asyncio.get_running_loop().create_task(plog.flush())
             part.set_follower_hw(r.high_watermark)
+            if r.log_start_offset > plog.log_start_offset:
+                plog.advance_start(r.log_start_offset)  # the leader's DeleteRecords reaches its followers
         elif error == ErrorCode.offset_out_of_range:
             if plog.log_end_offset < r.log_start_offset or r.log_start_offset < 0:
                 log.warning("%s-%d: behind the leader's log start; restarting the replica at %d", *key,

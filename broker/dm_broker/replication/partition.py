@@ -46,6 +46,7 @@ class Partition:
     hw: int = 0
     followers: dict[int, FollowerState] = field(default_factory=dict)
     pending_isr: list[int] | None = None  # an ISR change sent to the controller, not yet committed
+    adding_replicas: list[int] = field(default_factory=list)  # a reassignment's new replicas (throttled)
     closed: bool = False
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
     _purgatory: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
@@ -99,6 +100,19 @@ class Partition:
         self.followers = {}
         self.pending_isr = None
         self._fail_purgatory()
+
+    def set_replicas(self, replicas: list[int]) -> None:
+        """The assignment changed under the same leader (a reassignment adds or drops replicas):
+        the leader tracks the new followers' fetches so they can join the ISR."""
+        self.replicas = list(replicas)
+        if self.role != LEADER:
+            return
+        now = time.monotonic()
+        for r in replicas:
+            if r != self.node_id and r not in self.followers:
+                self.followers[r] = FollowerState(last_caught_up=now)
+        for r in [r for r in self.followers if r not in replicas]:
+            del self.followers[r]
 
     def update_isr(self, isr: list[int], partition_epoch: int) -> None:
         if partition_epoch < self.partition_epoch:

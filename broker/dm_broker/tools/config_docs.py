@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ..config import BROKER_PROPERTIES, LONG_MAX
+from ..config import BROKER_PROPERTIES, LONG_MAX, TOPIC_ONLY_PROPERTIES
 
 
 def _default(value: object) -> str:
@@ -37,8 +37,19 @@ def render() -> str:
     ]
     for prop in BROKER_PROPERTIES.values():
         choices = f" One of: {', '.join(prop.choices)}." if prop.choices else ""
+        dynamic = " **Dynamic.**" if prop.dynamic else ""
         lines.append(f"| `{prop.name}` | {f'`{prop.topic_name}`' if prop.topic_name else ''} | "
-                     f"{_default(prop.default)} | {prop.doc}{choices} |")
+                     f"{_default(prop.default)} | {prop.doc}{choices}{dynamic} |")
+    applied = [p for p in TOPIC_ONLY_PROPERTIES if p.applied]
+    ignored = [p for p in TOPIC_ONLY_PROPERTIES if not p.applied]
+    lines += ["", "## Topic configs without a broker property", "", "| topic config | default | meaning |",
+              "|---|---|---|"]
+    lines += [f"| `{p.name}` | {_default(p.default)} | {p.doc} |" for p in applied]
+    lines += ["", "### Accepted, stored and returned, not acted on", "",
+              "Kafka topic configs dm takes in CreateTopics and AlterConfigs, keeps with the topic and returns in",
+              "DescribeConfigs, so tools that set them work unchanged; dm's behaviour does not depend on them.",
+              "", "| topic config | default | why it has no effect |", "|---|---|---|"]
+    lines += [f"| `{p.name}` | {_default(p.default)} | {p.doc} |" for p in ignored]
     return "\n".join(lines) + "\n"
 
 

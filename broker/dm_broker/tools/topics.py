@@ -7,6 +7,7 @@ import argparse
 from rich.table import Table
 
 from .client import admin, console, fail, wait
+from .reassign import register_topic_commands
 
 
 def parse_configs(items: list[str] | None) -> dict[str, str]:
@@ -107,3 +108,4 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = tsub.add_parser("delete", parents=[common], help="delete a topic")
     p.add_argument("name", help="topic name")
     p.set_defaults(func=delete)
+    register_topic_commands(tsub, common)

@@ -1,5 +1,5 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-IncrementalAlterConfigs."""
+"""Topic and config administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+AlterConfigs, IncrementalAlterConfigs (topics, and the dynamic broker configs)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ...config import (
     validate_topic_configs,
 )
 from ...errors import KafkaError
-from ..build import ZERO, make, nested
+from ..build import ZERO, make, nested, nested_optional
 from ..dispatch import RequestContext
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-CONFIG_TYPES = {"bool": 1, "str": 2, "choice": 2, "int": 5}  # BOOLEAN, STRING, LONG
+CONFIG_TYPES = {"bool": 1, "str": 2, "choice": 2, "int": 5, "float": 6}  # BOOLEAN, STRING, LONG, DOUBLE
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
@@ -121,11 +121,58 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> Any:
     return make(cls, throttle_time=ZERO, results=tuple(results))
 
 
-def _entry(cls: type, name: str, value: Any, source: int, kind: str, doc: str, documentation: bool) -> Any:
-    rendered = "true" if value is True else "false" if value is False else str(value)
-    return make(cls, name=name, value=rendered, read_only=False, config_source=source, is_default=source ==
-                SOURCE_DEFAULT, is_sensitive=False, synonyms=(), config_type=CONFIG_TYPES.get(kind, 0),
-                documentation=doc if documentation else None)
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
+LIST_TYPE = 7
+
+
+def _render(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)
+
+
+def _entry(cls: type, synonym_cls: type | None, name: str, levels: list[tuple[str, Any, int]], kind: str,
+           doc: str, documentation: bool, synonyms: bool, read_only: bool = False) -> Any:
+    """One config entry; `levels` are (name, value, source) from the highest priority down, the
+    first being the value in effect (Kafka's synonyms)."""
+    _, value, source = levels[0]
+    synonym_entries = tuple(make(synonym_cls, name=n, value=_render(v), source=src) for n, v, src in levels) \
+        if synonyms and synonym_cls is not None else ()
+    config_type = LIST_TYPE if kind == "list" else CONFIG_TYPES.get(kind, 0)
+    return make(cls, name=name, value=_render(value), read_only=read_only, config_source=source,
+                is_default=source == SOURCE_DEFAULT, is_sensitive=False, synonyms=synonym_entries,
+                config_type=config_type, documentation=doc if documentation else None)
+
+
+def broker_levels(broker: Any, name: str) -> list[tuple[str, Any, int]]:
+    """Where a broker property's value comes from, highest priority first."""
+    prop = BROKER_PROPERTIES[name]
+    levels: list[tuple[str, Any, int]] = []
+    dynamic = broker.dynamic_configs()
+    if name in dynamic.get(str(broker.node_id), {}):
+        levels.append((name, prop.parse(dynamic[str(broker.node_id)][name]), SOURCE_DYNAMIC_BROKER))
+    if name in dynamic.get("", {}):
+        levels.append((name, prop.parse(dynamic[""][name]), SOURCE_DYNAMIC_DEFAULT_BROKER))
+    if name in broker.config.explicit:
+        levels.append((name, broker.config[name], SOURCE_STATIC_BROKER))
+    levels.append((name, prop.default, SOURCE_DEFAULT))
+    return levels
+
+
+def _kafka_named(broker: Any) -> list[tuple[str, list[tuple[str, Any, int]], str]]:
+    """Kafka's names for what dm configures under its own (tools ask for these)."""
+    c = broker.config
+    adv_port = c["advertised.port"] or broker.port
+    static = SOURCE_STATIC_BROKER
+    return [
+        ("broker.id", [("broker.id", broker.node_id, static), ("node.id", broker.node_id, static)],
+         "The broker id (dm: node.id)."),
+        ("listeners", [("listeners", f"PLAINTEXT://{c['listener.host']}:{broker.port}", static)],
+         "The listener (dm: listener.host and listener.port); plaintext only."),
+        ("advertised.listeners", [("advertised.listeners", f"PLAINTEXT://{c.advertised_host}:{adv_port}", static)],
+         "The listener clients are told to use (dm: advertised.host and advertised.port)."),
+        ("log.dir", [("log.dir", str(c.data_dir), static), ("log.dirs", str(c.data_dir), static)],
+         "The log directory (dm: log.dirs)."),
+    ]
 
 
 async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
@@ -133,7 +180,9 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     result_cls = nested(cls, "DescribeConfigsResult")
     entry_cls = nested(cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested_optional(cls, "DescribeConfigsSynonym")
     documentation = getattr(req, "include_documentation", False)
+    synonyms = getattr(req, "include_synonyms", False)
     results = []
     for res in req.resources:
         error, message, entries = ErrorCode.none, None, []
@@ -148,28 +197,93 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
                     if keys is not None and name not in keys:
                         continue
                     prop = TOPIC_PROPERTIES[name]
-                    if name in topic.configs:
-                        source = SOURCE_DYNAMIC_TOPIC
-                    elif TOPIC_TO_BROKER[name] in broker.config.explicit:
-                        source = SOURCE_STATIC_BROKER
+                    levels = [(name, value, SOURCE_DYNAMIC_TOPIC)] if name in topic.configs else []
+                    if name in TOPIC_TO_BROKER:
+                        levels += broker_levels(broker, TOPIC_TO_BROKER[name])
                     else:
-                        source = SOURCE_DEFAULT
-                    entries.append(_entry(entry_cls, name, value, source, prop.kind, prop.doc, documentation))
+                        levels.append((name, prop.default, SOURCE_DEFAULT))
+                    doc = prop.doc if prop.applied else f"Accepted and stored; dm does not act on it: {prop.doc}"
+                    entries.append(_entry(entry_cls, synonym_cls, name, levels, prop.kind, doc, documentation,
+                                          synonyms))
         elif res.resource_type == RESOURCE_BROKER:
-            if res.resource_name not in ("", str(broker.node_id)):
-                error, message = ErrorCode.invalid_request, f"this is broker {broker.node_id}"
+            if res.resource_name == "":
+                # The cluster-wide dynamic defaults, as Kafka describes the empty broker name.
+                for name, value in sorted(broker.dynamic_configs().get("", {}).items()):
+                    if keys is None or name in keys:
+                        prop = BROKER_PROPERTIES[name]
+                        entries.append(_entry(entry_cls, synonym_cls, name,
+                                              [(name, prop.parse(value), SOURCE_DYNAMIC_DEFAULT_BROKER)], prop.kind,
+                                              prop.doc, documentation, synonyms))
+            elif res.resource_name != str(broker.node_id):
+                error, message = ErrorCode.invalid_request, f"this is broker {broker.node_id}; ask broker " \
+                                                            f"{res.resource_name} for its configs"
             else:
                 for name, prop in BROKER_PROPERTIES.items():
                     if keys is not None and name not in keys:
                         continue
-                    source = SOURCE_STATIC_BROKER if name in broker.config.explicit else SOURCE_DEFAULT
-                    entries.append(_entry(entry_cls, name, broker.config[name], source, prop.kind, prop.doc,
-                                          documentation))
+                    entries.append(_entry(entry_cls, synonym_cls, name, broker_levels(broker, name), prop.kind,
+                                          prop.doc, documentation, synonyms, read_only=not prop.dynamic))
+                for name, levels, doc in _kafka_named(broker):
+                    if keys is None or name in keys:
+                        entries.append(_entry(entry_cls, synonym_cls, name, levels, "str", doc, documentation,
+                                              synonyms, read_only=True))
         else:
             error, message = ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}"
         results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
                             resource_name=res.resource_name, configs=tuple(entries)))
     return make(cls, throttle_time=ZERO, results=tuple(results))
+
+
+def _list_op(prop: Any, current: str, value: str, append: bool) -> str:
+    items = [x for x in current.split(",") if x]
+    for item in (x.strip() for x in value.split(",") if x.strip()):
+        if append and item not in items:
+            items.append(item)
+        elif not append and item in items:
+            items.remove(item)
+    return ",".join(items)
+
+
+def _is_list(name: str) -> bool:
+    prop = TOPIC_PROPERTIES.get(name)
+    return prop is not None and (prop.kind == "list" or name == "cleanup.policy")
+
+
+async def _alter_topic(broker: Any, name: str, configs: dict[str, str], validate_only: bool) -> None:
+    topic = broker.topic(name)
+    if topic is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+    try:
+        normalised = validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+    await broker.alter_topic_configs(topic.name, normalised, validate_only=validate_only)
+
+
+async def handle_alter_configs(ctx: RequestContext, req: Any) -> Any:
+    """AlterConfigs (the older API): the given configs replace the resource's whole set."""
+    broker = ctx.broker
+    cls = ctx.response_cls
+    result_cls = nested(cls, "AlterConfigsResourceResponse")
+    results = []
+    for res in req.resources:
+        error, message = ErrorCode.none, None
+        try:
+            configs = {c.name: c.value for c in res.configs}
+            if any(v is None for v in configs.values()):
+                raise KafkaError(ErrorCode.invalid_config, "AlterConfigs needs a value for every config")
+            if res.resource_type == RESOURCE_TOPIC:
+                await _alter_topic(broker, res.resource_name, configs, req.validate_only)
+            elif res.resource_type == RESOURCE_BROKER:
+                await broker.alter_broker_configs(res.resource_name, configs, replace=True,
+                                                  validate_only=req.validate_only)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
+        except KafkaError as exc:
+            error, message = exc.code, exc.message
+        results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
+                            resource_name=res.resource_name))
+    return make(cls, throttle_time=ZERO, responses=tuple(results))
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
@@ -180,24 +294,44 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
     for res in req.resources:
         error, message = ErrorCode.none, None
         try:
-            if res.resource_type != RESOURCE_TOPIC:
-                raise KafkaError(ErrorCode.invalid_request, "only topic configs can be altered at run time")
-            topic = broker.topic(res.resource_name)
-            if topic is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {res.resource_name!r} does not exist")
-            configs = dict(topic.configs)
-            for c in res.configs:
-                if c.config_operation == OP_SET:
-                    configs[c.name] = c.value
-                elif c.config_operation == OP_DELETE:
-                    configs.pop(c.name, None)
-                else:
-                    raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND/SUBTRACT apply to list configs only")
-            try:
-                normalised = validate_topic_configs(configs)
-            except ConfigError as exc:
-                raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-            await broker.alter_topic_configs(topic.name, normalised, validate_only=req.validate_only)
+            if res.resource_type == RESOURCE_TOPIC:
+                topic = broker.topic(res.resource_name)
+                if topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                     f"topic {res.resource_name!r} does not exist")
+                configs = dict(topic.configs)
+                settings = broker.topic_settings(topic.name)
+                for c in res.configs:
+                    if c.config_operation == OP_SET:
+                        configs[c.name] = c.value
+                    elif c.config_operation == OP_DELETE:
+                        configs.pop(c.name, None)
+                    elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
+                        if not _is_list(c.name):
+                            raise KafkaError(ErrorCode.invalid_config,
+                                             f"{c.name}: APPEND and SUBTRACT apply to list configs only")
+                        current = configs.get(c.name, TOPIC_PROPERTIES[c.name].render(settings[c.name]))
+                        configs[c.name] = _list_op(TOPIC_PROPERTIES[c.name], current, c.value or "",
+                                                   c.config_operation == OP_APPEND)
+                        if not configs[c.name] and c.name == "cleanup.policy":
+                            raise KafkaError(ErrorCode.invalid_config, "cleanup.policy cannot become empty")
+                    else:
+                        raise KafkaError(ErrorCode.invalid_request, f"unknown operation {c.config_operation}")
+                await _alter_topic(broker, topic.name, configs, req.validate_only)
+            elif res.resource_type == RESOURCE_BROKER:
+                changes: dict[str, str | None] = {}
+                for c in res.configs:
+                    if c.config_operation == OP_SET:
+                        changes[c.name] = c.value
+                    elif c.config_operation == OP_DELETE:
+                        changes[c.name] = None
+                    else:
+                        raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply to list "
+                                                                   "configs only")
+                await broker.alter_broker_configs(res.resource_name, changes, replace=False,
+                                                  validate_only=req.validate_only)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
         except KafkaError as exc:
             error, message = exc.code, exc.message
         results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,

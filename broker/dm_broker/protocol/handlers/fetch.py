@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ...log.segment import FileSlice
 from ...replication.partition import Partition
+from ...replication.throttle import ByteRateQuota
 from ..codec import EncodedResponse
 from ..dispatch import RequestContext
 from ..fetch_encoder import PartitionResult, TopicResult, encode_fetch_response
@@ -24,7 +25,7 @@ READ_COMMITTED = 1
 
 
 class _PartitionRead:
-    __slots__ = ("error", "partition", "request", "size", "slices")
+    __slots__ = ("error", "partition", "request", "size", "slices", "throttled")
 
     def __init__(self, request: Any, partition: Partition | None, error: ErrorCode) -> None:
         self.request = request
@@ -32,6 +33,7 @@ class _PartitionRead:
         self.error = error
         self.slices: list[FileSlice] = []
         self.size = 0
+        self.throttled = False  # a replica fetch counted against leader.replication.throttled.rate
 
 
 def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
@@ -42,9 +44,11 @@ def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
     return ErrorCode.unknown_leader_epoch
 
 
-def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool, replica: bool) -> int:
+def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool, replica: bool,
+              quota: ByteRateQuota | None = None) -> int:
     total = 0
     first = True
+    allowance = quota.available() if quota is not None else 0
     for topic_reads in reads:
         for r in topic_reads:
             part = r.partition
@@ -64,6 +68,11 @@ def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool
                 r.error = ErrorCode.offset_out_of_range
                 continue
             budget = min(r.request.partition_max_bytes, max_bytes - total)
+            if r.throttled:
+                if allowance <= 0:  # over quota: the replica gets nothing of it this time (as Kafka)
+                    r.slices, r.size = [], 0
+                    continue
+                budget = min(budget, allowance)
             if budget <= 0 and not first:
                 r.slices, r.size = [], 0
                 continue
@@ -72,6 +81,8 @@ def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool
             if result.size:
                 total += result.size
                 first = False
+                if r.throttled:
+                    allowance -= result.size
     return total
 
 
@@ -97,9 +108,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
 
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     replica = req.replica_id >= 0
+    quota = None
     if replica:
         _track_follower(broker, req.replica_id, reads)
-    total = _read_all(reads, max_bytes, committed, replica)
+        quota = broker.leader_quota
+    total = _read_all(reads, max_bytes, committed, replica, quota)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + req.max_wait.total_seconds()
     while total < req.min_bytes and not _has_errors(reads):
@@ -107,7 +120,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         if remaining <= 0:
             break
         await _wait_for_data(reads, remaining)
-        total = _read_all(reads, max_bytes, committed, replica)
+        total = _read_all(reads, max_bytes, committed, replica, quota)
 
     metrics = broker.metrics
     topics = []
@@ -120,6 +133,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 hw, lso, start = part.high_watermark, part.last_stable_offset, part.log.log_start_offset
             if r.size and replica:
                 metrics.replication_bytes_out.labels(topic.topic).inc(r.size)
+                if r.throttled:
+                    broker.leader_quota.record(r.size)
             elif r.size:
                 metrics.bytes_out.labels(topic.topic).inc(r.size)
                 metrics.messages_out.labels(topic.topic).inc(sum(s.record_count() for s in r.slices))
@@ -145,6 +160,7 @@ def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]]) 
                 continue
             if part.update_follower(replica_id, r.request.fetch_offset):
                 broker.replicas.maybe_expand(part, replica_id)
+            r.throttled = broker.leader_throttled(part, replica_id)
 
 
 def _has_errors(reads: list[list[_PartitionRead]]) -> bool:

@@ -43,7 +43,7 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
                 elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                     offset = log.log_start_offset
                 elif p.timestamp == MAX_TIMESTAMP:
-                    found = log.max_timestamp_offset()
+                    found = log.max_timestamp_offset(part.high_watermark)
                     if found is not None:
                         offset, timestamp = found
                 elif p.timestamp < 0:

@@ -1,0 +1,160 @@
+"""Cluster administration: DeleteRecords, ElectLeaders (KIP-460), AlterPartitionReassignments and
+ListPartitionReassignments (KIP-455), DescribeLogDirs and AlterReplicaLogDirs (JBOD)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...controller.models import PartitionResult, ReassignmentRequest
+from ...errors import KafkaError
+from ..build import ZERO, make, nested
+from ..dispatch import RequestContext
+
+ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
+
+
+def _code(result: PartitionResult) -> ErrorCode:
+    if result.error is None:
+        return ErrorCode.none
+    try:
+        return ErrorCode[result.error]
+    except KeyError:
+        return ErrorCode.unknown_server_error
+
+
+async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "DeleteRecordsTopicResult")
+    part_cls = nested(cls, "DeleteRecordsPartitionResult")
+    topics = []
+    for topic in req.topics:
+        results = []
+        for p in topic.partitions:
+            error, low = ErrorCode.none, -1
+            try:
+                low = broker.delete_records(topic.name, p.partition_index, p.offset)
+            except KafkaError as exc:
+                error = exc.code
+            results.append(make(part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error))
+        topics.append(make(topic_cls, name=topic.name, partitions=tuple(results)))
+    return make(cls, throttle_time=ZERO, topics=tuple(topics))
+
+
+async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    result_cls = nested(cls, "ReplicaElectionResult")
+    part_cls = nested(cls, "PartitionResult")
+    election = getattr(req, "election_type", ELECTION_PREFERRED)
+    if election not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.invalid_request, replica_election_results=())
+    partitions = None if req.topic_partitions is None else [
+        (t.topic, p) for t in req.topic_partitions for p in t.partitions]
+    try:
+        results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, partitions)
+    except KafkaError as exc:
+        return make(cls, throttle_time=ZERO, error_code=exc.code, replica_election_results=())
+    by_topic: dict[str, list[Any]] = {}
+    for r in results:
+        by_topic.setdefault(r.topic, []).append(make(part_cls, partition_id=r.partition, error_code=_code(r),
+                                                     error_message=r.message))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=tuple(
+        make(result_cls, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
+
+
+async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "ReassignableTopicResponse")
+    part_cls = nested(cls, "ReassignablePartitionResponse")
+    requests = [ReassignmentRequest(topic=t.name, partition=p.partition_index,
+                                    replicas=None if p.replicas is None else list(p.replicas))
+                for t in req.topics for p in t.partitions]
+    refused: list[PartitionResult] = []
+    if not getattr(req, "allow_replication_factor_change", True):  # v1 (KIP-860)
+        refused = [PartitionResult(topic=r.topic, partition=r.partition, error="invalid_replication_factor",
+                                   message="the reassignment changes the replication factor")
+                   for r in requests if _changes_replication_factor(ctx.broker, r)]
+        requests = [r for r in requests if not any((x.topic, x.partition) == (r.topic, r.partition) for x in refused)]
+    try:
+        results = refused + (await ctx.broker.alter_reassignments(requests) if requests else [])
+    except KafkaError as exc:
+        return make(cls, throttle_time=ZERO, error_code=exc.code, error_message=exc.message, responses=())
+    by_topic: dict[str, list[Any]] = {}
+    for r in results:
+        by_topic.setdefault(r.topic, []).append(make(part_cls, partition_index=r.partition, error_code=_code(r),
+                                                     error_message=r.message))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=tuple(
+        make(topic_cls, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
+
+
+def _changes_replication_factor(broker: Any, r: ReassignmentRequest) -> bool:
+    doc = broker.topic(r.topic)
+    if r.replicas is None or doc is None or not 0 <= r.partition < len(doc.partitions):
+        return False
+    return len(r.replicas) != len(doc.partitions[r.partition].original_replicas)
+
+
+async def handle_list_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "OngoingTopicReassignment")
+    part_cls = nested(cls, "OngoingPartitionReassignment")
+    wanted = None if req.topics is None else {(t.name, p) for t in req.topics for p in t.partition_indexes}
+    topics = []
+    for name, doc in sorted(broker.topics().items()):
+        parts = [make(part_cls, partition_index=i, replicas=tuple(p.replicas), adding_replicas=tuple(p.adding_replicas),
+                      removing_replicas=tuple(p.removing_replicas))
+                 for i, p in enumerate(doc.partitions)
+                 if p.reassigning and (wanted is None or (name, i) in wanted)]
+        if parts:
+            topics.append(make(topic_cls, name=name, partitions=tuple(parts)))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, topics=tuple(topics))
+
+
+async def handle_describe_log_dirs(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    result_cls = nested(cls, "DescribeLogDirsResult")
+    topic_cls = nested(cls, "DescribeLogDirsTopic")
+    part_cls = nested(cls, "DescribeLogDirsPartition")
+    wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+    results = []
+    for directory in broker.logs.dirs:
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, index), plog in sorted(broker.logs.logs.items()):
+            if broker.logs.dir_of(topic, index) != directory or (wanted is not None and (topic, index) not in wanted):
+                continue
+            part = broker.partition(topic, index)
+            lag = 0 if part is None or part.is_leader else max(part.high_watermark - plog.log_end_offset, 0)
+            by_topic.setdefault(topic, []).append(make(part_cls, partition_index=index, partition_size=plog.size_bytes,
+                                                       offset_lag=lag, is_future_key=False))
+        for (topic, index), size in broker.logs.moving_into(directory):
+            if wanted is None or (topic, index) in wanted:
+                by_topic.setdefault(topic, []).append(make(part_cls, partition_index=index, partition_size=size,
+                                                           offset_lag=0, is_future_key=True))
+        total, usable = broker.logs.disk_usage(directory)
+        results.append(make(result_cls, error_code=ErrorCode.none, log_dir=str(directory), total_bytes=total,
+                            usable_bytes=usable, topics=tuple(make(topic_cls, name=t, partitions=tuple(ps))
+                                                               for t, ps in by_topic.items())))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, results=tuple(results))
+
+
+async def handle_alter_replica_log_dirs(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "AlterReplicaLogDirTopicResult")
+    part_cls = nested(cls, "AlterReplicaLogDirPartitionResult")
+    by_topic: dict[str, list[Any]] = {}
+    for target in req.dirs:
+        for topic in target.topics:
+            for index in topic.partitions:
+                error = ErrorCode.none
+                try:
+                    await broker.logs.move(topic.name, index, target.path, broker.partition(topic.name, index))
+                except KafkaError as exc:
+                    error = exc.code
+                by_topic.setdefault(topic.name, []).append(make(part_cls, partition_index=index, error_code=error))
+    return make(cls, throttle_time=ZERO, results=tuple(
+        make(topic_cls, topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
