@@ -49,8 +49,9 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [*self.prefix, sys.executable, "-m", "dm_broker.cli", "broker", "--host", self.host,
-               "--data-dir", str(self.data_dir),
+        # An explicit log.dirs (several directories, JBOD) replaces --data-dir.
+        dirs = [] if "log.dirs" in self.overrides else ["--data-dir", str(self.data_dir)]
+        cmd = [*self.prefix, sys.executable, "-m", "dm_broker.cli", "broker", "--host", self.host, *dirs,
                "--port", str(self.port), "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
         if self.controller_url:
             cmd += ["--controller", self.controller_url]
