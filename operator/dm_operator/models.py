@@ -99,7 +99,7 @@ class ControllerState(Model):
 class DMClusterStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, ConfigValid, "
-                                        "RollingRestart, ScaleDownBlocked")
+                                        "RollingRestart, ScaleDownBlocked, Rebalancing")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")
@@ -109,6 +109,8 @@ class DMClusterStatus(Model):
     brokers: list[BrokerStatus] = Field(default_factory=list, description="Every broker, registered or not")
     controller: ControllerState | None = Field(None, description="The controller's cluster document")
     revision: str | None = Field(None, description="Hash of the broker pod template the brokers should run")
+    balancedBrokers: int | None = Field(None, description="The cluster size partitions were last spread over "
+                                                          "(a scale-up beyond it moves partitions onto new brokers)")
 
 
 # -- Topic ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Pure decisions of the operator: which broker to restart next (if any, and why not), whether a
-scale-down may proceed, what a Topic's spec asks of the controller. No I/O: everything they need
-comes in as arguments, so they are tested on their own."""
+"""Pure decisions of the operator: which broker to restart next (if any, and why not), which
+partitions to move off brokers a scale-down removes and onto brokers a scale-up adds, what a
+Topic's spec asks of the controller. No I/O: everything they need comes in as arguments, so they
+are tested on their own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from dm_broker.config import ConfigError, validate_topic_configs
 from dm_broker.controller.models import TopicDoc
+from dm_broker.controller.rebalance import Move, plan
 
 
 @dataclass(frozen=True)
@@ -93,14 +95,33 @@ def next_roll_step(target: str, pods: list[BrokerPod], expected: int, topics: di
 
 
 def scale_down_blocker(topics: dict[str, TopicDoc], current: int, desired: int) -> str | None:
-    """Brokers with ids >= desired go away; refused while any holds replicas."""
+    """Brokers with ids >= desired go away; they must hold no replica first."""
     holding = {b: hosted(topics, b) for b in range(desired, current)}
     busy = {b: parts for b, parts in holding.items() if parts}
     if not busy:
         return None
     detail = "; ".join(f"broker {b} holds {len(parts)} replicas ({', '.join(f'{t}-{p}' for t, p in parts[:3])}"
                        f"{', ...' if len(parts) > 3 else ''})" for b, parts in sorted(busy.items()))
-    return f"cannot remove brokers {sorted(busy)} while they hold replicas: {detail}"
+    return f"brokers {sorted(busy)} still hold replicas: {detail}"
+
+
+def assignment(topics: dict[str, TopicDoc]) -> dict[tuple[str, int], list[int]]:
+    return {(name, i): list(p.replicas) for name, doc in topics.items() for i, p in enumerate(doc.partitions)}
+
+
+def reassigning(topics: dict[str, TopicDoc]) -> list[tuple[str, int]]:
+    return [(name, i) for name, doc in topics.items() for i, p in enumerate(doc.partitions) if p.reassigning]
+
+
+def drain_moves(topics: dict[str, TopicDoc], racks: dict[int, str | None], desired: int) -> list[Move]:
+    """The reassignments that empty the brokers a scale-down to `desired` removes (ids >= desired)
+    and keep the rest balanced. PlanError when the brokers left cannot hold a topic's replicas."""
+    return plan(assignment(topics), racks, exclude={b for b in racks if b >= desired})
+
+
+def scale_up_moves(topics: dict[str, TopicDoc], racks: dict[int, str | None]) -> list[Move]:
+    """The reassignments that spread existing partitions onto brokers a scale-up added."""
+    return plan(assignment(topics), racks)
 
 
 # -- topics ---------------------------------------------------------------------------------------
@@ -136,10 +157,13 @@ class TopicPlan:
     create: bool = False
     add_partitions_to: int | None = None
     configs: dict[str, str] | None = None  # the whole new override set, when it differs
+    reassign: dict[int, list[int]] | None = None  # partition -> new replicas (a replication factor change)
 
 
-def plan_topic(partitions: int, replicas: int, configs: dict[str, str], current: TopicDoc | None) -> TopicPlan:
-    """What to ask of the controller so the topic matches the spec (TopicRefusal for what it must not)."""
+def plan_topic(partitions: int, replicas: int, configs: dict[str, str], current: TopicDoc | None,
+               racks: dict[int, str | None] | None = None) -> TopicPlan:
+    """What to ask of the controller so the topic matches the spec (TopicRefusal for what it must not).
+    `racks` (live broker id -> rack) places the replicas a replication factor increase adds."""
     if current is None:
         return TopicPlan(create=True)
     have = len(current.partitions)
@@ -147,10 +171,42 @@ def plan_topic(partitions: int, replicas: int, configs: dict[str, str], current:
         raise TopicRefusal("PartitionDecreaseNotSupported",
                            f"the topic has {have} partitions; a topic's partition count can only grow "
                            f"(spec asks for {partitions})")
-    rf = len(current.partitions[0].replicas) if current.partitions else replicas
+    rf = len(current.partitions[0].target_replicas) if current.partitions else replicas
+    reassign = None
     if replicas != rf:
-        raise TopicRefusal("ReplicationFactorChangeNotSupported",
-                           f"the topic has replication factor {rf}; changing it (to {replicas}) needs partition "
-                           "reassignment, which dm does not have yet")
+        brokers = racks or {}
+        if replicas > len(brokers):
+            raise TopicRefusal("NotEnoughBrokers", f"replication factor {replicas} needs {replicas} brokers; "
+                                                   f"{len(brokers)} are registered")
+        reassign = replica_change(current, replicas, brokers)
     return TopicPlan(add_partitions_to=partitions if partitions > have else None,
-                     configs=configs if configs != current.configs else None)
+                     configs=configs if configs != current.configs else None, reassign=reassign)
+
+
+def replica_change(doc: TopicDoc, replicas: int, racks: dict[int, str | None]) -> dict[int, list[int]]:
+    """New replica lists for a replication factor change: replicas are added on the brokers holding
+    fewest of the topic's replicas (other racks first) and removed from the end of the list, never
+    the leader; partitions already being reassigned are left alone."""
+    load = {b: 0 for b in racks}
+    for p in doc.partitions:
+        for r in p.target_replicas:
+            if r in load:
+                load[r] += 1
+    out: dict[int, list[int]] = {}
+    for i, p in enumerate(doc.partitions):
+        if p.reassigning:
+            continue
+        target = list(p.replicas)
+        while len(target) > replicas:
+            drop = next(r for r in reversed(target) if r != p.leader)
+            target.remove(drop)
+            load[drop] = load.get(drop, 1) - 1
+        while len(target) < replicas:
+            used = {racks.get(r) or f"broker-{r}" for r in target}
+            best = min((b for b in racks if b not in target),
+                       key=lambda b: ((racks[b] or f"broker-{b}") in used, load[b], b))
+            target.append(best)
+            load[best] += 1
+        if target != p.replicas:
+            out[i] = target
+    return out

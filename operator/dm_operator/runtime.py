@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from dm_broker.config import BrokerConfig, ConfigError
 from dm_broker.controller.controller import Controller, ControllerError
-from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, TopicDoc
+from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, ReassignmentRequest, TopicDoc
+from dm_broker.controller.rebalance import Move, PlanError
 from dm_broker.tasks import stop_tasks
 
 from . import API_VERSION, manifests, naming
@@ -36,7 +37,17 @@ from .metrics import (
     UNDER_REPLICATED,
 )
 from .models import BrokerStatus, DMClusterSpec, TopicSpec
-from .planning import BrokerPod, TopicRefusal, next_roll_step, plan_topic, scale_down_blocker, topic_configs
+from .planning import (
+    BrokerPod,
+    TopicRefusal,
+    drain_moves,
+    next_roll_step,
+    plan_topic,
+    reassigning,
+    scale_down_blocker,
+    scale_up_moves,
+    topic_configs,
+)
 from .store import TOPIC_FINALIZER, CrdStatusStore, topic_name_of
 
 if TYPE_CHECKING:
@@ -69,6 +80,7 @@ class ClusterRuntime:
         self.name = name
         self.uid = uid
         self.controller: Controller | None = None
+        self._balanced_brokers: int | None = None  # the cluster size partitions were last spread over
         self.store: CrdStatusStore | None = None
         self.token = ""
         self.spec: DMClusterSpec | None = None
@@ -195,12 +207,14 @@ class ClusterRuntime:
         current_replicas = current["spec"]["replicas"] if current else 0
         replicas = spec.replicas
         blocked = None
+        racks = self._live_racks()
         if current is not None and spec.replicas < current_replicas:
             blocked = scale_down_blocker(topics, current_replicas, spec.replicas)
             if blocked:
-                replicas = current_replicas
-        conditions.append(condition("ScaleDownBlocked", bool(blocked), "BrokersHoldReplicas" if blocked else "None",
-                                    blocked or ""))
+                replicas = current_replicas  # the brokers stay until they are drained
+                reason, blocked = await self._drain(spec.replicas, racks)
+        conditions.append(condition("ScaleDownBlocked", bool(blocked), reason if blocked else "None", blocked or ""))
+        conditions.append(await self._rebalance_after_scale_up(obj, spec, racks))
         sts = manifests.statefulset(self.name, ns, owner, spec, self.settings, replicas=replicas,
                                     properties=properties)
         storage_note = await self._apply(sts, immutable=("spec", "volumeClaimTemplates"))
@@ -232,6 +246,62 @@ class ClusterRuntime:
         await self._reconcile_topics()
         self._publish_metrics()
         await self._write_cluster_status(generation, spec, replicas, by_id, conditions, config_ok, target)
+
+    # -- moving partitions: drains before a scale-down, a rebalance after a scale-up --------------------
+
+    def _live_racks(self) -> dict[int, str | None]:
+        assert self.controller is not None
+        return {b.node_id: b.rack for b in self.controller.brokers.values() if not b.fenced}
+
+    async def _reassign(self, moves: list[Move], why: str) -> None:
+        assert self.controller is not None
+        if not moves:
+            return
+        results = await self.controller.alter_reassignments(
+            [ReassignmentRequest(topic=m.topic, partition=m.partition, replicas=list(m.after)) for m in moves])
+        failed = [r for r in results if r.error]
+        for r in failed:
+            log.warning("%s: reassignment of %s-%d refused: %s", self.name, r.topic, r.partition, r.message)
+        self.event("PartitionsMoving", f"{why}: moving {len(moves) - len(failed)} partitions "
+                                       f"({sum(m.copies for m in moves)} replica copies)")
+
+    async def _drain(self, desired: int, racks: dict[int, str | None]) -> tuple[str, str]:
+        """Moves the replicas off the brokers a scale-down removes; (reason, message) of the
+        ScaleDownBlocked condition while they still hold some."""
+        assert self.controller is not None
+        moving = reassigning(self.controller.topics)
+        if moving:
+            return "DrainingBrokers", (f"moving {len(moving)} partitions before brokers {desired} and above are "
+                                       "removed")
+        try:
+            moves = drain_moves(self.controller.topics, racks, desired)
+        except PlanError as exc:
+            return "BrokersHoldReplicas", f"cannot move the replicas off brokers {desired} and above: {exc}"
+        await self._reassign(moves, f"scale-down to {desired} brokers")
+        return "DrainingBrokers", f"moving {len(moves)} partitions before brokers {desired} and above are removed"
+
+    async def _rebalance_after_scale_up(self, obj: Obj, spec: DMClusterSpec, racks: dict[int, str | None]) -> Obj:
+        """Once every broker of a grown cluster is registered, existing partitions are spread onto
+        the new ones (once per size: status.balancedBrokers remembers it across operator restarts)."""
+        assert self.controller is not None
+        balanced = (obj.get("status") or {}).get("balancedBrokers")
+        balanced = self._balanced_brokers if self._balanced_brokers is not None else balanced
+        all_up = all(b in racks for b in range(spec.replicas))
+        moving = reassigning(self.controller.topics)
+        if moving:
+            return condition("Rebalancing", True, "PartitionsMoving", f"{len(moving)} partitions are being moved")
+        if all_up and balanced is None:
+            self._balanced_brokers = spec.replicas  # a new cluster (or operator): its placement is the baseline
+        elif all_up and balanced < spec.replicas:
+            moves = scale_up_moves(self.controller.topics, {b: r for b, r in racks.items() if b < spec.replicas})
+            await self._reassign(moves, f"scale-up to {spec.replicas} brokers")
+            self._balanced_brokers = spec.replicas
+            if moves:
+                return condition("Rebalancing", True, "PartitionsMoving", f"spreading {len(moves)} partitions "
+                                                                         f"onto the new brokers")
+        elif all_up:
+            self._balanced_brokers = min(balanced, spec.replicas)
+        return condition("Rebalancing", False, "Balanced", "no partition is being moved")
 
     async def _applied_properties(self) -> str:
         cm = await self.kube.get_or_none(f"/api/v1/namespaces/{self.namespace}/configmaps/"
@@ -332,6 +402,7 @@ class ClusterRuntime:
             "bootstrap": manifests.bootstrap_address(self.name, self.namespace, self.settings.cluster_domain),
             "replicas": len(by_id), "readyReplicas": ready_count, "desiredReplicas": spec.replicas,
             "selector": naming.selector_string(self.name), "brokers": brokers, "revision": target,
+            "balancedBrokers": self._balanced_brokers,
         }
         self._announce_transitions(previous, status["conditions"])
         await self._write_status(status)
@@ -427,7 +498,7 @@ class ClusterRuntime:
             spec = TopicSpec.model_validate(obj.get("spec") or {})
             if current is None or not applied:
                 configs = topic_configs(spec.config)
-                plan = plan_topic(spec.partitions, spec.replicas, configs, current)
+                plan = plan_topic(spec.partitions, spec.replicas, configs, current, self._live_racks())
                 if plan.create:
                     current = await self.controller.create_topic(CreateTopicRequest(
                         name=topic, partitions=spec.partitions, replication_factor=spec.replicas, configs=configs,
@@ -439,6 +510,14 @@ class ClusterRuntime:
                         topic, CreatePartitionsRequest(count=plan.add_partitions_to))
                 if plan.configs is not None:
                     current = await self.controller.alter_configs(topic, plan.configs)
+                if plan.reassign:
+                    results = await self.controller.alter_reassignments([
+                        ReassignmentRequest(topic=topic, partition=i, replicas=r) for i, r in plan.reassign.items()])
+                    refused = [r.message for r in results if r.error]
+                    if refused:
+                        return condition("Ready", False, "ReassignmentRefused", "; ".join(refused)[:500])
+                    self.event("ReplicationFactorChanging", f"topic {topic}: replication factor to {spec.replicas}")
+                    current = self.controller.topics.get(topic, current)
         except TopicRefusal as refusal:
             return condition("Ready", False, refusal.reason, refusal.message)
         except ControllerError as exc:
@@ -446,6 +525,10 @@ class ClusterRuntime:
         except ValueError as exc:
             return condition("Ready", False, "InvalidSpec", str(exc)[:500])
         assert current is not None
+        moving = [i for i, p in enumerate(current.partitions) if p.reassigning]
+        if moving:
+            return condition("Ready", False, "Reassigning", f"{len(moving)} partitions are moving (replicas being "
+                                                            "added or removed)")
         down = offline(current)
         if down:
             return condition("Ready", False, "PartitionsOffline", f"{down} of {len(current.partitions)} partitions "

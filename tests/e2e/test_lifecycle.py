@@ -1,11 +1,12 @@
 """Changing a running cluster: a rolling restart under load one broker at a time, scaling up (new
-brokers serve new topics), a refused scale-down while brokers hold replicas, several clusters under
+brokers take a share of existing and new partitions), a scale-down that drains brokers first, several clusters under
 one operator, and a namespace that is deleted with its clusters and Topics without hanging."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 
 import pytest
 from dm import (
@@ -73,33 +74,49 @@ def test_rolling_restart_under_load_restarts_one_broker_at_a_time(e2e_namespace,
     assert events.count("RollingRestart") == 3
 
 
-def test_scale_up_serves_new_topics_and_scale_down_waits_for_empty_brokers(e2e_namespace, operator):
+def replica_sets(sub, ns: str, name: str) -> list[list[int]]:
+    return [p["replicas"] for p in topic_status(sub, ns, name).get("partitions", [])]
+
+
+def test_scale_up_spreads_partitions_and_scale_down_drains_brokers(e2e_namespace, operator):
     sub, ns = operator, e2e_namespace
     create_cluster(sub, ns)
+    apply(sub, topic("spread", partitions=6, replicas=2), ns)
+    wait_topic_ready(sub, ns, "spread")
+    assert all(max(r) <= 2 for r in replica_sets(sub, ns, "spread"))
+
+    # Scale-up: the new brokers get a share of the existing partitions (and of new topics).
     sub.kubectl("scale", "dmcluster/demo", "-n", ns, "--replicas=5")
     cluster = wait_cluster_ready(sub, ns, "demo", 5)
     assert [b["id"] for b in cluster["status"]["brokers"]] == [0, 1, 2, 3, 4]
+    wait_until(lambda: {b for r in replica_sets(sub, ns, "spread") for b in r} == {0, 1, 2, 3, 4}
+               and not any(p.get("addingReplicas") for p in topic_status(sub, ns, "spread")["partitions"]), 180,
+               "existing partitions spread onto brokers 3 and 4")
+    wait_topic_ready(sub, ns, "spread")
+    counts = Counter(b for r in replica_sets(sub, ns, "spread") for b in r)
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    cluster = wait_until(lambda: (c := get_or_none(sub, "dmcluster", "demo", "-n", ns)) and
+                         c["status"].get("balancedBrokers") == 5 and c, 60, "balancedBrokers 5")
     apply(sub, topic("wide", partitions=5, replicas=1), ns)
     wait_topic_ready(sub, ns, "wide")
-    hosts = {p["replicas"][0] for p in topic_status(sub, ns, "wide")["partitions"]}
-    assert hosts == {0, 1, 2, 3, 4}, "the new brokers take part in new topics"
+    assert {r[0] for r in replica_sets(sub, ns, "wide")} == {0, 1, 2, 3, 4}
 
+    # Scale-down: brokers 3 and 4 are drained first, then removed; the topics stay whole.
     sub.kubectl("scale", "dmcluster/demo", "-n", ns, "--replicas=3")
-    blocked = wait_until(lambda: (c := condition(get_or_none(sub, "dmcluster", "demo", "-n", ns),
-                                                 "ScaleDownBlocked")).get("status") == "True" and c, 60,
-                         "the scale-down refused")
-    assert "brokers [3, 4]" in blocked["message"] and "wide-" in blocked["message"]
-    assert get_json(sub, "statefulset", "demo-broker", "-n", ns)["spec"]["replicas"] == 5
-    assert len(broker_pods(sub, ns)) == 5
-
-    sub.kubectl("delete", "topic", "wide", "-n", ns, "--wait=true", timeout_s=90)
-    wait_until(lambda: get_json(sub, "statefulset", "demo-broker", "-n", ns)["spec"]["replicas"] == 3, 60,
-               "the StatefulSet scaled down once brokers 3 and 4 were empty")
+    wait_until(lambda: get_json(sub, "statefulset", "demo-broker", "-n", ns)["spec"]["replicas"] == 3, 240,
+               "the StatefulSet scaled down once brokers 3 and 4 were drained")
+    for name, partitions in (("spread", 6), ("wide", 5)):
+        sets = replica_sets(sub, ns, name)
+        assert len(sets) == partitions and all(max(r) <= 2 for r in sets), (name, sets)
+        wait_topic_ready(sub, ns, name)
     cluster = wait_until(lambda: (c := get_or_none(sub, "dmcluster", "demo", "-n", ns)) and
                          [b["id"] for b in c["status"]["brokers"]] == [0, 1, 2] and c, 120,
                          "brokers 3 and 4 gone from the status")
     assert condition(cluster, "ScaleDownBlocked")["status"] == "False"
     assert condition(cluster)["status"] == "True"
+    events = sub.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.kind=DMCluster",
+                         "-o", "jsonpath={.items[*].reason}").stdout.split()
+    assert events.count("PartitionsMoving") >= 2, events
 
 
 def test_several_clusters_and_a_namespace_that_goes_away(operator):

@@ -3,12 +3,14 @@ topic plans, names, conditions, status round trips."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 from dm_broker.config import ConfigError
 from dm_broker.controller.models import NO_LEADER, PartitionState, TopicDoc
+from dm_broker.controller.rebalance import PlanError
 from dm_operator import crdgen, manifests, naming
 from dm_operator.changes import describe, leader_changes, offline, under_replicated
 from dm_operator.conditions import condition, merge_conditions
@@ -16,10 +18,12 @@ from dm_operator.models import DMClusterSpec
 from dm_operator.planning import (
     BrokerPod,
     TopicRefusal,
+    drain_moves,
     next_roll_step,
     plan_topic,
     restart_blocker,
     scale_down_blocker,
+    scale_up_moves,
     topic_configs,
 )
 from dm_operator.settings import OperatorSettings
@@ -186,6 +190,14 @@ def test_scale_down_refused_while_removed_brokers_hold_replicas():
     topics = {"a": doc("a", ([0, 3], 0, [0, 3]), ([1, 4], 1, [1, 4]), ([4, 2], 4, [4, 2]))}
     blocked = scale_down_blocker(topics, 5, 3)
     assert "brokers [3, 4]" in blocked and "broker 4 holds 2 replicas (a-1, a-2)" in blocked
+    moves = drain_moves(topics, {b: None for b in range(5)}, 3)
+    after = {(m.topic, m.partition): m.after for m in moves}
+    assert all(b < 3 for r in after.values() for b in r) and len(after) == 3
+    with pytest.raises(PlanError):
+        drain_moves({"c": doc("c", ([0, 1, 2], 0, [0, 1, 2]))}, {b: None for b in range(3)}, 2)
+    grown = scale_up_moves({"d": doc("d", *[([i % 2, (i + 1) % 2], i % 2, [0, 1]) for i in range(4)])},
+                           {b: None for b in range(4)})
+    assert sum(m.copies for m in grown) == 4  # 8 replicas, 2 per broker: 4 land on brokers 2 and 3
     assert scale_down_blocker(topics, 5, 5) is None
     assert scale_down_blocker({"b": doc("b", ([0, 1], 0, [0, 1]))}, 5, 3) is None
 
@@ -203,8 +215,16 @@ def test_topic_plans():
         plan_topic(1, 3, {}, current)
     assert shrink.value.reason == "PartitionDecreaseNotSupported" and "can only grow" in shrink.value.message
     with pytest.raises(TopicRefusal) as rf:
-        plan_topic(2, 2, {}, current)
-    assert rf.value.reason == "ReplicationFactorChangeNotSupported"
+        plan_topic(2, 4, {}, current, racks={0: None, 1: None, 2: None})
+    assert rf.value.reason == "NotEnoughBrokers"
+    # A replication factor change is a reassignment: down keeps the leader, up spreads over the brokers.
+    down = plan_topic(2, 2, {"retention.ms": "1"}, current, racks={0: None, 1: None, 2: None})
+    assert down.reassign == {0: [0, 1], 1: [1, 2]}
+    single = doc("s", ([0], 0, [0]), ([1], 1, [1]), ([2], 2, [2]), ([0], 0, [0]))
+    racks = {0: "a", 1: "a", 2: "b", 3: "b"}
+    up = plan_topic(4, 2, {}, single, racks=racks).reassign
+    assert all(racks[r[0]] != racks[r[1]] for r in up.values()), up  # the added replica on the other rack
+    assert sorted(Counter(b for r in up.values() for b in r).values()) == [2, 2, 2, 2]
 
 
 def test_topic_configs_take_yaml_scalars():
