@@ -248,3 +248,55 @@ def test_placement_uses_as_many_racks_as_it_can(racks, partitions, rf, seed):
         assert len(replicas) == rf == len(set(replicas))
         if distinct and None not in racks:
             assert len({rack_of[r] for r in replicas}) == min(rf, len(distinct))
+
+
+async def test_a_reassignment_survives_a_restart_completes_in_sync_and_can_be_cancelled(tmp_path):
+    from dm_broker.controller.models import ReassignmentRequest
+
+    c, _, epochs = await make(tmp_path, brokers=4)
+    state = (await c.create_topic(CreateTopicRequest(name="t", partitions=2, replication_factor=2))).partitions[0]
+    leader, follower = state.leader, next(r for r in state.replicas if r != state.leader)
+    new = next(b for b in range(4) if b not in state.replicas)
+    target = [new, follower]  # the leader leaves
+    [result] = await c.alter_reassignments([ReassignmentRequest(topic="t", partition=0, replicas=target)])
+    assert result.error is None
+    moving = c.topics["t"].partitions[0]
+    assert moving.adding_replicas == [new] and moving.removing_replicas == [leader]
+    assert moving.replicas == [new, follower, leader] and moving.leader == leader
+
+    c = await Controller.open(FileControllerStore(tmp_path))  # progress is part of the persisted state
+    for i in range(4):
+        await c.register(RegisterRequest(node_id=i, host="h", port=9000 + i, incarnation=f"again{i}"))
+    moving = c.topics["t"].partitions[0]
+    assert moving.adding_replicas == [new] and moving.removing_replicas == [leader]
+    epochs = {i: c.brokers[i].epoch for i in range(4)}
+    done = await c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
+                                             leader_epoch=moving.leader_epoch, partition_epoch=moving.partition_epoch,
+                                             new_isr=[*moving.isr, new]))
+    assert done.error is None
+    final = c.topics["t"].partitions[0]
+    assert final.replicas == target and sorted(final.isr) == sorted(target) and not final.reassigning
+    assert final.leader in target and final.leader_epoch == moving.leader_epoch + 1
+
+    other = c.topics["t"].partitions[1]
+    spare = next(b for b in range(4) if b not in other.replicas)
+    await c.alter_reassignments([ReassignmentRequest(topic="t", partition=1, replicas=[spare, *other.replicas])])
+    assert c.topics["t"].partitions[1].adding_replicas == [spare]
+    await c.alter_reassignments([ReassignmentRequest(topic="t", partition=1, replicas=None)])
+    back = c.topics["t"].partitions[1]
+    assert back.replicas == other.replicas and not back.reassigning and back.leader == other.leader
+    [none] = await c.alter_reassignments([ReassignmentRequest(topic="t", partition=1, replicas=None)])
+    assert none.error == "no_reassignment_in_progress"
+    [bad] = await c.alter_reassignments([ReassignmentRequest(topic="t", partition=1, replicas=[0, 0])])
+    assert bad.error == "invalid_replica_assignment"
+
+
+async def test_preferred_and_unclean_elections(tmp_path):
+    c, clock, epochs = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
+    [r] = await c.elect_leaders(False, [("t", 0)])
+    assert r.error == "election_not_needed"
+    [r] = await c.elect_leaders(True, [("t", 0)])
+    assert r.error == "election_not_needed"  # its leader is live
+    [r] = await c.elect_leaders(False, [("ghost", 0)])
+    assert r.error == "unknown_topic_or_partition"
