@@ -292,7 +292,7 @@ async def test_a_reassignment_survives_a_restart_completes_in_sync_and_can_be_ca
 
 
 async def test_preferred_and_unclean_elections(tmp_path):
-    c, clock, epochs = await make(tmp_path)
+    c, _, _ = await make(tmp_path)
     await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
     [r] = await c.elect_leaders(False, [("t", 0)])
     assert r.error == "election_not_needed"
