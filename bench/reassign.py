@@ -113,7 +113,7 @@ def main() -> None:
         print(f"filled bulk-0 on broker {source}: {size / 1e9:.2f} GB in {fill_s:.1f}s", flush=True)
         probe = LatencyProbe(cluster.bootstrap, "live", args.rate)
         probe.start()
-        time.sleep(5)
+        time.sleep(15)  # the fill's dirty pages written back, the probe's connections warm
         others = [b for b in range(4) if b != source]
         for target, throttle in ((others[0], None), (others[1], args.throttle)):
             before_start = time.monotonic() - 5
@@ -131,7 +131,7 @@ def main() -> None:
                   f"{run['baseline'].get('p99_ms', 0):.1f} ms before, {run['during'].get('p99_ms', 0):.1f} ms during",
                   flush=True)
             source = target
-            time.sleep(5)
+            time.sleep(10)
         probe.stop.set()
         probe.join(60)
     result = {"size_gb": args.size_gb, "fill_seconds": fill_s, "probe_rate": args.rate, "runs": runs}

@@ -187,7 +187,7 @@ class LogManager:
                 holder.log = moved  # the Partition serving it
             old = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex[:8]}-delete")
             plog.directory.rename(old)
-            shutil.rmtree(old, ignore_errors=True)
+            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, old, True)
             self.write_recovery_checkpoint()
             log.info("%s-%d moved to %s (%d bytes)", topic, partition, directory, moved.size_bytes)
         except BaseException:
@@ -198,14 +198,19 @@ class LogManager:
             self._moving.pop(key, None)
 
     def delete_partition(self, topic: str, partition: int) -> None:
-        """Renames the partition directory away at once (atomic), then removes it."""
+        """Renames the partition directory away at once (atomic), then removes it off the event
+        loop: unlinking a large log takes long enough to stall every other partition's requests.
+        A crash in between leaves a `-delete` directory that the next start removes."""
         plog = self.logs.pop((topic, partition), None)
         if plog is None:
             return
         plog.close()
         target = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex[:8]}-delete")
         plog.directory.rename(target)
-        shutil.rmtree(target, ignore_errors=True)
+        try:
+            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, target, True)
+        except RuntimeError:  # no event loop (tools, tests): remove it here
+            shutil.rmtree(target, ignore_errors=True)
         self.write_recovery_checkpoint()
 
     # -- background work -------------------------------------------------------------------
