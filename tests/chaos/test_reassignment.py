@@ -183,6 +183,21 @@ def test_cancel_reverts_and_a_grown_cluster_rebalances_and_drains(tmp_path: Path
             wait_for(lambda topic=topic: within_one(spread_of(cluster, topic, list(range(6)))[1]), timeout=30,
                      what=f"leaders of {topic or 'all topics'} within one per broker ({leaders})")
         assert "nothing to move" in dm(cluster, "cluster", "rebalance", "--dry-run").stdout
+        elected = dm(cluster, "topics", "elect-leaders", "bal").stdout
+        assert elected.count("already led by its preferred replica") + elected.count("new leader elected") == 12
+        ghost = dm(cluster, "topics", "elect-leaders", "ghost", check=False)
+        assert ghost.returncode == 1 and "topic ghost does not exist" in ghost.stderr
+        broken = tmp_path / "broken.json"
+        for text, message in (("{", "cannot read the plan"), ('{"partitions": []}', "expected"),
+                              ('{"partitions": [{"topic": "bal", "partition": 0, "replicas": [1, 1]}]}',
+                               "lists a broker twice")):
+            broken.write_text(text)
+            bad = dm(cluster, "topics", "reassign", str(broken), check=False)
+            assert bad.returncode == 1 and message in bad.stderr, bad.stderr
+        unknown = tmp_path / "unknown.json"
+        unknown.write_text('{"partitions": [{"topic": "bal", "partition": 0, "replicas": [0, 42]}]}')
+        refused = dm(cluster, "topics", "reassign", str(unknown), check=False)
+        assert refused.returncode == 1 and "not registered" in refused.stdout, refused.stdout
 
         out = dm(cluster, "cluster", "drain", "5").stdout
         assert "broker 5 holds no replicas now" in out, out

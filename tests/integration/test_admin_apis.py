@@ -241,3 +241,27 @@ def test_elect_leaders_and_log_dirs(jbod):
         kadmin.close()
     got = ConfluentClient(jbod.bootstrap).consume("dirs", 400, timeout=30)
     assert len([g for g in got if g.partition == 0]) == 100
+
+
+def test_aiokafka_describes_and_alters_configs(jbod):
+    async def run() -> tuple[dict, dict]:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+        from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+        client = AIOKafkaAdminClient(bootstrap_servers=jbod.bootstrap)
+        await client.start()
+        try:
+            await client.create_topics([NewTopic("aio", 1, 1)])
+            await client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "aio",
+                                                       configs={"retention.bytes": "123456"})])
+            responses = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "aio"),
+                                                       ConfigResource(ConfigResourceType.BROKER, "0")])
+            # Each resource: (error_code, error_message, type, name, entries); an entry: (name, value, ...).
+            found = {r[2]: {e[0]: e[1] for e in r[4]} for response in responses for r in response.resources}
+            return found[ConfigResourceType.TOPIC.value], found[ConfigResourceType.BROKER.value]
+        finally:
+            await client.close()
+
+    topic, broker = asyncio.run(run())
+    assert topic["retention.bytes"] == "123456"
+    assert broker["advertised.listeners"] == f"PLAINTEXT://{jbod.bootstrap}"
