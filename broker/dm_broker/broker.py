@@ -490,9 +490,10 @@ class Broker:
                                                   for k in wanted))
 
     async def alter_reassignments(self, requests: list[ReassignmentRequest]) -> list[PartitionResult]:
-        results = await self._ask_controller(self.controller.alter_reassignments(requests))
         version = self.metadata.version if self.metadata else -1
-        await self._until_visible(lambda: self.metadata is not None and self.metadata.version > version, 2)
+        results = await self._ask_controller(self.controller.alter_reassignments(requests))
+        if any(r.error is None for r in results):  # so ListPartitionReassignments here shows them at once
+            await self._until_visible(lambda: self.metadata is not None and self.metadata.version > version, 2)
         return results
 
     async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:

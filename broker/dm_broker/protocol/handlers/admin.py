@@ -170,8 +170,8 @@ def _kafka_named(broker: Any) -> list[tuple[str, list[tuple[str, Any, int]], str
          "The listener (dm: listener.host and listener.port); plaintext only."),
         ("advertised.listeners", [("advertised.listeners", f"PLAINTEXT://{c.advertised_host}:{adv_port}", static)],
          "The listener clients are told to use (dm: advertised.host and advertised.port)."),
-        ("log.dir", [("log.dir", str(c.data_dir), static), ("log.dirs", str(c.data_dir), static)],
-         "The log directory (dm: log.dirs)."),
+        ("log.dir", [("log.dir", str(c.data_dir), static), ("log.dirs", ",".join(map(str, c.log_dirs)), static)],
+         "The first log directory (dm: log.dirs, which lists them all)."),
     ]
 
 
