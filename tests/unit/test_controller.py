@@ -292,7 +292,7 @@ async def test_a_reassignment_survives_a_restart_completes_in_sync_and_can_be_ca
 
 
 async def test_preferred_and_unclean_elections(tmp_path):
-    c, _, _ = await make(tmp_path)
+    c, _, epochs = await make(tmp_path)
     await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
     [r] = await c.elect_leaders(False, [("t", 0)])
     assert r.error == "election_not_needed"
@@ -300,3 +300,18 @@ async def test_preferred_and_unclean_elections(tmp_path):
     assert r.error == "election_not_needed"  # its leader is live
     [r] = await c.elect_leaders(False, [("ghost", 0)])
     assert r.error == "unknown_topic_or_partition"
+    # An offline partition (its only in-sync replica lost): only an unclean election brings it back.
+    state = c.topics["t"].partitions[0]
+    leader = state.leader
+    await c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
+                                      leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
+                                      new_isr=[leader]))
+    await c._fence(leader, "test")
+    assert c.topics["t"].partitions[0].leader == -1
+    [r] = await c.elect_leaders(False, [("t", 0)])
+    assert r.error in ("preferred_leader_not_available", "election_not_needed")
+    [r] = await c.elect_leaders(True, None)
+    assert r.error is None
+    after = c.topics["t"].partitions[0]
+    assert after.leader in state.replicas and after.leader != leader and after.isr == [after.leader]
+    assert after.leader_epoch > state.leader_epoch
