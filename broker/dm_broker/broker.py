@@ -273,14 +273,15 @@ class Broker:
     def _host(self, topic: TopicDoc, index: int, settings: TopicSettings) -> Partition:
         key = (topic.name, index)
         plog = self.logs.get(*key)
-        existing = self.logs.dir_of(topic.name, index)
-        marker = (existing or self.config.data_dir) / f"{topic.name}-{index}" / PARTITION_METADATA
-        if plog is not None and marker.exists() and marker.read_text().strip() != topic.topic_id:
-            log.warning("%s-%d on disk belongs to an older topic of that name; deleting it", *key)
-            self.logs.delete_partition(*key)
-            plog = None
+        if plog is not None:
+            marker = plog.directory / PARTITION_METADATA
+            if marker.exists() and marker.read_text().strip() != topic.topic_id:
+                log.warning("%s-%d on disk belongs to an older topic of that name; deleting it", *key)
+                self.logs.delete_partition(*key)
+                plog = None
         if plog is None:
-            plog = self.logs.create(topic.name, index, settings)
+            plog = self.logs.create(topic.name, index, settings)  # on the log dir holding fewest partitions
+        marker = plog.directory / PARTITION_METADATA
         if not marker.exists():
             atomic_write(marker, topic.topic_id.encode())
         part = Partition(topic.name, index, plog, self.node_id)

@@ -229,6 +229,8 @@ def test_elect_leaders_and_log_dirs(jbod):
 
         placed = [where(p) for p in range(4)]
         assert set(placed) == {d1, d2}, "partitions are spread over the log dirs"
+        for p in range(4):  # each partition's files (partition.metadata too) in its one directory
+            assert [d for d in (d1, d2) if (Path(d) / f"dirs-{p}").exists()] == [placed[p]]
         source = placed[0]
         target = d2 if source == d1 else d1
         errors = kadmin.alter_replica_log_dirs({TopicPartitionReplica("dirs", 0, 0): target})

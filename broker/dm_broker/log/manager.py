@@ -138,10 +138,6 @@ class LogManager:
 
     # -- JBOD ------------------------------------------------------------------------------
 
-    def dir_of(self, topic: str, partition: int) -> Path | None:
-        plog = self.logs.get((topic, partition))
-        return plog.directory.parent if plog else None
-
     def moving_into(self, directory: Path) -> list[tuple[tuple[str, int], int]]:
         return [(key, copied) for key, (target, copied) in self._moving.items() if target == directory]
 

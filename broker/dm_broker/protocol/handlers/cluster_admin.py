@@ -124,7 +124,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, req: Any) -> Any:
     for directory in broker.logs.dirs:
         by_topic: dict[str, list[Any]] = {}
         for (topic, index), plog in sorted(broker.logs.logs.items()):
-            if broker.logs.dir_of(topic, index) != directory or (wanted is not None and (topic, index) not in wanted):
+            if plog.directory.parent != directory or (wanted is not None and (topic, index) not in wanted):
                 continue
             part = broker.partition(topic, index)
             lag = 0 if part is None or part.is_leader else max(part.high_watermark - plog.log_end_offset, 0)
