@@ -289,11 +289,15 @@ class Controller:
                 changed.append(doc.model_copy(update={"partitions": partitions}))
         await self._save_all(changed)
 
-    def _elected(self, doc: TopicDoc, p: PartitionState, exclude: int = NO_LEADER) -> PartitionState:
+    def _elected(self, doc: TopicDoc, p: PartitionState, exclude: int = NO_LEADER,
+                 unclean: bool | None = None) -> PartitionState:
+        """A leader from the live ISR; with none, a live out-of-sync replica when unclean election is
+        allowed (`unclean`, or else the topic's unclean.leader.election.enable); else no leader."""
         live = self._live_ids() - {exclude}
         candidates = [r for r in p.replicas if r in p.isr and r in live]
         isr = p.isr
-        unclean = doc.configs.get("unclean.leader.election.enable", str(self.unclean_default).lower()) == "true"
+        if unclean is None:
+            unclean = doc.configs.get("unclean.leader.election.enable", str(self.unclean_default).lower()) == "true"
         if not candidates and unclean:
             candidates = [r for r in p.replicas if r in live]
             if candidates:
@@ -340,15 +344,52 @@ class Controller:
             for doc in self.topics.values():
                 partitions = []
                 for p in doc.partitions:
-                    preferred = p.replicas[0]
-                    if p.leader != preferred and preferred in live and preferred in p.isr:
-                        p = p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
-                                                 "partition_epoch": p.partition_epoch + 1})
-                    partitions.append(p)
+                    partitions.append(self._preferred(p, live) or p)
                 if partitions != doc.partitions:
                     changed.append(doc.model_copy(update={"partitions": partitions}))
             await self._save_all(changed)
             return bool(changed)
+
+    @staticmethod
+    def _preferred(p: PartitionState, live: set[int]) -> PartitionState | None:
+        """The partition led by its first replica, when that one is live and in sync and does not lead."""
+        preferred = p.replicas[0]
+        if p.leader == preferred or preferred not in live or preferred not in p.isr:
+            return None
+        return p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
+                                    "partition_epoch": p.partition_epoch + 1})
+
+    @staticmethod
+    def _replaced(doc: TopicDoc, index: int, new: PartitionState) -> TopicDoc:
+        partitions = list(doc.partitions)
+        partitions[index] = new
+        return doc.model_copy(update={"partitions": partitions})
+
+    async def _change_partitions(self, wanted: list[tuple[str, int]],
+                                 change: Callable[[int, TopicDoc, PartitionState], PartitionState]
+                                 ) -> list[PartitionResult]:
+        """Applies `change(i, doc, partition)` to the i-th wanted partition (a ControllerError is that
+        partition's result), saves every changed topic, then announces the new metadata."""
+        results = []
+        changed: dict[str, TopicDoc] = {}
+        for i, (topic, index) in enumerate(wanted):
+            doc = changed.get(topic) or self.topics.get(topic)
+            if doc is None or not 0 <= index < len(doc.partitions):
+                results.append(PartitionResult(topic=topic, partition=index, error="unknown_topic_or_partition",
+                                               message=f"{topic}-{index} does not exist"))
+                continue
+            try:
+                new = change(i, doc, doc.partitions[index])
+            except ControllerError as exc:
+                results.append(PartitionResult(topic=topic, partition=index, error=exc.error, message=exc.message))
+                continue
+            if new is not doc.partitions[index]:
+                changed[topic] = self._replaced(doc, index, new)
+            results.append(PartitionResult(topic=topic, partition=index))
+        await self._save_all(list(changed.values()))
+        if changed:
+            self._bump()
+        return results
 
     # -- ISR -------------------------------------------------------------------------------
 
@@ -372,9 +413,7 @@ class Controller:
             if any(r not in live and r not in p.isr for r in new_isr):
                 return AlterIsrResponse(error="ineligible_replica", state=p)
             new = self._completed(p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1}))
-            partitions = list(doc.partitions)
-            partitions[req.partition] = new
-            await self._save(doc.model_copy(update={"partitions": partitions}))
+            await self._save(self._replaced(doc, req.partition, new))
             log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, p.isr, new_isr)
             if p.reassigning and not new.reassigning:
                 log.info("%s-%d: reassignment to %s complete (leader %d)", req.topic, req.partition, new.replicas,
@@ -388,33 +427,16 @@ class Controller:
         """Starts (or replaces, or with replicas=None cancels) partition reassignments: the target
         replicas are added, fetch and catch up, join the ISR; then leadership leaves the replicas
         being removed and they are dropped (their brokers delete the data)."""
+        def change(i: int, doc: TopicDoc, p: PartitionState) -> PartitionState:
+            r = requests[i]
+            new = self._reassigned(doc, p, r.replicas)
+            log.info("%s-%d: reassignment %s (replicas %s, adding %s, removing %s)", r.topic, r.partition,
+                     "cancelled" if r.replicas is None else f"to {r.replicas}", new.replicas, new.adding_replicas,
+                     new.removing_replicas)
+            return new
+
         async with self._lock:
-            results = []
-            changed: dict[str, TopicDoc] = {}
-            for r in requests:
-                doc = changed.get(r.topic) or self.topics.get(r.topic)
-                if doc is None or not 0 <= r.partition < len(doc.partitions):
-                    results.append(PartitionResult(topic=r.topic, partition=r.partition,
-                                                   error="unknown_topic_or_partition",
-                                                   message=f"{r.topic}-{r.partition} does not exist"))
-                    continue
-                try:
-                    new = self._reassigned(doc, doc.partitions[r.partition], r.replicas)
-                except ControllerError as exc:
-                    results.append(PartitionResult(topic=r.topic, partition=r.partition, error=exc.error,
-                                                   message=exc.message))
-                    continue
-                partitions = list(doc.partitions)
-                partitions[r.partition] = new
-                changed[r.topic] = doc.model_copy(update={"partitions": partitions})
-                results.append(PartitionResult(topic=r.topic, partition=r.partition))
-                what = "cancelled" if r.replicas is None else f"to {r.replicas}"
-                log.info("%s-%d: reassignment %s (replicas %s, adding %s, removing %s)", r.topic, r.partition, what,
-                         new.replicas, new.adding_replicas, new.removing_replicas)
-            await self._save_all(list(changed.values()))
-            if changed:
-                self._bump()
-            return results
+            return await self._change_partitions([(r.topic, r.partition) for r in requests], change)
 
     def _reassigned(self, doc: TopicDoc, p: PartitionState, target: list[int] | None) -> PartitionState:
         if target is None:
@@ -478,54 +500,27 @@ class Controller:
     async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:
         """ElectLeaders: the preferred replica (the first) when it is live and in sync; or, unclean,
         any live replica of a partition without a live leader (in-sync ones first)."""
+        def change(_: int, doc: TopicDoc, p: PartitionState) -> PartitionState:
+            if unclean:
+                if p.leader in live:
+                    raise ControllerError("election_not_needed", f"broker {p.leader} leads and is live")
+                new = self._elected(doc, p, unclean=True)
+                if new.leader == NO_LEADER:
+                    raise ControllerError("eligible_leaders_not_available", "no replica of the partition is live")
+                return new
+            if p.leader == p.replicas[0]:
+                raise ControllerError("election_not_needed", f"broker {p.leader} already leads")
+            new = self._preferred(p, live)
+            if new is None:
+                raise ControllerError("preferred_leader_not_available",
+                                      f"preferred replica {p.replicas[0]} is not live and in sync")
+            return new
+
         async with self._lock:
+            live = self._live_ids()
             wanted = partitions if partitions is not None else [
                 (name, i) for name, doc in self.topics.items() for i in range(len(doc.partitions))]
-            live = self._live_ids()
-            results = []
-            changed: dict[str, TopicDoc] = {}
-            for topic, index in wanted:
-                doc = changed.get(topic) or self.topics.get(topic)
-                if doc is None or not 0 <= index < len(doc.partitions):
-                    results.append(PartitionResult(topic=topic, partition=index, error="unknown_topic_or_partition",
-                                                   message=f"{topic}-{index} does not exist"))
-                    continue
-                p = doc.partitions[index]
-                new, error, message = p, None, None
-                if not unclean:
-                    preferred = p.replicas[0]
-                    if p.leader == preferred:
-                        error, message = "election_not_needed", f"broker {preferred} already leads"
-                    elif preferred not in live or preferred not in p.isr:
-                        error, message = "preferred_leader_not_available", \
-                            f"preferred replica {preferred} is not live and in sync"
-                    else:
-                        new = p.model_copy(update={"leader": preferred, "leader_epoch": p.leader_epoch + 1,
-                                                   "partition_epoch": p.partition_epoch + 1})
-                elif p.leader in live:
-                    error, message = "election_not_needed", f"broker {p.leader} leads and is live"
-                else:
-                    clean = [r for r in p.replicas if r in p.isr and r in live]
-                    any_live = [r for r in p.replicas if r in live]
-                    if not (clean or any_live):
-                        error, message = "eligible_leaders_not_available", "no replica of the partition is live"
-                    else:
-                        leader = (clean or any_live)[0]
-                        if not clean:
-                            log.warning("%s-%d: unclean election of broker %d (records may be lost)", topic, index,
-                                        leader)
-                        new = p.model_copy(update={"leader": leader, "isr": p.isr if clean else [leader],
-                                                   "leader_epoch": p.leader_epoch + 1,
-                                                   "partition_epoch": p.partition_epoch + 1})
-                if new is not p:
-                    parts = list(doc.partitions)
-                    parts[index] = new
-                    changed[topic] = doc.model_copy(update={"partitions": parts})
-                results.append(PartitionResult(topic=topic, partition=index, error=error, message=message))
-            await self._save_all(list(changed.values()))
-            if changed:
-                self._bump()
-            return results
+            return await self._change_partitions(wanted, change)
 
     # -- dynamic broker configs --------------------------------------------------------------------
 
