@@ -458,14 +458,22 @@ class Broker:
     def dynamic_configs(self) -> dict[str, dict[str, str]]:
         return self.metadata.broker_configs if self.metadata else {}
 
-    def dynamic(self, name: str) -> Any:
-        """A dynamic broker property's value in effect: this broker's, the cluster default, or the
-        static configuration."""
+    def config_levels(self, name: str) -> list[tuple[Any, str]]:
+        """Where a broker property's value comes from, the value in effect first: this broker's
+        dynamic config, the cluster-wide dynamic default, the static configuration, the default."""
+        prop = BROKER_PROPERTIES[name]
         configs = self.dynamic_configs()
-        for key in (str(self.node_id), ""):
-            if name in configs.get(key, {}):
-                return BROKER_PROPERTIES[name].parse(configs[key][name])
-        return self.config[name]
+        levels = [(prop.parse(configs[key][name]), level)
+                  for key, level in ((str(self.node_id), "dynamic_broker"), ("", "dynamic_default"))
+                  if name in configs.get(key, {})]
+        if name in self.config.explicit:
+            levels.append((self.config[name], "static"))
+        levels.append((prop.default, "default"))
+        return levels
+
+    def dynamic(self, name: str) -> Any:
+        """A broker property's value in effect, dynamic configs included."""
+        return self.config_levels(name)[0][0]
 
     def _rate(self, name: str) -> int:
         if name not in self._rates:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -143,19 +144,13 @@ def _entry(cls: type, synonym_cls: type | None, name: str, levels: list[tuple[st
                 config_type=config_type, documentation=doc if documentation else None)
 
 
+LEVEL_SOURCES = {"dynamic_broker": SOURCE_DYNAMIC_BROKER, "dynamic_default": SOURCE_DYNAMIC_DEFAULT_BROKER,
+                 "static": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
+
+
 def broker_levels(broker: Any, name: str) -> list[tuple[str, Any, int]]:
-    """Where a broker property's value comes from, highest priority first."""
-    prop = BROKER_PROPERTIES[name]
-    levels: list[tuple[str, Any, int]] = []
-    dynamic = broker.dynamic_configs()
-    if name in dynamic.get(str(broker.node_id), {}):
-        levels.append((name, prop.parse(dynamic[str(broker.node_id)][name]), SOURCE_DYNAMIC_BROKER))
-    if name in dynamic.get("", {}):
-        levels.append((name, prop.parse(dynamic[""][name]), SOURCE_DYNAMIC_DEFAULT_BROKER))
-    if name in broker.config.explicit:
-        levels.append((name, broker.config[name], SOURCE_STATIC_BROKER))
-    levels.append((name, prop.default, SOURCE_DEFAULT))
-    return levels
+    """Where a broker property's value comes from, highest priority first, as synonyms."""
+    return [(name, value, LEVEL_SOURCES[level]) for value, level in broker.config_levels(name)]
 
 
 def _kafka_named(broker: Any) -> list[tuple[str, list[tuple[str, Any, int]], str]]:
@@ -234,7 +229,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
     return make(cls, throttle_time=ZERO, results=tuple(results))
 
 
-def _list_op(prop: Any, current: str, value: str, append: bool) -> str:
+def _list_op(current: str, value: str, append: bool) -> str:
     items = [x for x in current.split(",") if x]
     for item in (x.strip() for x in value.split(",") if x.strip()):
         if append and item not in items:
@@ -249,94 +244,100 @@ def _is_list(name: str) -> bool:
     return prop is not None and (prop.kind == "list" or name == "cleanup.policy")
 
 
-async def _alter_topic(broker: Any, name: str, configs: dict[str, str], validate_only: bool) -> None:
+def _topic(broker: Any, name: str) -> Any:
     topic = broker.topic(name)
     if topic is None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+    return topic
+
+
+async def _alter_topic(broker: Any, name: str, configs: dict[str, str], validate_only: bool) -> None:
     try:
         normalised = validate_topic_configs(configs)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-    await broker.alter_topic_configs(topic.name, normalised, validate_only=validate_only)
+    await broker.alter_topic_configs(name, normalised, validate_only=validate_only)
+
+
+async def _alter_each(ctx: RequestContext, req: Any, alter: Callable[[Any], Awaitable[None]]) -> Any:
+    """AlterConfigs and IncrementalAlterConfigs: `alter` each topic or broker resource; its
+    KafkaError is that resource's result."""
+    cls = ctx.response_cls
+    result_cls = nested(cls, "AlterConfigsResourceResponse")
+    results = []
+    for res in req.resources:
+        error, message = ErrorCode.none, None
+        try:
+            if res.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
+                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
+            await alter(res)
+        except KafkaError as exc:
+            error, message = exc.code, exc.message
+        results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
+                            resource_name=res.resource_name))
+    return make(cls, throttle_time=ZERO, responses=tuple(results))
 
 
 async def handle_alter_configs(ctx: RequestContext, req: Any) -> Any:
     """AlterConfigs (the older API): the given configs replace the resource's whole set."""
     broker = ctx.broker
-    cls = ctx.response_cls
-    result_cls = nested(cls, "AlterConfigsResourceResponse")
-    results = []
-    for res in req.resources:
-        error, message = ErrorCode.none, None
-        try:
-            configs = {c.name: c.value for c in res.configs}
-            if any(v is None for v in configs.values()):
-                raise KafkaError(ErrorCode.invalid_config, "AlterConfigs needs a value for every config")
-            if res.resource_type == RESOURCE_TOPIC:
-                await _alter_topic(broker, res.resource_name, configs, req.validate_only)
-            elif res.resource_type == RESOURCE_BROKER:
-                await broker.alter_broker_configs(res.resource_name, configs, replace=True,
-                                                  validate_only=req.validate_only)
-            else:
-                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
-        except KafkaError as exc:
-            error, message = exc.code, exc.message
-        results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
-                            resource_name=res.resource_name))
-    return make(cls, throttle_time=ZERO, responses=tuple(results))
+
+    async def replace(res: Any) -> None:
+        configs = {c.name: c.value for c in res.configs}
+        if any(v is None for v in configs.values()):
+            raise KafkaError(ErrorCode.invalid_config, "AlterConfigs needs a value for every config")
+        if res.resource_type == RESOURCE_TOPIC:
+            await _alter_topic(broker, _topic(broker, res.resource_name).name, configs, req.validate_only)
+        else:
+            await broker.alter_broker_configs(res.resource_name, configs, replace=True,
+                                              validate_only=req.validate_only)
+
+    return await _alter_each(ctx, req, replace)
+
+
+def _incremental_topic_configs(broker: Any, topic: Any, changes: Any) -> dict[str, str]:
+    """The topic's overrides after SET, DELETE, APPEND and SUBTRACT operations."""
+    configs = dict(topic.configs)
+    settings = broker.topic_settings(topic.name)
+    for c in changes:
+        if c.config_operation == OP_SET:
+            configs[c.name] = c.value
+        elif c.config_operation == OP_DELETE:
+            configs.pop(c.name, None)
+        elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
+            if not _is_list(c.name):
+                raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply to list configs only")
+            current = configs.get(c.name, TOPIC_PROPERTIES[c.name].render(settings[c.name]))
+            configs[c.name] = _list_op(current, c.value or "", c.config_operation == OP_APPEND)
+            if not configs[c.name] and c.name == "cleanup.policy":
+                raise KafkaError(ErrorCode.invalid_config, "cleanup.policy cannot become empty")
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown operation {c.config_operation}")
+    return configs
+
+
+def _incremental_broker_configs(changes: Any) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for c in changes:
+        if c.config_operation not in (OP_SET, OP_DELETE):
+            raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply to list configs only")
+        out[c.name] = c.value if c.config_operation == OP_SET else None
+    return out
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
-    cls = ctx.response_cls
-    result_cls = nested(cls, "AlterConfigsResourceResponse")
-    results = []
-    for res in req.resources:
-        error, message = ErrorCode.none, None
-        try:
-            if res.resource_type == RESOURCE_TOPIC:
-                topic = broker.topic(res.resource_name)
-                if topic is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                     f"topic {res.resource_name!r} does not exist")
-                configs = dict(topic.configs)
-                settings = broker.topic_settings(topic.name)
-                for c in res.configs:
-                    if c.config_operation == OP_SET:
-                        configs[c.name] = c.value
-                    elif c.config_operation == OP_DELETE:
-                        configs.pop(c.name, None)
-                    elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-                        if not _is_list(c.name):
-                            raise KafkaError(ErrorCode.invalid_config,
-                                             f"{c.name}: APPEND and SUBTRACT apply to list configs only")
-                        current = configs.get(c.name, TOPIC_PROPERTIES[c.name].render(settings[c.name]))
-                        configs[c.name] = _list_op(TOPIC_PROPERTIES[c.name], current, c.value or "",
-                                                   c.config_operation == OP_APPEND)
-                        if not configs[c.name] and c.name == "cleanup.policy":
-                            raise KafkaError(ErrorCode.invalid_config, "cleanup.policy cannot become empty")
-                    else:
-                        raise KafkaError(ErrorCode.invalid_request, f"unknown operation {c.config_operation}")
-                await _alter_topic(broker, topic.name, configs, req.validate_only)
-            elif res.resource_type == RESOURCE_BROKER:
-                changes: dict[str, str | None] = {}
-                for c in res.configs:
-                    if c.config_operation == OP_SET:
-                        changes[c.name] = c.value
-                    elif c.config_operation == OP_DELETE:
-                        changes[c.name] = None
-                    else:
-                        raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply to list "
-                                                                   "configs only")
-                await broker.alter_broker_configs(res.resource_name, changes, replace=False,
-                                                  validate_only=req.validate_only)
-            else:
-                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
-        except KafkaError as exc:
-            error, message = exc.code, exc.message
-        results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
-                            resource_name=res.resource_name))
-    return make(cls, throttle_time=ZERO, responses=tuple(results))
+
+    async def apply(res: Any) -> None:
+        if res.resource_type == RESOURCE_TOPIC:
+            topic = _topic(broker, res.resource_name)
+            await _alter_topic(broker, topic.name, _incremental_topic_configs(broker, topic, res.configs),
+                               req.validate_only)
+        else:
+            await broker.alter_broker_configs(res.resource_name, _incremental_broker_configs(res.configs),
+                                              replace=False, validate_only=req.validate_only)
+
+    return await _alter_each(ctx, req, apply)
 
 
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> Any:
