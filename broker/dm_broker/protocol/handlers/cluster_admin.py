@@ -3,6 +3,7 @@ ListPartitionReassignments (KIP-455), DescribeLogDirs and AlterReplicaLogDirs (J
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +23,14 @@ def _code(result: PartitionResult) -> ErrorCode:
         return ErrorCode[result.error]
     except KeyError:
         return ErrorCode.unknown_server_error
+
+
+def _by_topic(results: list[PartitionResult], entry: Callable[[PartitionResult], Any]) -> dict[str, list[Any]]:
+    """Per-partition results grouped under their topics, in order, as the responses nest them."""
+    grouped: dict[str, list[Any]] = {}
+    for r in results:
+        grouped.setdefault(r.topic, []).append(entry(r))
+    return grouped
 
 
 async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
@@ -56,10 +65,8 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
         results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, partitions)
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, replica_election_results=())
-    by_topic: dict[str, list[Any]] = {}
-    for r in results:
-        by_topic.setdefault(r.topic, []).append(make(part_cls, partition_id=r.partition, error_code=_code(r),
-                                                     error_message=r.message))
+    by_topic = _by_topic(results, lambda r: make(part_cls, partition_id=r.partition, error_code=_code(r),
+                                                 error_message=r.message))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=tuple(
         make(result_cls, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
 
@@ -76,15 +83,13 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
         refused = [PartitionResult(topic=r.topic, partition=r.partition, error="invalid_replication_factor",
                                    message="the reassignment changes the replication factor")
                    for r in requests if _changes_replication_factor(ctx.broker, r)]
-        requests = [r for r in requests if not any((x.topic, x.partition) == (r.topic, r.partition) for x in refused)]
+        requests = [r for r in requests if not _changes_replication_factor(ctx.broker, r)]
     try:
         results = refused + (await ctx.broker.alter_reassignments(requests) if requests else [])
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, error_message=exc.message, responses=())
-    by_topic: dict[str, list[Any]] = {}
-    for r in results:
-        by_topic.setdefault(r.topic, []).append(make(part_cls, partition_index=r.partition, error_code=_code(r),
-                                                     error_message=r.message))
+    by_topic = _by_topic(results, lambda r: make(part_cls, partition_index=r.partition, error_code=_code(r),
+                                                 error_message=r.message))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=tuple(
         make(topic_cls, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
 
