@@ -137,7 +137,8 @@ class ReplicaFetcher:
         ready = [p for k, p in self.partitions.items() if k not in self.needs_truncation and p.role == FOLLOWER]
         quota = self.broker.follower_quota
         allowance = quota.available()
-        throttled = {(p.topic, p.index) for p in ready if self.broker.follower_throttled(p)}
+        throttled = set() if quota.unlimited() else {
+            (p.topic, p.index) for p in ready if self.broker.follower_throttled(p)}
         if allowance <= 0 and throttled:  # over follower.replication.throttled.rate: in-sync partitions only
             ready = [p for p in ready if (p.topic, p.index) not in throttled]
             if not ready:

@@ -58,5 +58,7 @@ class ByteRateQuota:
 
 def listed(replicas_config: str, partition: int, broker: int) -> bool:
     """Whether a throttled-replicas list ("*", or "partition:broker,...") names this replica."""
-    entries = [e.strip() for e in replicas_config.split(",") if e.strip()]
+    if not replicas_config:
+        return False
+    entries = replicas_config.split(",")  # normalised by the config parser: no blanks
     return "*" in entries or f"{partition}:{broker}" in entries

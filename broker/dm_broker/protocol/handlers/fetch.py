@@ -108,10 +108,10 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
 
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     replica = req.replica_id >= 0
-    quota = None
+    # Throttling only matters under a rate limit: without one no partition is looked at for it.
+    quota = broker.leader_quota if replica and not broker.leader_quota.unlimited() else None
     if replica:
-        _track_follower(broker, req.replica_id, reads)
-        quota = broker.leader_quota
+        _track_follower(broker, req.replica_id, reads, quota is not None)
     total = _read_all(reads, max_bytes, committed, replica, quota)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + req.max_wait.total_seconds()
@@ -134,7 +134,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             if r.size and replica:
                 metrics.replication_bytes_out.labels(topic.topic).inc(r.size)
                 if r.throttled:
-                    broker.leader_quota.record(r.size)
+                    quota.record(r.size)
             elif r.size:
                 metrics.bytes_out.labels(topic.topic).inc(r.size)
                 metrics.messages_out.labels(topic.topic).inc(sum(s.record_count() for s in r.slices))
@@ -148,7 +148,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, 0, topics))
 
 
-def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]]) -> None:
+def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]], throttling: bool) -> None:
     """A follower's fetch offset is its log end offset: the leader's view of its progress."""
     for topic_reads in reads:
         for r in topic_reads:
@@ -160,7 +160,7 @@ def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]]) 
                 continue
             if part.update_follower(replica_id, r.request.fetch_offset):
                 broker.replicas.maybe_expand(part, replica_id)
-            r.throttled = broker.leader_throttled(part, replica_id)
+            r.throttled = throttling and broker.leader_throttled(part, replica_id)
 
 
 def _has_errors(reads: list[list[_PartitionRead]]) -> bool:
