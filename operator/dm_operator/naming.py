@@ -47,14 +47,13 @@ def pdb(cluster: str) -> str:
     return f"{cluster}-broker"
 
 
-def selector_labels(cluster: str) -> dict[str, str]:
+def selector_labels(cluster: str, component: str = "broker") -> dict[str, str]:
     return {"app.kubernetes.io/name": "dm", "app.kubernetes.io/instance": cluster,
-            "app.kubernetes.io/component": "broker"}
+            "app.kubernetes.io/component": component}
 
 
 def labels(cluster: str, component: str = "broker") -> dict[str, str]:
-    return {"app.kubernetes.io/name": "dm", "app.kubernetes.io/instance": cluster,
-            "app.kubernetes.io/component": component, "app.kubernetes.io/managed-by": MANAGED_BY,
+    return {**selector_labels(cluster, component), "app.kubernetes.io/managed-by": MANAGED_BY,
             "app.kubernetes.io/part-of": "dm"}
 
 

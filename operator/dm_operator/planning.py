@@ -10,7 +10,7 @@ from typing import Any
 
 from dm_broker.config import ConfigError, validate_topic_configs
 from dm_broker.controller.models import TopicDoc
-from dm_broker.controller.rebalance import Move, plan
+from dm_broker.controller.rebalance import Move, Racks, plan
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,7 @@ def replica_change(doc: TopicDoc, replicas: int, racks: dict[int, str | None]) -
     """New replica lists for a replication factor change: replicas are added on the brokers holding
     fewest of the topic's replicas (other racks first) and removed from the end of the list, never
     the leader; partitions already being reassigned are left alone."""
+    domains = Racks(racks)
     load = {b: 0 for b in racks}
     for p in doc.partitions:
         for r in p.target_replicas:
@@ -202,9 +203,7 @@ def replica_change(doc: TopicDoc, replicas: int, racks: dict[int, str | None]) -
             target.remove(drop)
             load[drop] = load.get(drop, 1) - 1
         while len(target) < replicas:
-            used = {racks.get(r) or f"broker-{r}" for r in target}
-            best = min((b for b in racks if b not in target),
-                       key=lambda b: ((racks[b] or f"broker-{b}") in used, load[b], b))
+            best = domains.new_replica([b for b in racks if b not in target], target, load)
             target.append(best)
             load[best] += 1
         if target != p.replicas:

@@ -39,7 +39,7 @@ class Move:
         return len(set(self.after) - set(self.before))
 
 
-class _Racks:
+class Racks:
     def __init__(self, racks: Mapping[int, str | None]) -> None:
         self.racks = racks
 
@@ -50,6 +50,13 @@ class _Racks:
     def spread(self, replicas: Sequence[int]) -> int:
         return len({self.of(b) for b in replicas})
 
+    def new_replica(self, candidates: Sequence[int], others: Sequence[int], load: Mapping[int, int],
+                    total: Mapping[int, int] | None = None) -> int:
+        """Where a partition's next replica goes: a rack its `others` do not use, then the broker
+        holding fewest (of the topic, then overall), then the lowest id."""
+        used = {self.of(r) for r in others}
+        return min(candidates, key=lambda b: (self.of(b) in used, load[b], (total or {}).get(b, 0), b))
+
 
 def plan(assignment: Mapping[Key, Sequence[int]], brokers: Mapping[int, str | None],
          exclude: Collection[int] = ()) -> list[Move]:
@@ -59,7 +66,7 @@ def plan(assignment: Mapping[Key, Sequence[int]], brokers: Mapping[int, str | No
     targets = sorted(b for b in brokers if b not in exclude)
     if not targets:
         raise PlanError("no broker is left to hold the partitions")
-    racks = _Racks(brokers)
+    racks = Racks(brokers)
     new = {key: list(replicas) for key, replicas in sorted(assignment.items())}
     total = Counter({b: 0 for b in targets})
     total_leaders = Counter({b: 0 for b in targets})
@@ -79,7 +86,7 @@ def plan(assignment: Mapping[Key, Sequence[int]], brokers: Mapping[int, str | No
 
 
 def _evacuate(new: dict[Key, list[int]], targets: list[int], load: Counter[int], total: Counter[int],
-              racks: _Racks) -> None:
+              racks: Racks) -> None:
     for key, replicas in new.items():
         for i, replica in enumerate(replicas):
             if replica in load:
@@ -89,14 +96,13 @@ def _evacuate(new: dict[Key, list[int]], targets: list[int], load: Counter[int],
             if not candidates:
                 raise PlanError(f"{key[0]}-{key[1]} has {len(replicas)} replicas but only {len(targets)} "
                                 "brokers would be left")
-            used = {racks.of(r) for r in others}
-            best = min(candidates, key=lambda b: (racks.of(b) in used, load[b], total[b], b))
+            best = racks.new_replica(candidates, others, load, total)
             replicas[i] = best
             load[best] += 1
 
 
 def _balance_replicas(new: dict[Key, list[int]], targets: list[int], load: Counter[int], total: Counter[int],
-                      racks: _Racks) -> None:
+                      racks: Racks) -> None:
     while True:
         move = _best_replica_move(new, targets, load, total, racks)
         if move is None:
@@ -109,7 +115,7 @@ def _balance_replicas(new: dict[Key, list[int]], targets: list[int], load: Count
 
 
 def _best_replica_move(new: dict[Key, list[int]], targets: list[int], load: Counter[int], total: Counter[int],
-                       racks: _Racks) -> tuple[Key, int, int] | None:
+                       racks: Racks) -> tuple[Key, int, int] | None:
     """The next move: from a broker with two more of this topic's replicas than another; once the
     topic is even, from one holding one more of them and two more overall (the topic stays even,
     the totals get even)."""

@@ -178,29 +178,23 @@ async def _status(admin: WireAdmin, out: Any) -> None:
     out.print(table)
 
 
-def parse_partitions(items: list[str]) -> list[Key] | None:
-    if not items:
-        return None
-    return [(topic, int(p)) for topic, p in (i.rsplit(":", 1) for i in items)]
-
-
 def elect_leaders(args: argparse.Namespace) -> None:
     out = console()
+    requested = [_partition_or_topic(i) for i in args.partition]
 
     async def elect(admin: WireAdmin) -> dict[Key, str | None]:
-        wanted = args.partitions
-        if wanted is not None and any(isinstance(w, str) for w in wanted):
-            view = await admin.cluster()
-            keys: list[Key] = []
-            for w in wanted:
-                found = [k for k in view.replicas if k[0] == w] if isinstance(w, str) else [w]
-                if not found:
-                    fail(f"topic {w} does not exist")
-                keys += found
-            wanted = keys
-        return await admin.elect_leaders(args.unclean, wanted)
+        if not requested:
+            return await admin.elect_leaders(args.unclean, None)
+        topics = {w for w in requested if isinstance(w, str)}
+        known = (await admin.cluster()).replicas if topics else {}
+        keys: list[Key] = [w for w in requested if not isinstance(w, str)]
+        for topic in sorted(topics):
+            found = [k for k in known if k[0] == topic]
+            if not found:
+                fail(f"topic {topic} does not exist")
+            keys += found
+        return await admin.elect_leaders(args.unclean, keys)
 
-    args.partitions = [_partition_or_topic(i) for i in args.partition] or None
     results = _run(args, elect)
     failed = 0
     for (topic, partition), error in sorted(results.items()):
