@@ -28,6 +28,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def consecutive_free_ports(n: int) -> int:
+    """A base port with the n ports from it free (`dm up` derives its brokers' ports from one)."""
+    for _ in range(50):
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no consecutive free ports")
+
+
+def run_dm(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The `dm` CLI as a user runs it, its output as text."""
+    return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
 class BrokerProcess:
     """`dm broker` as a subprocess; keeps its ports across restarts so clients reconnect."""
 

@@ -5,7 +5,6 @@ and `dm cluster drain` on six brokers. No acknowledged record may be lost at any
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from chaos_tools import FAST_FAILURE, assert_nothing_lost, sequence_load, verify, wait_replicas_identical
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
-from harness import REPO, Cluster
+from harness import Cluster, run_dm
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -21,8 +20,7 @@ SLOW_MOVES = {"leader.replication.throttled.rate": 300_000}  # bytes/s: a move o
 
 
 def dm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "dm_broker.cli", *args, "--bootstrap", cluster.bootstrap],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_dm(*args, "--bootstrap", cluster.bootstrap, timeout=300)
     if check:
         assert result.returncode == 0, f"dm {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     return result

@@ -4,38 +4,15 @@ stops everything."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from harness import free_port
+from harness import consecutive_free_ports, free_port
+from harness import run_dm as dm
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def consecutive_free_ports(n: int) -> int:
-    for _ in range(50):
-        base = free_port()
-        try:
-            socks = []
-            for i in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + i))
-                socks.append(s)
-            for s in socks:
-                s.close()
-            return base
-        except OSError:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no consecutive free ports")
-
-
-def dm(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], input=stdin.decode() if stdin else None,
-                          capture_output=True, text=True, timeout=60)
 
 
 def test_dm_up_runs_a_replicated_cluster_and_stops_on_ctrl_c(tmp_path):
@@ -56,7 +33,7 @@ def test_dm_up_runs_a_replicated_cluster_and_stops_on_ctrl_c(tmp_path):
         described = dm("topics", "describe", "rep", *b).stdout
         rows = [line for line in described.splitlines() if line.startswith("│")]
         assert len(rows) == 2 and all("0,1" in r or "1,0" in r for r in rows)
-        assert dm("produce", "rep", *b, stdin=b"a\nb\nc\n").returncode == 0
+        assert dm("produce", "rep", *b, stdin="a\nb\nc\n").returncode == 0
         got = dm("consume", "rep", "--from-beginning", "--exit-at-end", "--timeout", "30", *b)
         assert sorted(got.stdout.split()) == ["a", "b", "c"]
     finally:

@@ -13,34 +13,10 @@ from pathlib import Path
 import pytest
 from dm_broker.cli import build_parser, parsers
 from dm_broker.tools.cluster import plan_ports
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, consecutive_free_ports, free_port
+from harness import run_dm as dm
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def dm(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def consecutive_free_ports(n: int) -> int:
-    import socket
-
-    for _ in range(50):
-        base = free_port()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no consecutive free ports")
 
 
 class DmUp:

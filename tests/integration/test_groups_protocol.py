@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,7 +13,7 @@ from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
 from group_clients import wait_for
-from harness import running_broker
+from harness import run_dm, running_broker
 from kio.schema.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -133,10 +131,6 @@ async def test_rebalance_in_progress_and_offsets_only_group(gbroker, topic_name)
     assert await commit_code(a, standalone, -1, "", topic_name, 5) == ErrorCode.none
     await a.close()
     await b.close()
-
-
-def run_dm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_groups_cli_describe_lag_reset_delete(gbroker, topic_name):
