@@ -57,6 +57,7 @@ T = TypeVar("T")
 TOPICS_CACHE = "topics-cache.json"
 FENCED_LISTING_S = 30
 SUSPICION_S = 1.0
+SESSION_OPEN_WAIT_S = 5.0
 HW_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 
@@ -105,6 +106,7 @@ class Broker:
         self._initial_hw: dict[tuple[str, int], int] = {}
         self._cache_path = config.data_dir / "__dm_meta" / TOPICS_CACHE
         self._fenced_since: dict[int, float] = {}
+        self._session_open = asyncio.Event()
         self._suspected: dict[int, float] = {}  # node id -> until when its leaderships are not reported
 
     # -- startup and shutdown ----------------------------------------------------------------
@@ -122,6 +124,13 @@ class Broker:
         self.apply_metadata(metadata)
         self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._metadata_loop()),
                        asyncio.create_task(self._checkpoint_loop()), asyncio.create_task(self._session_loop())]
+        # Until the session is open the controller learns of this process's death only from the
+        # session timeout: ready means it would learn at once.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._session_open.wait(), SESSION_OPEN_WAIT_S)
+        if not self._session_open.is_set():
+            log.warning("no controller session after %.0fs; serving, fenced only by the session timeout if "
+                        "this process dies before it opens", SESSION_OPEN_WAIT_S)
         self.replicas.start()
         self.coordinator.start()
         self.logs.start()
@@ -171,7 +180,7 @@ class Broker:
         while True:
             epoch = self.broker_epoch
             try:
-                await self.controller.hold_session(self.node_id, epoch)
+                await self.controller.hold_session(self.node_id, epoch, self._session_open.set)
             except (ControllerUnavailable, ControllerError) as exc:
                 log.debug("controller session: %s", exc)
             await asyncio.sleep(0.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import aiohttp
@@ -49,7 +50,7 @@ class ControllerClient(Protocol):
     async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc: ...
     async def allocate_producer_ids(self) -> ProducerIdBlock: ...
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]: ...
-    async def hold_session(self, node_id: int, broker_epoch: int) -> None: ...
+    async def hold_session(self, node_id: int, broker_epoch: int, opened: Callable[[], None]) -> None: ...
     async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]: ...
     async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]: ...
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc: ...
@@ -92,8 +93,9 @@ class LocalControllerClient:
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
         return await self.controller.controlled_shutdown(node_id, broker_epoch)
 
-    async def hold_session(self, node_id: int, broker_epoch: int) -> None:
+    async def hold_session(self, node_id: int, broker_epoch: int, opened: Callable[[], None]) -> None:
         """In one process the controller outlives the broker: there is no connection to lose."""
+        opened()
         await asyncio.Event().wait()
 
     async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]:
@@ -181,12 +183,14 @@ class HttpControllerClient:
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
         return ClusterDoc.model_validate(await self._call("PUT", "/v1/broker-configs", req))
 
-    async def hold_session(self, node_id: int, broker_epoch: int) -> None:
-        """Keeps the session WebSocket open; returns when it closes (the controller went away)."""
+    async def hold_session(self, node_id: int, broker_epoch: int, opened: Callable[[], None]) -> None:
+        """Keeps the session WebSocket open (`opened` is called once it is); returns when it
+        closes (the controller went away)."""
         try:
             async with self._sess().ws_connect(f"{self.url}/v1/brokers/{node_id}/session",
                                                params={"epoch": str(broker_epoch)},
                                                timeout=aiohttp.ClientWSTimeout(ws_close=2)) as ws:
+                opened()
                 async for msg in ws:
                     if msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         break
