@@ -217,3 +217,27 @@ def test_controlled_shutdown_hands_leadership_over(tmp_path: Path):
         result = verify(cluster.bootstrap, "calm", producer, 1)
         report("controlled shutdown", result, [handover])
         assert_nothing_lost(result, producer)
+
+
+def test_a_follower_in_controlled_shutdown_is_not_asked_back_into_the_isr_at_every_fetch(tmp_path: Path):
+    """Between its controlled shutdown and its exit a broker still fetches, caught up; the leader
+    must not ask the controller to add it to the ISR at every one of those fetches (the controller
+    refuses a replica that is shutting down). Seen as a hot loop when a shutdown was slow."""
+    import urllib.request
+
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "leaving", 1)
+        with sequence_load(cluster.bootstrap, "leaving", 1):
+            leader = cluster.leader("leaving", 0)
+            follower = next(b for b in cluster.isr("leaving", 0) if b != leader)
+            epoch = next(b["epoch"] for b in cluster.metadata()["brokers"] if b["node_id"] == follower)
+            # The controller's half of a controlled shutdown, with the follower's process kept running.
+            shutdown = urllib.request.Request(f"{cluster.controller.url}/v1/brokers/{follower}/shutdown?epoch={epoch}",
+                                              method="POST")
+            with urllib.request.urlopen(shutdown, timeout=10) as resp:
+                assert resp.status == 200
+            wait_for(lambda: follower not in cluster.isr("leaving", 0), timeout=20, what="follower out of the ISR")
+            time.sleep(4)
+        leader_log = cluster.brokers[cluster.leader("leaving", 0)].log_path.read_text()
+        refusals = leader_log.count("refused: ineligible_replica")
+        assert 1 <= refusals <= 8, f"{refusals} refused ISR expansions in 4 s"

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import aiohttp
 
+from ..tasks import cancelling
 from .controller import Controller, ControllerError
 from .models import (
     AlterConfigsRequest,
@@ -138,6 +139,8 @@ class HttpControllerClient:
                     raise ControllerError(data.get("error", "unknown_server_error"), data.get("message", str(data)))
                 return data
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:  # ValueError: not JSON
+            if cancelling():
+                raise asyncio.CancelledError from exc
             raise ControllerUnavailable(f"{method} {path}: {exc}") from None
 
     async def register(self, req: RegisterRequest) -> RegisterResponse:
@@ -195,6 +198,8 @@ class HttpControllerClient:
                     if msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         break
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if cancelling():
+                raise asyncio.CancelledError from exc
             raise ControllerUnavailable(f"session: {exc}") from None
 
     async def close(self) -> None:

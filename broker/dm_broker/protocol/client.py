@@ -92,7 +92,11 @@ class KafkaConnection:
     async def read_frame(self, timeout: float = 10) -> memoryview:
         return await asyncio.wait_for(self.conn.read_frame(), timeout)
 
-    async def close(self) -> None:
+    async def close(self, wait_s: float = 2) -> None:
+        """Closes after the queued writes are sent; a peer that does not read them within
+        `wait_s` gets the connection aborted instead of holding this close up."""
         self.conn.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.conn.wait_closed()
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.conn.wait_closed()), wait_s)
+            return
+        self.conn.abort()

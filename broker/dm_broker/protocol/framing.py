@@ -185,6 +185,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
     async def wait_closed(self) -> None:
         await self._lost
 

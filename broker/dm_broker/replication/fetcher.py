@@ -22,7 +22,7 @@ from ..protocol.codec import request_class
 from ..protocol.fetch_decoder import VERSION as FETCH_VERSION
 from ..protocol.fetch_decoder import decode_fetch_response
 from ..protocol.fetch_encoder import PartitionResult
-from ..tasks import stop_tasks
+from ..tasks import cancelling, stop_tasks
 from .partition import FOLLOWER, Partition
 
 if TYPE_CHECKING:
@@ -90,6 +90,8 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if cancelling():
+                    raise asyncio.CancelledError from exc
                 log.debug("fetcher for leader %d: %s", self.leader_id, exc)
                 if isinstance(exc, (ConnectionError, OSError, asyncio.IncompleteReadError)):
                     self.broker.suspect(self.leader_id)

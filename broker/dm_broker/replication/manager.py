@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from ..controller.client import ControllerUnavailable
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+EXPAND_REFUSED_BACKOFF_S = 1.0
+
 
 class ReplicaManager:
     def __init__(self, broker: Broker, lag_time_max_ms: int) -> None:
@@ -28,6 +31,10 @@ class ReplicaManager:
         self._following: dict[tuple[str, int], int] = {}
         self._task: asyncio.Task[None] | None = None
         self._isr_tasks: set[asyncio.Task[None]] = set()
+        # (topic, partition, replica) -> until when an ISR expansion the controller refused (a
+        # replica that is shutting down or fenced) is not asked for again: a caught-up follower
+        # fetches every few milliseconds.
+        self._expand_refused: dict[tuple[str, int, int], float] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._isr_loop())
@@ -71,6 +78,11 @@ class ReplicaManager:
 
     def maybe_expand(self, part: Partition, replica: int) -> None:
         if part.pending_isr is None and replica not in part.isr:
+            refused_until = self._expand_refused.get((part.topic, part.index, replica))
+            if refused_until is not None:
+                if time.monotonic() < refused_until:
+                    return
+                del self._expand_refused[(part.topic, part.index, replica)]
             self.request_isr_change(part, [*part.isr, replica])
 
     def request_isr_change(self, part: Partition, new_isr: list[int]) -> None:
@@ -94,6 +106,9 @@ class ReplicaManager:
             log.info("%s-%d: ISR is now %s", part.topic, part.index, resp.state.isr)
         else:
             log.info("%s-%d: ISR change to %s refused: %s", part.topic, part.index, new_isr, resp.error)
+            for replica in (part.pending_isr or ()) if resp.error == "ineligible_replica" else ():
+                self._expand_refused[(part.topic, part.index, replica)] = \
+                    time.monotonic() + EXPAND_REFUSED_BACKOFF_S
             part.pending_isr = None
             if resp.state is not None and resp.state.leader == part.node_id and \
                     resp.state.leader_epoch == part.leader_epoch:
