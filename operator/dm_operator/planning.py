@@ -10,7 +10,7 @@ from typing import Any
 
 from dm_broker.config import ConfigError, validate_topic_configs
 from dm_broker.controller.models import TopicDoc
-from dm_broker.controller.rebalance import Move, Racks, plan
+from dm_broker.controller.rebalance import Move, PlanError, Racks, plan
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,12 @@ def reassigning(topics: dict[str, TopicDoc]) -> list[tuple[str, int]]:
 
 def drain_moves(topics: dict[str, TopicDoc], racks: dict[int, str | None], desired: int) -> list[Move]:
     """The reassignments that empty the brokers a scale-down to `desired` removes (ids >= desired)
-    and keep the rest balanced. PlanError when the brokers left cannot hold a topic's replicas."""
+    and keep the rest balanced. `racks` lists the serving brokers. PlanError when the brokers left
+    cannot hold a topic's replicas, or one of them is not serving: the planner would move its
+    replicas too, and it is most likely only restarting."""
+    down = [b for b in range(desired) if b not in racks]
+    if down:
+        raise PlanError(f"broker {', '.join(map(str, down))} is not serving; the drain waits until it is back")
     return plan(assignment(topics), racks, exclude={b for b in racks if b >= desired})
 
 

@@ -204,5 +204,18 @@ def test_cancel_reverts_and_a_grown_cluster_rebalances_and_drains(tmp_path: Path
         assert_nothing_lost(verify(bootstrap, "live", load, 6), load)
         got = ConfluentClient(bootstrap).consume("bal", count, timeout=90)
         assert len(got) == count and len({(g.partition, g.offset) for g in got}) == count
+
+        # A broker that is down is neither emptied by a rebalance nor planned around: the rebalance
+        # waits for it; draining it is asked for by name.
+        cluster.brokers[4].kill()
+        wait_for(lambda: any(b["node_id"] == 4 and b["fenced"] for b in cluster.metadata()["brokers"]),
+                 timeout=30, what="broker 4 fenced")
+        wait_for(lambda: "broker 4 is not serving" in dm(cluster, "cluster", "rebalance", "--dry-run",
+                                                         check=False).stderr,
+                 timeout=30, what="the rebalance refused while broker 4 is down")
+        waiting = dm(cluster, "cluster", "rebalance", "--dry-run", check=False)
+        assert waiting.returncode == 1 and "drain it (`dm cluster drain 4`)" in waiting.stderr, waiting.stderr
+        gone = dm(cluster, "cluster", "drain", "4", "--dry-run").stdout
+        assert "dry run: nothing was changed" in gone and "drain broker 4" in gone, gone
     finally:
         cluster.stop()

@@ -195,6 +195,13 @@ def test_scale_down_refused_while_removed_brokers_hold_replicas():
     assert all(b < 3 for r in after.values() for b in r) and len(after) == 3
     with pytest.raises(PlanError):
         drain_moves({"c": doc("c", ([0, 1, 2], 0, [0, 1, 2]))}, {b: None for b in range(3)}, 2)
+    # A staying broker that is down (restarting) would be emptied too: the drain waits for it.
+    with pytest.raises(PlanError, match="broker 1 is not serving"):
+        drain_moves(topics, {0: None, 2: None, 3: None, 4: None}, 3)
+    # A leaving broker that is down is drained all the same.
+    gone = drain_moves(topics, {b: None for b in range(4)}, 3)
+    assert all(b < 3 for m in gone for b in m.after) and {m.partition for m in gone} == \
+        {m.partition for m in moves}
     grown = scale_up_moves({"d": doc("d", *[([i % 2, (i + 1) % 2], i % 2, [0, 1]) for i in range(4)])},
                            {b: None for b in range(4)})
     assert sum(m.copies for m in grown) == 4  # 8 replicas, 2 per broker: 4 land on brokers 2 and 3

@@ -236,15 +236,23 @@ def _balance(args: argparse.Namespace, exclude: set[int], title: str) -> None:
             fail(f"{len(ongoing)} partition reassignments are in progress; wait for them "
                  "(`dm topics reassign --status`) or cancel them (`dm topics reassign --cancel`) first")
         view = await admin.cluster()
-        missing = exclude - set(view.brokers)
+        known = view.known()
+        missing = exclude - known
         if missing:
             fail(f"broker {', '.join(map(str, sorted(missing)))} is not in the cluster "
-                 f"(brokers: {', '.join(map(str, sorted(view.brokers)))})")
+                 f"(brokers: {', '.join(map(str, sorted(known)))})")
+        down = known - view.serving - exclude
+        if down:
+            # The planner moves every replica off a broker it is not given: a broker that is only
+            # restarting would be emptied, and one that comes back would be planned around.
+            ids = ", ".join(map(str, sorted(down)))
+            fail(f"broker {ids} is not serving (stopped or fenced): {title} waits until it is back; "
+                 f"to move its replicas elsewhere for good, drain it (`dm cluster drain {min(down)}`)")
         try:
-            moves = plan(view.replicas, view.brokers, exclude)
+            moves = plan(view.replicas, {b: view.brokers.get(b) for b in view.serving | exclude}, exclude)
         except PlanError as exc:
             fail(f"cannot {title}: {exc}")
-        live = [b for b in sorted(view.brokers) if b not in exclude]
+        live = sorted(view.serving - exclude)
         after = dict(view.replicas)
         after.update({(m.topic, m.partition): list(m.after) for m in moves})
         if not moves:

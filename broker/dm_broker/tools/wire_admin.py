@@ -29,10 +29,16 @@ class AdminError(Exception):
 
 @dataclass
 class ClusterView:
-    brokers: dict[int, str | None]  # id -> rack
+    brokers: dict[int, str | None]  # id -> rack, as Metadata lists them (also those just fenced)
     replicas: dict[Key, list[int]]
     leaders: dict[Key, int]
     isr: dict[Key, list[int]] = field(default_factory=dict)
+    serving: set[int] = field(default_factory=set)  # unfenced brokers, as DescribeCluster lists them
+
+    def known(self) -> set[int]:
+        """Every broker the cluster mentions: listed, or holding a replica (a broker down for a while
+        is no longer listed but still holds its replicas)."""
+        return set(self.brokers) | {b for replicas in self.replicas.values() for b in replicas}
 
 
 @dataclass
@@ -75,6 +81,10 @@ class WireAdmin:
                 view.replicas[key] = list(p.replica_nodes)
                 view.leaders[key] = p.leader_id
                 view.isr[key] = list(p.isr_nodes)
+        described = await self._call(60, 0, include_cluster_authorized_operations=False)
+        if described.error_code != ErrorCode.none:
+            raise AdminError(f"DescribeCluster: {described.error_code.name}: {described.error_message or ''}")
+        view.serving = {b.broker_id for b in described.brokers}
         return view
 
     async def alter_reassignments(self, targets: dict[Key, list[int] | None]) -> dict[Key, str | None]:
