@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
+SLOW_CALL_S = 5.0
 
 
 class ApiError(Exception):
@@ -28,6 +30,11 @@ class ApiError(Exception):
     @property
     def reason(self) -> str:
         return str(self.body.get("reason", ""))
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the namespace is being deleted (the NamespaceLifecycle admission plugin)."""
+        return self.status == 403 and "because it is being terminated" in str(self.body.get("message", ""))
 
 
 def load_api_client() -> client.ApiClient:
@@ -70,7 +77,13 @@ class Kube:
     async def request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
                       content_type: str = "application/json") -> Obj:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._call, method, path, body, query, content_type)
+        started = time.monotonic()
+        try:
+            return await loop.run_in_executor(self._pool, self._call, method, path, body, query, content_type)
+        finally:
+            took = time.monotonic() - started
+            if took > SLOW_CALL_S:  # waiting for a free thread counts: that is what callers feel
+                log.warning("%s %s took %.1fs", method, path, took)
 
     async def get(self, path: str, **query: str) -> Obj:
         return await self.request("GET", path, query=query or None)

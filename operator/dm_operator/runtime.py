@@ -129,7 +129,11 @@ class ClusterRuntime:
             except Exception as exc:
                 RECONCILES.labels(kind="DMCluster", result="error").inc()
                 ERRORS.labels(kind="DMCluster").inc()
-                log.exception("%s/%s: reconcile failed", self.namespace, self.name)
+                if isinstance(exc, ApiError) and exc.namespace_terminating:
+                    # The cluster's namespace is being deleted: its deletion event follows.
+                    log.info("%s/%s: reconcile stopped: %s", self.namespace, self.name, exc)
+                else:
+                    log.exception("%s/%s: reconcile failed", self.namespace, self.name)
                 with contextlib.suppress(Exception):
                     await self._write_status({"conditions": merge_conditions(
                         (self._last_status or {}).get("conditions", []),

@@ -199,6 +199,12 @@ async def test_a_closed_session_fences_at_once_unless_the_broker_shut_down(tmp_p
     await c.close_session(1, token1, epochs[1])
     assert not c.brokers[1].fenced
 
+    # A stopped controller (its cluster deleted, the brokers going with it) fences nobody.
+    token2 = c.open_session(2, epochs[2])
+    await c.close()
+    await c.close_session(2, token2, epochs[2])
+    assert not c.brokers[2].fenced
+
 
 async def test_a_restarted_controller_waits_one_session_before_moving_leaders(tmp_path):
     c, clock, _ = await make(tmp_path)

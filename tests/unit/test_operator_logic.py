@@ -289,3 +289,13 @@ def test_merge_patches_remove_what_is_gone():
     assert with_deletions({"a": "1"}, {"a": "0", "b": "2"}) == {"a": "1", "b": None}
     assert with_deletions({"": {"x": "1"}}, {"": {"x": "0", "y": "2"}, "3": {"z": "1"}}) == \
         {"": {"x": "1", "y": None}, "3": None}
+
+
+def test_a_refusal_because_the_namespace_is_being_deleted_is_recognised():
+    from dm_operator.kube import ApiError
+
+    terminating = ApiError(403, {"message": 'serviceaccounts "demo-broker" is forbidden: unable to create new '
+                                            "content in namespace e2e-1 because it is being terminated"}, "POST x")
+    assert terminating.namespace_terminating
+    assert not ApiError(403, {"message": "forbidden: User cannot create"}, "POST x").namespace_terminating
+    assert not ApiError(409, {"message": "because it is being terminated"}, "POST x").namespace_terminating

@@ -87,6 +87,7 @@ class Controller:
         self.brokers: dict[int, BrokerInfo] = {}
         self.last_heartbeat: dict[int, float] = {}
         self.sessions: dict[int, object] = {}  # node_id -> the token of its open session
+        self.closed = False
         self.started_at = clock()
         self.incarnation = uuid.uuid4().hex
         self.version = 0
@@ -113,6 +114,7 @@ class Controller:
         self._tasks = [asyncio.create_task(self._liveness_loop()), asyncio.create_task(self._preferred_loop())]
 
     async def close(self) -> None:
+        self.closed = True
         self._changed.set()  # release metadata long-polls so the HTTP server can stop at once
         await stop_tasks(*self._tasks)
 
@@ -230,8 +232,10 @@ class Controller:
 
     async def close_session(self, node_id: int, token: object, broker_epoch: int) -> None:
         """The connection closed: without a controlled shutdown first, the process died."""
-        if self.sessions.get(node_id) is not token:
-            return  # a newer session (or registration) replaced it
+        if self.closed or self.sessions.get(node_id) is not token:
+            # A stopped controller (its cluster deleted: the brokers go with it) fences nobody; a
+            # newer session (or registration) replaced this one.
+            return
         del self.sessions[node_id]
         broker = self.brokers.get(node_id)
         if broker is None or broker.epoch != broker_epoch or broker.shutting_down:

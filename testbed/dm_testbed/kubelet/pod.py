@@ -193,6 +193,9 @@ class PodWorker:
                     "preconditions": {"uid": self.uid}}
             with contextlib.suppress(ApiError, OSError):
                 await self.agent.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{self.name}", body)
+        # Nothing more to report: left waiting, the status task would be collected with this
+        # worker while pending (asyncio logs "Task was destroyed but it is pending!").
+        self._tasks[1].cancel()
 
     async def _teardown_sandbox(self) -> None:
         from ..processes import kill_and_wait
