@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 SLOW_CALL_S = 5.0
+REQUEST_TIMEOUT_S = 30.0
+BEST_EFFORT_TIMEOUT_S = 5.0
 
 
 class ApiError(Exception):
@@ -49,11 +51,16 @@ class Kube:
     def __init__(self, api_client: client.ApiClient | None = None, threads: int = 8) -> None:
         self.api = api_client or load_api_client()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
+        # Events and other calls nothing waits for get a lane of their own with a short timeout:
+        # a burst of them that hangs must not hold the threads the controller's state needs.
+        self._best_effort_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kube-best-effort")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._best_effort_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _call(self, method: str, path: str, body: Any, query: dict[str, str] | None, content_type: str) -> Obj:
+    def _call(self, method: str, path: str, body: Any, query: dict[str, str] | None, content_type: str,
+              timeout: float = REQUEST_TIMEOUT_S) -> Obj:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -61,7 +68,7 @@ class Kube:
             method, path, query_params=list((query or {}).items()), header_params=headers, body=body,
             auth_settings=["BearerToken"])
         try:
-            resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+            resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
         except ApiException as exc:
             raise ApiError(exc.status or 0, {"message": str(exc.reason)}, f"{method} {path}") from None
         data = resp.read()
@@ -75,11 +82,13 @@ class Kube:
         return payload
 
     async def request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
-                      content_type: str = "application/json") -> Obj:
+                      content_type: str = "application/json", best_effort: bool = False) -> Obj:
         loop = asyncio.get_running_loop()
+        pool, timeout = (self._best_effort_pool, BEST_EFFORT_TIMEOUT_S) if best_effort else \
+            (self._pool, REQUEST_TIMEOUT_S)
         started = time.monotonic()
         try:
-            return await loop.run_in_executor(self._pool, self._call, method, path, body, query, content_type)
+            return await loop.run_in_executor(pool, self._call, method, path, body, query, content_type, timeout)
         finally:
             took = time.monotonic() - started
             if took > SLOW_CALL_S:  # waiting for a free thread counts: that is what callers feel
@@ -96,8 +105,8 @@ class Kube:
                 return None
             raise
 
-    async def create(self, path: str, body: Obj) -> Obj:
-        return await self.request("POST", path, body)
+    async def create(self, path: str, body: Obj, best_effort: bool = False) -> Obj:
+        return await self.request("POST", path, body, best_effort=best_effort)
 
     async def patch(self, path: str, body: Obj) -> Obj:
         return await self.request("PATCH", path, body, content_type=MERGE)

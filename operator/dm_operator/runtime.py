@@ -15,6 +15,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+import urllib3
 from dm_broker.config import BrokerConfig, ConfigError
 from dm_broker.controller.controller import Controller, ControllerError
 from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, ReassignmentRequest, TopicDoc
@@ -616,5 +617,7 @@ async def post_event(kube: Kube, namespace: str, involved: Obj, reason: str, mes
             "involvedObject": involved, "reason": reason, "message": message[:1000], "type": kind,
             "source": {"component": "dm-operator"}, "reportingComponent": "dm-operator",
             "reportingInstance": "dm-operator", "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
-    with contextlib.suppress(ApiError, OSError, RuntimeError):
-        await kube.create(collection_path("v1", "events", namespace), body)
+    # Best effort, as Kubernetes' own event recorders: a timeout (urllib3's errors are not
+    # OSErrors) drops the event.
+    with contextlib.suppress(ApiError, OSError, RuntimeError, urllib3.exceptions.HTTPError):
+        await kube.create(collection_path("v1", "events", namespace), body, best_effort=True)

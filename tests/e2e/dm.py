@@ -161,6 +161,12 @@ class Workload:
 # -- what the clients saw ---------------------------------------------------------------------------------
 
 
+# librdkafka acknowledges a record without an offset when it infers it was written: a request
+# failed with an uncertain outcome (a timeout) and a later one of the same partition succeeded
+# (an "implicit ack"). Such a record is looked up by its value instead.
+UNKNOWN_OFFSET = -1
+
+
 @dataclass
 class Verdict:
     acked: int
@@ -175,18 +181,20 @@ class Verdict:
         return not (self.lost or self.duplicated or self.reordered)
 
     def summary(self) -> str:
-        return (f"acknowledged {self.acked}, read {self.read}, lost {len(self.lost)}, duplicated "
-                f"{len(self.duplicated)}, reordered {len(self.reordered)}")
+        without_offset = sum(1 for _, off, _, _, _ in self.acks if off == UNKNOWN_OFFSET)
+        return (f"acknowledged {self.acked} ({without_offset} without an offset), read {self.read}, lost "
+                f"{len(self.lost)}, duplicated {len(self.duplicated)}, reordered {len(self.reordered)}")
 
 
 def verdict(producer_log: str, consumer_log: str) -> Verdict:
-    """Every acknowledged record is in the topic, once, at the offset it was acknowledged at, and each
-    partition holds its records in the order they were produced."""
+    """Every acknowledged record is in the topic, once, at the offset it was acknowledged at (or
+    anywhere in its partition when acknowledged without one), and each partition holds its records
+    in the order they were produced."""
     acks = []
     for line in producer_log.splitlines():
         if line.startswith("ACK "):
             _, p, off, seq, sent, at = line.split()
-            acks.append((int(p), int(off), int(seq), float(sent), float(at)))
+            acks.append((int(p), UNKNOWN_OFFSET if off == "None" else int(off), int(seq), float(sent), float(at)))
     records: dict[tuple[int, int], str] = {}
     seen: dict[str, int] = {}
     duplicated = []
@@ -199,7 +207,9 @@ def verdict(producer_log: str, consumer_log: str) -> Verdict:
             if seen[value] == 2:
                 duplicated.append(value)
             order.setdefault(int(p), []).append(int(value.split(":")[1]))
-    lost = [f"{p}:{seq}@{off}" for p, off, seq, _, _ in acks if records.get((p, off)) != f"{p}:{seq}"]
+    present = {(p, value) for (p, _), value in records.items()}
+    lost = [f"{p}:{seq}@{off}" for p, off, seq, _, _ in acks
+            if ((p, f"{p}:{seq}") not in present if off == UNKNOWN_OFFSET else records.get((p, off)) != f"{p}:{seq}")]
     reordered = [f"partition {p}" for p, seqs in order.items() if seqs != sorted(seqs)]
     return Verdict(len(acks), len(records), lost, duplicated, reordered, acks)
 

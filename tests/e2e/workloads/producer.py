@@ -2,6 +2,8 @@
 ("<partition>:<seq>") at RATE per second until SIGTERM (or DURATION seconds), then a flush of
 everything outstanding. One line per acknowledgement:
     ACK <partition> <offset> <seq> <produced at> <acknowledged at>
+(offset "None" when librdkafka acknowledged the record implicitly: a request with an uncertain
+outcome followed by a later one of the partition that succeeded),
 and ERR lines for records that failed for good. Times are time.time(): the pods and the test share
 one clock (one machine)."""
 
