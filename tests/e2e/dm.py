@@ -3,6 +3,7 @@ Topics by kubectl, load and verification from client pods, and the checks on wha
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import uuid
@@ -145,13 +146,20 @@ class Workload:
     def output(self) -> str:
         return "\n".join(self.lines)
 
+    @property
+    def kept(self) -> Path:
+        return Path(os.environ.get("DM_E2E_WORKLOADS", "/tmp/dm-e2e-workloads")) / self.ns / f"{self.name}.log"
+
     def wait_for(self, text: str, timeout_s: float) -> None:
         wait_until(lambda: any(text in line for line in self.lines[-200:]), timeout_s, f"{text!r} from {self.name}")
 
     def stop(self, timeout_s: float = 240) -> str:
-        """SIGTERM; returns everything it printed once it has exited."""
+        """SIGTERM; returns everything it printed once it has exited (also kept in a file, `kept`,
+        since the pod and its log go with the test's namespace)."""
         self.sub.kubectl("delete", "pod", self.name, "-n", self.ns, "--wait=false")
         self._thread.join(timeout_s)
+        self.kept.parent.mkdir(parents=True, exist_ok=True)
+        self.kept.write_text(self.output + "\n")
         assert not self._thread.is_alive(), f"{self.name} did not finish within {timeout_s}s"
         assert any(line.startswith("DONE") for line in self.lines[-5:]), \
             f"{self.name} did not finish its work:\n" + "\n".join(self.lines[-20:])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from support import (
     get_or_none,
     pod_ready,
     run_script,
+    script_pod,
     wait_pods_ready,
     wait_until,
 )
@@ -300,6 +302,35 @@ while True:
     logs = run_script(testbed, namespace, reader, claims={"shared": "/data"})
     # The reader mounts the same claim (scheduled on the claim's node).
     assert "EVENTS ['prestop', 'sigterm']" in logs, logs
+
+
+def test_following_a_log_misses_nothing(testbed: Testbed, namespace: str) -> None:
+    """`kubectl logs -f` joined while the container writes fast: every line arrives, once, in order,
+    up to the last one written before it exited (test workloads report through their logs)."""
+    script = """
+        import sys, time
+        for burst in range(600):
+            sys.stdout.write("".join(f"LINE {burst * 500 + i}\\n" for i in range(500)))
+            sys.stdout.flush()
+            time.sleep(0.01)
+        print("END", flush=True)
+    """
+    wait_until(lambda: get_or_none(testbed, "serviceaccount", "default", "-n", namespace), 30,
+               "the namespace's default ServiceAccount")
+    apply(testbed, script_pod("chatty", script), namespace)
+    wait_until(lambda: "LINE " in testbed.kubectl("logs", "chatty", "-n", namespace, "--tail=1",
+                                                 check=False).stdout, 60, "the writer under way")
+    time.sleep(2)  # joined while the writer goes on: it writes during the (large) first answer
+    follow = subprocess.Popen(["kubectl", "logs", "-f", "chatty", "-n", namespace], stdout=subprocess.PIPE,
+                              text=True, env=testbed.env())
+    wait_until(lambda: get_json(testbed, "pod", "chatty", "-n", namespace)["status"].get("phase") == "Succeeded",
+               120, "the writer done")
+    testbed.kubectl("delete", "pod", "chatty", "-n", namespace, "--wait=false")  # ends the stream
+    out, _ = follow.communicate(timeout=60)
+    lines = out.splitlines()
+    assert lines[-1] == "END"
+    numbers = [int(line.split()[1]) for line in lines[:-1]]
+    assert numbers == list(range(300_000)), f"{300_000 - len(numbers)} lines missing or out of order"
 
 
 def test_unknown_image_fails_like_a_pull_error(testbed: Testbed, namespace: str) -> None:

@@ -14,13 +14,24 @@ if TYPE_CHECKING:
     from .agent import NodeAgent
 
 
-def _tail(path: Path, lines: int | None, limit: int | None) -> bytes:
+def _tail(path: Path, lines: int | None, limit: int | None) -> tuple[bytes, int]:
+    """What to send first, and how far into the file that read went (where following goes on)."""
     data = path.read_bytes()
+    read = len(data)
     if lines is not None:
         data = b"".join(data.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
     if limit is not None:
         data = data[:limit]
-    return data
+    return data, read
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read()
+    except FileNotFoundError:
+        return b""
 
 
 def make_kubelet_app(agent: NodeAgent, node: str) -> web.Application:
@@ -39,22 +50,24 @@ def make_kubelet_app(agent: NodeAgent, node: str) -> web.Application:
             raise web.HTTPBadRequest(text=f'{what} "{container}" in pod "{pod}" not found')
         tail = request.query.get("tailLines")
         limit = request.query.get("limitBytes")
-        data = _tail(path, int(tail) if tail else None, int(limit) if limit else None)
+        data, offset = _tail(path, int(tail) if tail else None, int(limit) if limit else None)
         if request.query.get("follow") not in ("true", "1"):
             return web.Response(body=data, content_type="text/plain")
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
         await resp.write(data)
-        offset = path.stat().st_size
-        while runner.log_path == path and not worker.finished.is_set():
+        # Following goes on from where the first read ended (not from the size after sending it:
+        # what the container wrote meanwhile would be skipped), and ends with whatever it wrote
+        # last, once it has exited or restarted.
+        while True:
+            done = runner.log_path != path or worker.finished.is_set()
+            more = _read_from(path, offset)
+            if more:
+                await resp.write(more)
+                offset += len(more)
+            if done:
+                return resp
             await asyncio.sleep(0.5)
-            size = path.stat().st_size if path.exists() else offset
-            if size > offset:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    await resp.write(f.read(size - offset))
-                offset = size
-        return resp
 
     async def unsupported(request: web.Request) -> web.Response:
         return web.Response(status=501, text=f"{request.path.split('/')[1]} is not provided by the dm testbed's "

@@ -1,7 +1,8 @@
 """Reads every partition of TOPIC from the beginning, in a pod, until SIGTERM; then goes on until
 UNTIL_EMPTY seconds pass without a record (what the producer flushed last) and exits. One line per
 record:
-    REC <partition> <offset> <value>"""
+    REC <partition> <offset> <value>
+and lines starting with "#" for errors and, at the end, each partition's position."""
 
 import os
 import signal
@@ -38,5 +39,12 @@ while not (draining and time.time() - last > quiet):
     elif msg is not None:
         out.write(f"# {msg.error()}\n")
     out.flush()
+# Where each partition stands, for a report when records are missing: a consumer stuck on one.
+for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=5)
+    except Exception as exc:  # a diagnostic only
+        low = high = f"unknown ({exc})"
+    print(f"# partition {tp.partition}: position {tp.offset}, log start {low}, high watermark {high}")
 consumer.close()
 print(f"DONE read={count}", flush=True)
