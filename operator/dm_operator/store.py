@@ -165,6 +165,19 @@ class CrdStatusStore:
                 self.docs[doc.name] = doc
         return topics
 
+    async def load_topic(self, name: str) -> TopicDoc | None:
+        """The stored document of one topic, read again (after a conflict)."""
+        resource = self.resources.get(name)
+        obj = await self.kube.get_or_none(f"{self.topics_path}/{resource}") if resource else None
+        if obj is None:
+            return None
+        self.resource_versions[resource] = obj["metadata"]["resourceVersion"]
+        doc = doc_from_status(obj.get("status") or {})
+        if doc is None or doc.name != name:
+            return None
+        self.docs[name] = doc
+        return doc
+
     def remember(self, obj: Obj) -> None:
         """A Topic resource seen through a listing: where its topic lives."""
         name = obj["metadata"]["name"]

@@ -321,3 +321,24 @@ async def test_preferred_and_unclean_elections(tmp_path):
     after = c.topics["t"].partitions[0]
     assert after.leader in state.replicas and after.leader != leader and after.isr == [after.leader]
     assert after.leader_epoch > state.leader_epoch
+
+
+async def test_a_controller_whose_documents_another_changed_continues_from_the_stored_ones(tmp_path):
+    """Two controller instances for a moment (an operator pod force-deleted keeps running for its
+    last seconds while its successor loads): the stale one's change fails on the version check,
+    and then it works from the stored documents instead of failing the same way until a restart."""
+    old, clock, _ = await make(tmp_path)
+    await old.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
+    new = await Controller.open(FileControllerStore(tmp_path), session_timeout_ms=2000, clock=clock)
+    await old.alter_configs("t", {"retention.ms": "1000"})
+    first_block = (await old.allocate_producer_ids()).first
+
+    with pytest.raises(ConflictError):
+        await new.alter_configs("t", {"cleanup.policy": "compact"})
+    assert new.topics["t"].configs == {"retention.ms": "1000"}, "the stored document, not the stale one"
+    saved = await new.alter_configs("t", {"retention.ms": "1000", "cleanup.policy": "compact"})
+    assert saved.version == new.topics["t"].version == 2
+
+    with pytest.raises(ConflictError):
+        await new.allocate_producer_ids()
+    assert (await new.allocate_producer_ids()).first > first_block, "no producer id handed out twice"

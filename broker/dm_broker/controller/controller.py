@@ -51,7 +51,7 @@ from .models import (
     TopicDoc,
 )
 from .placement import PlacementError, assign
-from .store import ControllerStore
+from .store import ConflictError, ControllerStore
 
 log = logging.getLogger(__name__)
 
@@ -555,8 +555,7 @@ class Controller:
                 configs[req.broker] = current
             else:
                 configs.pop(req.broker, None)
-            updated = self.cluster.model_copy(update={"broker_configs": configs})
-            self.cluster = await self.store.save_cluster(updated, self.cluster.version)
+            await self._save_cluster(self.cluster.model_copy(update={"broker_configs": configs}))
             self._bump()
             return self.cluster
 
@@ -565,9 +564,44 @@ class Controller:
     async def _save(self, doc: TopicDoc) -> TopicDoc:
         """Persists one topic document, then makes it the controller's state."""
         current = self.topics.get(doc.name)
-        saved = await self.store.save_topic(doc, current.version if current else -1)
+        try:
+            saved = await self.store.save_topic(doc, current.version if current else -1)
+        except ConflictError:
+            await self._adopt_stored_topic(doc.name)
+            raise
         self.topics[doc.name] = saved
         return saved
+
+    async def _adopt_stored_topic(self, name: str) -> None:
+        """Someone else changed a stored document: another controller instance for a moment (an
+        operator pod force-deleted keeps running for its last seconds while its successor loads).
+        The change failed, as it must; the stored document becomes ours, so the next change is made
+        from it instead of failing the same way until a restart."""
+        try:
+            stored = await self.store.load_topic(name)
+        except Exception as exc:  # the store unavailable: the next conflict tries again
+            log.warning("topic %s changed under this controller; reloading it failed: %s", name, exc)
+            return
+        if stored is None:
+            return  # gone from the store: deleting it is for the deletion path, not for a conflict
+        ours = self.topics.get(name)
+        log.warning("topic %s was changed by another controller (stored version %d, ours %s): continuing "
+                    "from the stored document", name, stored.version, ours.version if ours else None)
+        self.topics[name] = stored
+        self._bump()
+
+    async def _save_cluster(self, doc: ClusterDoc) -> ClusterDoc:
+        """Persists the cluster document; after a conflict the stored one becomes ours (as topics)."""
+        try:
+            self.cluster = await self.store.save_cluster(doc, self.cluster.version)
+        except ConflictError:
+            ours = self.cluster.version
+            self.cluster = await self.store.load_cluster()
+            log.warning("the cluster document was changed by another controller (stored version %d, ours %d): "
+                        "continuing from the stored document", self.cluster.version, ours)
+            self._bump()
+            raise
+        return self.cluster
 
     async def _save_all(self, docs: list[TopicDoc]) -> None:
         """Several documents at once (a fence touches every topic the broker led); each one is
@@ -638,7 +672,11 @@ class Controller:
                 raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
             if name.startswith("__"):
                 raise ControllerError("invalid_request", f"{name} is an internal topic and cannot be deleted")
-            await self.store.delete_topic(name, doc.version)
+            try:
+                await self.store.delete_topic(name, doc.version)
+            except ConflictError:
+                await self._adopt_stored_topic(name)
+                raise
             del self.topics[name]
             log.info("deleted topic %s", name)
             self._bump()
@@ -688,8 +726,7 @@ class Controller:
     async def allocate_producer_ids(self) -> ProducerIdBlock:
         async with self._lock:
             first = self.cluster.next_producer_id
-            updated = self.cluster.model_copy(update={"next_producer_id": first + PRODUCER_ID_BLOCK})
-            self.cluster = await self.store.save_cluster(updated, self.cluster.version)
+            await self._save_cluster(self.cluster.model_copy(update={"next_producer_id": first + PRODUCER_ID_BLOCK}))
             return ProducerIdBlock(first=first, size=PRODUCER_ID_BLOCK)
 
     async def _ensure_internal_topics(self) -> None:

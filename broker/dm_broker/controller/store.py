@@ -26,6 +26,7 @@ class ControllerStore(Protocol):
     async def load_cluster(self) -> ClusterDoc: ...
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc: ...
     async def load_topics(self) -> dict[str, TopicDoc]: ...
+    async def load_topic(self, name: str) -> TopicDoc | None: ...
     async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc: ...
     async def delete_topic(self, name: str, expected_version: int) -> None: ...
 
@@ -37,8 +38,6 @@ class FileControllerStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         (directory / "topics").mkdir(parents=True, exist_ok=True)
-        self._versions: dict[str, int] = {}
-        self._cluster_version = -1
 
     def _topic_path(self, name: str) -> Path:
         return self.directory / "topics" / f"{name}.json"
@@ -51,6 +50,9 @@ class FileControllerStore:
 
     async def load_topics(self) -> dict[str, TopicDoc]:
         return await asyncio.to_thread(self._load_topics)
+
+    async def load_topic(self, name: str) -> TopicDoc | None:
+        return await asyncio.to_thread(self._load_topic, name)
 
     async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
         return await asyncio.to_thread(self._save_topic, doc, expected_version)
@@ -65,15 +67,19 @@ class FileControllerStore:
         else:
             doc = ClusterDoc()
             atomic_write(path, doc.model_dump_json().encode())
-        self._cluster_version = doc.version
         return doc
 
+    def _stored_version(self, path: Path) -> int:
+        """The version on disk: the compare-and-set is against the file, not against what this
+        instance last wrote (as the Kubernetes store compares with the API server's copy)."""
+        return json.loads(path.read_text())["version"] if path.exists() else -1
+
     def _save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
-        if expected_version != self._cluster_version:
-            raise ConflictError(f"cluster document is at version {self._cluster_version}, not {expected_version}")
+        current = self._stored_version(self.directory / "cluster.json")
+        if expected_version != current:
+            raise ConflictError(f"cluster document is at version {current}, not {expected_version}")
         new = doc.model_copy(update={"version": expected_version + 1})
         atomic_write(self.directory / "cluster.json", new.model_dump_json().encode())
-        self._cluster_version = new.version
         return new
 
     def _load_topics(self) -> dict[str, TopicDoc]:
@@ -81,21 +87,24 @@ class FileControllerStore:
         for path in sorted((self.directory / "topics").glob("*.json")):
             doc = TopicDoc.model_validate(json.loads(path.read_text()))
             topics[doc.name] = doc
-            self._versions[doc.name] = doc.version
         return topics
 
+    def _load_topic(self, name: str) -> TopicDoc | None:
+        path = self._topic_path(name)
+        if not path.exists():
+            return None
+        return TopicDoc.model_validate(json.loads(path.read_text()))
+
     def _save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
-        current = self._versions.get(doc.name, -1)
+        current = self._stored_version(self._topic_path(doc.name))
         if current != expected_version:
             raise ConflictError(f"topic {doc.name} is at version {current}, not {expected_version}")
         new = doc.model_copy(update={"version": expected_version + 1})
         atomic_write(self._topic_path(doc.name), new.model_dump_json().encode())
-        self._versions[doc.name] = new.version
         return new
 
     def _delete_topic(self, name: str, expected_version: int) -> None:
-        current = self._versions.get(name, -1)
+        current = self._stored_version(self._topic_path(name))
         if current != expected_version:
             raise ConflictError(f"topic {name} is at version {current}, not {expected_version}")
         self._topic_path(name).unlink(missing_ok=True)
-        self._versions.pop(name, None)
