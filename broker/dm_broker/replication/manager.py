@@ -32,8 +32,8 @@ class ReplicaManager:
         self._task: asyncio.Task[None] | None = None
         self._isr_tasks: set[asyncio.Task[None]] = set()
         # (topic, partition, replica) -> until when an ISR expansion the controller refused (a
-        # replica that is shutting down or fenced) is not asked for again: a caught-up follower
-        # fetches every few milliseconds.
+        # replica that is shutting down or fenced, or a refusal that left our state as it was) is
+        # not asked for again: a caught-up follower fetches every few milliseconds.
         self._expand_refused: dict[tuple[str, int, int], float] = {}
 
     def start(self) -> None:
@@ -106,10 +106,17 @@ class ReplicaManager:
             log.info("%s-%d: ISR is now %s", part.topic, part.index, resp.state.isr)
         else:
             log.info("%s-%d: ISR change to %s refused: %s", part.topic, part.index, new_isr, resp.error)
-            for replica in (part.pending_isr or ()) if resp.error == "ineligible_replica" else ():
-                self._expand_refused[(part.topic, part.index, replica)] = \
-                    time.monotonic() + EXPAND_REFUSED_BACKOFF_S
+            adding = part.pending_isr or ()
             part.pending_isr = None
+            epoch_before = part.partition_epoch
             if resp.state is not None and resp.state.leader == part.node_id and \
                     resp.state.leader_epoch == part.leader_epoch:
                 part.update_isr(resp.state.isr, resp.state.partition_epoch)
+            # Asking again at the next fetch is right only when the refusal taught us something (a
+            # newer partition epoch); otherwise the same request would be refused again, at every
+            # fetch of a caught-up follower (a replica shutting down, or a state we cannot apply
+            # until our metadata catches up).
+            if resp.error == "ineligible_replica" or part.partition_epoch == epoch_before:
+                for replica in adding:
+                    self._expand_refused[(part.topic, part.index, replica)] = \
+                        time.monotonic() + EXPAND_REFUSED_BACKOFF_S

@@ -1,0 +1,64 @@
+"""A leader asks the controller to add a caught-up follower to the ISR at most once per refusal
+that teaches it nothing: followers fetch every few milliseconds, and each fetch may ask again.
+
+The controller here is a stand-in: the refusals it gives (a partition epoch the leader cannot
+apply yet) happen in a real cluster only in narrow windows that cannot be produced on demand."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
+from dm_broker.config import BrokerConfig, TopicSettings
+from dm_broker.controller.models import AlterIsrRequest, AlterIsrResponse, PartitionState
+from dm_broker.log.partition_log import PartitionLog
+from dm_broker.replication.manager import ReplicaManager
+from dm_broker.replication.partition import Partition
+
+
+class RefusingController:
+    def __init__(self, state: PartitionState) -> None:
+        self.state = state
+        self.requests: list[AlterIsrRequest] = []
+
+    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
+        self.requests.append(req)
+        return AlterIsrResponse(error="invalid_update_version", state=self.state)
+
+
+def leader_of(tmp_path: Path) -> Partition:
+    settings = TopicSettings(BrokerConfig.build({}, environ={}), {})
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, settings)
+    plog.open()
+    part = Partition("t", 0, plog, node_id=1)
+    part.become_leader(leader_epoch=5, partition_epoch=9, replicas=[1, 0, 2], isr=[1, 0])
+    return part
+
+
+async def expand_at_every_fetch(manager: ReplicaManager, part: Partition, fetches: int) -> None:
+    for _ in range(fetches):
+        manager.maybe_expand(part, 2)
+        await asyncio.sleep(0.001)  # the refusal comes back between two fetches
+
+
+async def test_a_refusal_that_changes_nothing_is_not_asked_again_at_every_fetch(tmp_path: Path) -> None:
+    part = leader_of(tmp_path)
+    # The controller's state is older than what the leader knows: the leader cannot apply it.
+    controller = RefusingController(PartitionState(replicas=[1, 0, 2], leader=1, isr=[1, 0], leader_epoch=5,
+                                                   partition_epoch=8))
+    manager = ReplicaManager(SimpleNamespace(node_id=1, broker_epoch=3, controller=controller), 30_000)
+    await expand_at_every_fetch(manager, part, 50)
+    assert len(controller.requests) == 1
+    assert part.isr == [1, 0] and part.pending_isr is None
+    part.log.close()
+
+
+async def test_a_refusal_that_brings_a_newer_partition_epoch_is_retried_with_it(tmp_path: Path) -> None:
+    part = leader_of(tmp_path)
+    controller = RefusingController(PartitionState(replicas=[1, 0, 2], leader=1, isr=[1, 0], leader_epoch=5,
+                                                   partition_epoch=10))
+    manager = ReplicaManager(SimpleNamespace(node_id=1, broker_epoch=3, controller=controller), 30_000)
+    await expand_at_every_fetch(manager, part, 2)
+    assert [r.partition_epoch for r in controller.requests] == [9, 10]
+    part.log.close()
