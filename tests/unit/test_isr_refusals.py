@@ -36,29 +36,27 @@ def leader_of(tmp_path: Path) -> Partition:
     return part
 
 
-async def expand_at_every_fetch(manager: ReplicaManager, part: Partition, fetches: int) -> None:
-    for _ in range(fetches):
-        manager.maybe_expand(part, 2)
-        await asyncio.sleep(0.001)  # the refusal comes back between two fetches
+async def expansions_asked(tmp_path: Path, controller_partition_epoch: int, fetches: int) -> list[int]:
+    """The partition epochs of the ISR expansions a leader in partition epoch 9 asks for while a
+    caught-up follower fetches `fetches` times and the controller refuses each."""
+    part = leader_of(tmp_path)
+    controller = RefusingController(PartitionState(replicas=[1, 0, 2], leader=1, isr=[1, 0], leader_epoch=5,
+                                                   partition_epoch=controller_partition_epoch))
+    manager = ReplicaManager(SimpleNamespace(node_id=1, broker_epoch=3, controller=controller), 30_000)
+    try:
+        for _ in range(fetches):
+            manager.maybe_expand(part, 2)
+            await asyncio.sleep(0.001)  # the refusal comes back between two fetches
+        assert part.isr == [1, 0] and part.pending_isr is None
+        return [r.partition_epoch for r in controller.requests]
+    finally:
+        part.log.close()
 
 
 async def test_a_refusal_that_changes_nothing_is_not_asked_again_at_every_fetch(tmp_path: Path) -> None:
-    part = leader_of(tmp_path)
     # The controller's state is older than what the leader knows: the leader cannot apply it.
-    controller = RefusingController(PartitionState(replicas=[1, 0, 2], leader=1, isr=[1, 0], leader_epoch=5,
-                                                   partition_epoch=8))
-    manager = ReplicaManager(SimpleNamespace(node_id=1, broker_epoch=3, controller=controller), 30_000)
-    await expand_at_every_fetch(manager, part, 50)
-    assert len(controller.requests) == 1
-    assert part.isr == [1, 0] and part.pending_isr is None
-    part.log.close()
+    assert await expansions_asked(tmp_path, controller_partition_epoch=8, fetches=50) == [9]
 
 
 async def test_a_refusal_that_brings_a_newer_partition_epoch_is_retried_with_it(tmp_path: Path) -> None:
-    part = leader_of(tmp_path)
-    controller = RefusingController(PartitionState(replicas=[1, 0, 2], leader=1, isr=[1, 0], leader_epoch=5,
-                                                   partition_epoch=10))
-    manager = ReplicaManager(SimpleNamespace(node_id=1, broker_epoch=3, controller=controller), 30_000)
-    await expand_at_every_fetch(manager, part, 2)
-    assert [r.partition_epoch for r in controller.requests] == [9, 10]
-    part.log.close()
+    assert await expansions_asked(tmp_path, controller_partition_epoch=10, fetches=2) == [9, 10]
