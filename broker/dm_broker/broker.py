@@ -251,7 +251,18 @@ class Broker:
                     continue
                 key = (name, index)
                 hosted.add(key)
-                part = self.partitions.get(key) or self._host(topic, index, settings)
+                part = self.partitions.get(key)
+                if part is not None and part.topic_id != topic.topic_id:
+                    self._unhost(key, deleted=True)  # deleted and created again between two snapshots
+                    part = None
+                part = part or self._host(topic, index, settings)
+                if state.leader_epoch < part.leader_epoch:
+                    # Never back to an older leader epoch: a controller that has not caught up
+                    # (two of them for a moment, while an operator pod is replaced) would otherwise
+                    # make this broker lead again in an epoch another broker has already ended.
+                    log.warning("%s-%d: ignoring leader epoch %d from the controller, older than %d", name,
+                                index, state.leader_epoch, part.leader_epoch)
+                    continue
                 part.log.settings = settings
                 part.adding_replicas = list(state.adding_replicas)
                 if state.leader == self.node_id:
@@ -269,9 +280,10 @@ class Broker:
                         self.replicas.follow(part, state.leader)
                     else:
                         self.replicas.stop_following(part)
-                else:
+                elif state.partition_epoch >= part.partition_epoch:
                     part.isr = list(state.isr)
                     part.replicas = list(state.replicas)
+                    part.partition_epoch = state.partition_epoch
         for key in [k for k in self.partitions if k not in hosted]:
             self._unhost(key, deleted=key[0] not in md.topics)
         self._sync_coordinator(md)
@@ -293,7 +305,7 @@ class Broker:
         marker = plog.directory / PARTITION_METADATA
         if not marker.exists():
             atomic_write(marker, topic.topic_id.encode())
-        part = Partition(topic.name, index, plog, self.node_id)
+        part = Partition(topic.name, index, plog, self.node_id, topic_id=topic.topic_id)
         part.hw = min(self._initial_hw.get(key, 0), plog.log_end_offset)
         self.partitions[key] = part
         return part

@@ -47,6 +47,7 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     pending_isr: list[int] | None = None  # an ISR change sent to the controller, not yet committed
     adding_replicas: list[int] = field(default_factory=list)  # a reassignment's new replicas (throttled)
+    topic_id: str = ""  # the topic this log belongs to: a topic deleted and created again is another one
     closed: bool = False
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
     _purgatory: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
