@@ -10,6 +10,7 @@ import signal
 
 import kopf
 from aiohttp import web
+from dm_broker.loop_watchdog import LoopWatchdog
 from kubernetes.config import ConfigException
 from pydantic import ValidationError
 
@@ -53,6 +54,9 @@ async def run(settings: OperatorSettings) -> None:
     log.info("dm-operator: controller API, /healthz and /metrics on port %d; watching %s", settings.port,
              ", ".join(settings.namespaces) or "all namespaces")
 
+    # A blocked loop fails the liveness probe and stops every broker's heartbeat: say where.
+    watchdog = LoopWatchdog()
+    watchdog.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -69,6 +73,7 @@ async def run(settings: OperatorSettings) -> None:
                             namespaces=settings.namespaces, stop_flag=stop, ready_flag=ready)
     finally:
         marker.cancel()
+        await watchdog.stop()
         await release_in_terminating_namespaces(operator)
         await operator.close()
         with contextlib.suppress(Exception):
