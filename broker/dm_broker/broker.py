@@ -265,25 +265,21 @@ class Broker:
                     continue
                 part.log.settings = settings
                 part.adding_replicas = list(state.adding_replicas)
-                if state.leader == self.node_id:
-                    if part.role != LEADER or part.leader_epoch != state.leader_epoch:
-                        self.replicas.stop_following(part)
-                        part.become_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
-                        log.info("%s-%d: leader in epoch %d, ISR %s", name, index, state.leader_epoch, state.isr)
-                    else:
-                        part.set_replicas(state.replicas)
-                        part.update_isr(state.isr, state.partition_epoch)
-                elif part.role == LEADER or part.leader_id != state.leader or part.leader_epoch != state.leader_epoch:
+                if state.leader == self.node_id and (part.role != LEADER or part.leader_epoch != state.leader_epoch):
+                    self.replicas.stop_following(part)
+                    part.become_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
+                    log.info("%s-%d: leader in epoch %d, ISR %s", name, index, state.leader_epoch, state.isr)
+                elif state.leader != self.node_id and (part.role == LEADER or part.leader_id != state.leader
+                                                       or part.leader_epoch != state.leader_epoch):
                     part.become_follower(state.leader, state.leader_epoch, state.partition_epoch, state.replicas,
                                          state.isr)
                     if state.leader != NO_LEADER:
                         self.replicas.follow(part, state.leader)
                     else:
                         self.replicas.stop_following(part)
-                elif state.partition_epoch >= part.partition_epoch:
-                    part.isr = list(state.isr)
-                    part.replicas = list(state.replicas)
-                    part.partition_epoch = state.partition_epoch
+                else:  # same leader, same epoch: the replicas or the ISR changed (never to an older state)
+                    part.set_replicas(state.replicas)
+                    part.update_isr(state.isr, state.partition_epoch)
         for key in [k for k in self.partitions if k not in hosted]:
             self._unhost(key, deleted=key[0] not in md.topics)
         self._sync_coordinator(md)

@@ -19,8 +19,8 @@ class LoopWatchdog:
         self.threshold_s = threshold_s
         self.beat_s = beat_s
         self.stalls: list[float] = []  # how long each reported stall had lasted when it was noticed
-        self._last_beat = time.monotonic()
-        self._loop_thread = threading.get_ident()
+        self._last_beat = 0.0  # set by start(), on the loop's thread
+        self._loop_thread = 0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="loop-watchdog", daemon=True)
         self._task: asyncio.Task[None] | None = None

@@ -60,7 +60,7 @@ class Kube:
         self._best_effort_pool.shutdown(wait=False, cancel_futures=True)
 
     def _call(self, method: str, path: str, body: Any, query: dict[str, str] | None, content_type: str,
-              timeout: float = REQUEST_TIMEOUT_S) -> Obj:
+              timeout: float) -> Obj:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type

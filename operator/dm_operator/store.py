@@ -152,31 +152,26 @@ class CrdStatusStore:
                 found.setdefault(o["metadata"]["name"], o)
         return list(found.values())
 
+    def _read(self, obj: Obj) -> TopicDoc | None:
+        """A Topic resource as read from the API server: its version, its topic, its document."""
+        name = obj["metadata"]["name"]
+        self.resource_versions[name] = obj["metadata"]["resourceVersion"]
+        doc = doc_from_status(obj.get("status") or {})
+        self.resources.setdefault(doc.name if doc else topic_name_of(obj), name)
+        if doc is not None:
+            self.docs[doc.name] = doc
+        return doc
+
     async def load_topics(self) -> dict[str, TopicDoc]:
-        topics: dict[str, TopicDoc] = {}
-        for obj in await self.list_topic_resources():
-            name = obj["metadata"]["name"]
-            self.resource_versions[name] = obj["metadata"]["resourceVersion"]
-            doc = doc_from_status(obj.get("status") or {})
-            topic = doc.name if doc else topic_name_of(obj)
-            self.resources.setdefault(topic, name)
-            if doc is not None:
-                topics[doc.name] = doc
-                self.docs[doc.name] = doc
-        return topics
+        docs = [self._read(obj) for obj in await self.list_topic_resources()]
+        return {doc.name: doc for doc in docs if doc is not None}
 
     async def load_topic(self, name: str) -> TopicDoc | None:
         """The stored document of one topic, read again (after a conflict)."""
         resource = self.resources.get(name)
         obj = await self.kube.get_or_none(f"{self.topics_path}/{resource}") if resource else None
-        if obj is None:
-            return None
-        self.resource_versions[resource] = obj["metadata"]["resourceVersion"]
-        doc = doc_from_status(obj.get("status") or {})
-        if doc is None or doc.name != name:
-            return None
-        self.docs[name] = doc
-        return doc
+        doc = self._read(obj) if obj is not None else None
+        return doc if doc is not None and doc.name == name else None
 
     def remember(self, obj: Obj) -> None:
         """A Topic resource seen through a listing: where its topic lives."""
