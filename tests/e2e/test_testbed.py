@@ -304,68 +304,6 @@ while True:
     assert "EVENTS ['prestop', 'sigterm']" in logs, logs
 
 
-ECHO = """
-apiVersion: v1
-kind: Service
-metadata: {name: echo}
-spec: {clusterIP: None, selector: {app: echo}, ports: [{port: 7000}]}
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: echo}
-spec:
-  serviceName: echo
-  replicas: 1
-  selector: {matchLabels: {app: echo}}
-  template:
-    metadata: {labels: {app: echo}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      nodeSelector: {kubernetes.io/hostname: dmtb-node-0}
-      containers:
-      - name: echo
-        image: dm
-        command: [python, -c, "import socket, time; s = socket.create_server(('', 7000)); time.sleep(3600)"]
-"""
-
-
-def test_a_restarted_pod_is_reachable_at_once_from_pods_that_talked_to_it(testbed: Testbed, namespace: str) -> None:
-    """A pod that connected to echo-0 connects to its replacement as soon as it runs: the new pod's
-    address is not the just-freed one that other pods still map to the old pod's MAC, and the old
-    pod's teardown does not hold up the node's DNS meanwhile."""
-    wait_until(lambda: get_or_none(testbed, "serviceaccount", "default", "-n", namespace), 30,
-               "the namespace's default ServiceAccount")
-    apply(testbed, ECHO, namespace)
-    client = """
-        import socket, time
-        while True:
-            try:
-                socket.create_connection((HOST, 7000), 1).close()
-                print("OK", time.time(), flush=True)
-            except OSError as exc:
-                print("FAIL", time.time(), exc, flush=True)
-            time.sleep(0.2)
-    """.replace("HOST", repr(f"echo-0.echo.{namespace}.svc.cluster.local"))
-    apply(testbed, script_pod("client", client), namespace)
-
-    def oks_after(instant: float) -> bool:
-        out = testbed.kubectl("logs", "client", "-n", namespace, "--tail=50", check=False).stdout
-        return any(line.startswith("OK ") and float(line.split()[1]) > instant for line in out.splitlines())
-
-    wait_until(lambda: oks_after(0), 90, "the client connected to echo-0")
-    old = get_json(testbed, "pod", "echo-0", "-n", namespace)["metadata"]["uid"]
-    testbed.kubectl("delete", "pod", "echo-0", "-n", namespace)
-
-    def replacement_running() -> float | None:
-        pod = get_or_none(testbed, "pod", "echo-0", "-n", namespace) or {}
-        running = pod.get("metadata", {}).get("uid") not in (None, old) and \
-            container_status(pod).get("state", {}).get("running")
-        return time.time() if running else None
-
-    running_at = wait_until(replacement_running, 60, "echo-0 replaced and running")
-    wait_until(lambda: oks_after(running_at), 10, "the client connected to the new echo-0")
-
-
 def test_following_a_log_misses_nothing(testbed: Testbed, namespace: str) -> None:
     """`kubectl logs -f` joined while the container writes fast: every line arrives, once, in order,
     up to the last one written before it exited (test workloads report through their logs)."""
