@@ -48,22 +48,16 @@ def netns_path(name: str) -> str:
 
 
 class IpPool:
-    """Hands out pod addresses from one node's /24, round robin as CNI's host-local IPAM does: an
-    address just given back is not handed out again at once. A new pod on a freed address has a
-    new MAC, and pods that talked to the old one keep its MAC in their neighbour cache for up to a
-    minute: their packets to the new pod would be lost meanwhile (connects time out)."""
+    """Hands out pod addresses from one node's /24."""
 
     def __init__(self, network: ipaddress.IPv4Network) -> None:
         self.free = [str(a) for a in network.hosts()]
         self.used: set[str] = set()
-        self._next = 0
 
     def take(self) -> str:
-        for i in range(len(self.free)):
-            addr = self.free[(self._next + i) % len(self.free)]
+        for addr in self.free:
             if addr not in self.used:
                 self.used.add(addr)
-                self._next = (self._next + i + 1) % len(self.free)
                 return addr
         raise NetworkError("no pod addresses left on this node")
 

@@ -100,7 +100,7 @@ class LocalPathProvisioner:
             return
         path = Path(pv["spec"]["local"]["path"])
         if path.is_relative_to(self.root):
-            await asyncio.to_thread(shutil.rmtree, path, True)  # off the loop that relays and probes
+            shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(ApiError):
             await self.kube.delete(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
         log.info("deleted %s and its data", pv["metadata"]["name"])

@@ -200,16 +200,13 @@ class PodWorker:
     async def _teardown_sandbox(self) -> None:
         from ..processes import kill_and_wait
 
-        # The waiting and deleting run in threads: this loop also relays every Service connection
-        # and runs every probe of the node, which a teardown must not hold up.
-        netns = self.netns
-        if netns is not None:
+        if self.netns is not None:
             # Anything a container left behind in the pod's namespace (own sessions included).
-            await asyncio.to_thread(lambda: kill_and_wait(network.netns_pids(netns)))
+            kill_and_wait(network.netns_pids(self.netns))
             await network.delete_pod_network(self.agent.settings, self.uid)
         if self.ip is not None:
             self.node.pool.give_back(self.ip)
-        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def freeze(self) -> None:
         """The node lost power: every process dies at once, nothing more is reported."""

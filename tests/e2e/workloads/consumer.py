@@ -24,8 +24,11 @@ def drain(*_):
 
 
 signal.signal(signal.SIGTERM, drain)
+# A connect to a restarted broker's old address (resolved just before the pod went) gets no answer:
+# give up after 5 s and resolve again, not librdkafka's 30 s, longer than UNTIL_EMPTY.
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{os.getpid()}-{time.time()}",
-                     "enable.auto.commit": False, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
+                     "enable.auto.commit": False, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+                     "socket.connection.setup.timeout.ms": 5000})
 consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
 last = time.time()
 out = sys.stdout

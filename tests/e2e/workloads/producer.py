@@ -32,6 +32,8 @@ producer = Producer({
     "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
     "message.timeout.ms": 300_000, "retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 500,
+    # A connect to a restarted broker's old address gets no answer: resolve again after 5 s, not 30.
+    "socket.connection.setup.timeout.ms": 5000,
 })
 out = sys.stdout
 
