@@ -12,11 +12,15 @@ COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY operator ./operator
 COPY connectors ./connectors
-RUN python -m venv /opt/dm \
-    && /opt/dm/bin/pip install --no-compile "pip==25.1.1" "build==1.2.2.post1" \
-    && /opt/dm/bin/python -m build --wheel --outdir /dist . \
-    && /opt/dm/bin/pip install --no-compile /dist/dm-*.whl \
-    && /opt/dm/bin/pip uninstall --yes build \
+# The tools that build and install (pip, build) live in a virtualenv of their own; the one that ships
+# holds dm and its dependencies only. Trimmed from it: the kubernetes client's asyncio copy of itself
+# (kubernetes/aio, 68 MB: dm uses the synchronous client).
+RUN python -m venv /opt/tools \
+    && /opt/tools/bin/pip install --quiet --no-compile "pip==25.1.1" "build==1.2.2.post1" \
+    && /opt/tools/bin/python -m build --wheel --outdir /dist . \
+    && python -m venv --without-pip /opt/dm \
+    && /opt/tools/bin/pip --python /opt/dm/bin/python install --quiet --no-compile /dist/dm-*.whl \
+    && rm -rf /opt/dm/lib/python3.11/site-packages/kubernetes/aio \
     && /opt/dm/bin/python -m compileall -q /opt/dm/lib
 
 # -- run: the virtualenv on a slim Python, as a non-root user ---------------------------------------

@@ -12,7 +12,7 @@ version=v1.20.2
 deb_version=1.20.5+really1.20.2
 cache=${DM_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dm-testbed}
 bin=$cache/kubernetes-$version/bin
-wanted=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+wanted=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kubeadm kube-proxy)
 
 have_all() { for b in "${wanted[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
 if have_all; then
@@ -74,7 +74,7 @@ export GOPROXY=off GOFLAGS=-mod=vendor GOCACHE=$cache/go-build GOPATH=$work/gopa
 export KUBE_GIT_VERSION=$version KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 KUBE_GIT_TREE_STATE=clean
 export KUBE_GIT_COMMIT=faecb196815e248d3ecfb03c680a4507229c2a56
 export GOMAXPROCS=${DM_K8S_BUILD_JOBS:-$(nproc)}
-if ! (cd "$work/src" && make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubectl" \
+if ! (cd "$work/src" && make WHAT="${wanted[*]/#/cmd/}" \
       >"$work/build.log" 2>&1); then
   tail -40 "$work/build.log" >&2
   echo "k8s-build: build failed; full log in $work/build.log" >&2

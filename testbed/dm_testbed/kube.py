@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -31,15 +33,25 @@ def key_of(obj: Obj) -> tuple[str, str]:
 
 
 class Kube:
-    def __init__(self, server: str, ssl_context: ssl.SSLContext) -> None:
+    def __init__(self, server: str, ssl_context: ssl.SSLContext, token: str | None = None) -> None:
         self.server = server.rstrip("/")
         self.ssl = ssl_context
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def in_cluster(cls) -> Kube:
+        """The API server as a pod reaches it: its Service address and its service account's token."""
+        account = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+        host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+        context = ssl.create_default_context(cafile=str(account / "ca.crt"))
+        return cls(f"https://{host}:{port}", context, (account / "token").read_text().strip())
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl, limit=64))
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl, limit=64),
+                                                  headers=self.headers)
         return self._session
 
     async def close(self) -> None:

@@ -20,6 +20,7 @@ Obj = dict[str, Any]
 PROVISIONER = "dm.dev/testbed-local-path"
 STORAGE_CLASS = "standard"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
+NODE_LABEL = "dm.dev/testbed-node"
 PROVISIONER_ANNOTATIONS = ("volume.beta.kubernetes.io/storage-provisioner", "volume.kubernetes.io/storage-provisioner")
 
 
@@ -37,7 +38,7 @@ def volume_for(pvc: Obj, node: str, root: Path) -> Obj:
     return {
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER},
-                     "labels": {"dm.dev/testbed-node": node}},
+                     "labels": {NODE_LABEL: node}},
         "spec": {
             "capacity": {"storage": pvc["spec"]["resources"]["requests"]["storage"]},
             "accessModes": pvc["spec"].get("accessModes", ["ReadWriteOnce"]),
@@ -54,16 +55,22 @@ def volume_for(pvc: Obj, node: str, root: Path) -> Obj:
 
 
 class LocalPathProvisioner:
-    def __init__(self, kube: Kube, root: Path) -> None:
+    """Provisions for the claims scheduled on `node` (every node when None); `root` is where the
+    volumes' directories are, as this process sees it and as the node does."""
+
+    def __init__(self, kube: Kube, root: Path, node: str | None = None, create_storage_class: bool = True) -> None:
         self.kube = kube
         self.root = root
+        self.node = node
+        self.create_storage_class = create_storage_class
         self.claims = Informer(kube, "/api/v1/persistentvolumeclaims", self._claim_event)
         self.volumes = Informer(kube, "/api/v1/persistentvolumes", self._volume_event)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        await self.kube.create_or_get("/apis/storage.k8s.io/v1/storageclasses", storage_class())
+        if self.create_storage_class:
+            await self.kube.create_or_get("/apis/storage.k8s.io/v1/storageclasses", storage_class())
         self._tasks = [asyncio.create_task(self.claims.run()), asyncio.create_task(self.volumes.run())]
         await asyncio.gather(self.claims.synced.wait(), self.volumes.synced.wait())
 
@@ -79,7 +86,7 @@ class LocalPathProvisioner:
         if not any(annotations.get(a) == PROVISIONER for a in PROVISIONER_ANNOTATIONS):
             return
         node = annotations.get(SELECTED_NODE)
-        if not node:
+        if not node or (self.node is not None and node != self.node):
             return
         pv = volume_for(pvc, node, self.root)
         Path(pv["spec"]["local"]["path"]).mkdir(parents=True, exist_ok=True)
@@ -97,6 +104,8 @@ class LocalPathProvisioner:
         if pv.get("status", {}).get("phase") not in ("Released", "Failed"):
             return
         if pv["spec"].get("persistentVolumeReclaimPolicy") != "Delete":
+            return
+        if self.node is not None and pv["metadata"].get("labels", {}).get(NODE_LABEL) != self.node:
             return
         path = Path(pv["spec"]["local"]["path"])
         if path.is_relative_to(self.root):
