@@ -183,6 +183,8 @@ class Broker:
                 await self.controller.hold_session(self.node_id, epoch, self._session_open.set)
             except (ControllerUnavailable, ControllerError) as exc:
                 log.debug("controller session: %s", exc)
+            except Exception:  # the session tells the controller this process lives: never give it up
+                log.exception("controller session failed unexpectedly; opening it again")
             await asyncio.sleep(0.5)
 
     async def _heartbeat_loop(self) -> None:
@@ -199,6 +201,8 @@ class Broker:
                 log.debug("heartbeat failed: %s", exc)
             except ControllerError as exc:  # this loop must outlive any answer the controller gives
                 log.warning("heartbeat refused: %s", exc.message)
+            except Exception:  # and any bug: without heartbeats the broker stays fenced for good
+                log.exception("heartbeat failed unexpectedly; trying again")
 
     async def _fetch_metadata(self, version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
         while True:

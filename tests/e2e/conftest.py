@@ -1,6 +1,7 @@
-"""The e2e substrate: the testbed (default: a real control plane, pods as processes) or kind
-(DM_E2E_SUBSTRATE=kind). Scenario tests get a namespace of their own, served by one operator
-installed from the Helm chart for the session."""
+"""The e2e suite runs on a kind cluster with the real image (tests/e2e/substrate.py). Scenario tests
+get a namespace of their own, served by one operator installed from the Helm chart for the session.
+Without a cluster the tests skip with the reason, unless DM_E2E_REQUIRED=1 (set by
+scripts/run-tests.sh once it has created the cluster): then a missing cluster is a failure."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ from pathlib import Path
 
 import pytest
 from dm import OPERATOR_NAMESPACE, install_operator
-from dm_testbed.client import Testbed, TestbedError, why_unavailable
-from dm_testbed.settings import TestbedSettings
-from substrate import Substrate, kind_substrate, kind_unavailable, testbed_substrate
+from substrate import Substrate, kind_substrate, kind_unavailable
 from support import dump_namespace
-
-SUBSTRATE = os.environ.get("DM_E2E_SUBSTRATE", "testbed")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -26,37 +23,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def testbed() -> Iterator[Testbed]:
-    """The running testbed: started once per session (stopped at its end, and by itself if this
-    process dies), or an already running one with DM_TESTBED_REUSE=1 (`make k8s-up`)."""
-    if SUBSTRATE != "testbed":
-        pytest.skip(f"testbed tests do not run on the {SUBSTRATE} substrate")
-    settings = TestbedSettings.from_env()
-    if os.environ.get("DM_TESTBED_REUSE") == "1":
-        try:
-            yield Testbed.attach(settings)
-            return
-        except TestbedError as exc:
-            pytest.skip(f"DM_TESTBED_REUSE=1 but {exc}")
-    reason = why_unavailable(settings)
+def substrate(tmp_path_factory: pytest.TempPathFactory) -> Substrate:
+    reason = kind_unavailable()
     if reason:
-        pytest.skip(f"Kubernetes testbed unavailable: {reason}")
-    tb = Testbed.start(settings, owner_pid=os.getpid())
-    yield tb
-    left = tb.stop()
-    assert not left, f"the testbed left things behind: {left}"
-
-
-@pytest.fixture(scope="session")
-def substrate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Substrate:
-    if SUBSTRATE == "kind":
-        reason = kind_unavailable()
-        if reason:
-            pytest.skip(reason)
-        return kind_substrate(tmp_path_factory.mktemp("kind"))
-    if SUBSTRATE != "testbed":
-        pytest.fail(f"DM_E2E_SUBSTRATE={SUBSTRATE!r}: expected testbed or kind")
-    return testbed_substrate(request.getfixturevalue("testbed"))
+        if os.environ.get("DM_E2E_REQUIRED") == "1":
+            pytest.fail(f"DM_E2E_REQUIRED=1 but {reason}")
+        pytest.skip(reason)
+    return kind_substrate(tmp_path_factory.mktemp("kind"))
 
 
 @pytest.fixture(scope="session")
@@ -88,12 +61,6 @@ def _namespace(k, request: pytest.FixtureRequest, prefix: str) -> Iterator[str]:
         dump_namespace(k, OPERATOR_NAMESPACE, out / "operator")
         print(f"namespace {name} dumped to {out}")
     k.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-@pytest.fixture
-def namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A namespace the operator does not serve (tests of the testbed itself)."""
-    yield from _namespace(testbed, request, "t")
 
 
 @pytest.fixture

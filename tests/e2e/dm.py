@@ -106,6 +106,17 @@ def bootstrap(ns: str, cluster: str = "demo") -> str:
 # -- client pods ---------------------------------------------------------------------------------------
 
 
+# Client pods run on the control plane node, so that stopping a worker node (chaos) never takes the
+# clients that judge the outcome down with it. (Kubernetes < 1.24 labels and taints it "master".)
+ON_CONTROL_PLANE = {
+    "tolerations": [{"key": f"node-role.kubernetes.io/{role}", "operator": "Exists", "effect": "NoSchedule"}
+                    for role in ("master", "control-plane")],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": f"node-role.kubernetes.io/{role}", "operator": "Exists"}]}
+        for role in ("master", "control-plane")]}}},
+}
+
+
 class Workload:
     """A pod running tests/e2e/workloads/<script> with the dm image's python, its output followed
     from the start (`kubectl logs -f`), stopped by deleting the pod: SIGTERM, which the workloads
@@ -119,7 +130,7 @@ class Workload:
         cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": self.name},
               "data": {script: (WORKLOADS / script).read_text()}}
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": {"app": "dm-e2e-client"}},
-               "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s,
+               "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s, **ON_CONTROL_PLANE,
                         "containers": [{"name": "main", "image": sub.image,
                                         "command": ["python", "-u", f"/w/{script}"],
                                         "env": [{"name": k, "value": str(v)} for k, v in env.items()],

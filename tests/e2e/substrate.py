@@ -1,6 +1,7 @@
-"""Where the e2e scenarios run: the testbed (a real control plane with pods as processes; default)
-or kind (DM_E2E_SUBSTRATE=kind, a kind cluster with the real image loaded; `make e2e-kind`). Only
-this module differs between the two; the scenarios talk to either through kubectl and helm."""
+"""Where the e2e scenarios run: a kind cluster with the dm image loaded (scripts/kind/cluster.sh
+creates it; `make test` and `make e2e-kind` do that first). The scenarios talk to it through kubectl
+and helm; the faults the Kubernetes API cannot cause (a container killed by its runtime, a node
+stopped) go through the container engine that runs the nodes."""
 
 from __future__ import annotations
 
@@ -8,39 +9,43 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+
+from dm_testbed.settings import TestbedSettings
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_CLUSTER = os.environ.get("DM_KIND_CLUSTER", "dm-e2e")
-KIND_IMAGE = os.environ.get("DM_KIND_IMAGE", "dm:e2e")
+IMAGE = os.environ.get("DM_IMAGE", "dm:e2e")
 
 
-class Chaos(Protocol):
-    """Faults only the testbed can inject (kind has no socket for them)."""
+def tools_path() -> str:
+    """PATH with the tool cache first (kind, kubectl and helm as scripts/ install them)."""
+    return os.pathsep.join([str(TestbedSettings.from_env().bin_dir), os.environ.get("PATH", "")])
 
-    def kill_container(self, namespace: str, pod: str, container: str | None = None, sig: int = 9) -> dict: ...
-    def cut_network(self, namespace: str, pod: str) -> dict: ...
-    def heal_network(self, namespace: str, pod: str) -> dict: ...
+
+def run_tool(*argv: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout_s,
+                          env={**os.environ, "PATH": tools_path()})
 
 
 @dataclass
 class Substrate:
     name: str
     kubeconfig: Path
-    bin_dirs: list[Path]
     image_repository: str
     image_tag: str
-    chaos: Chaos | None = None
+    chaos: KindChaos = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chaos = KindChaos(self)
 
     @property
     def image(self) -> str:
         return f"{self.image_repository}:{self.image_tag}"
 
     def env(self) -> dict[str, str]:
-        path = os.pathsep.join([*map(str, self.bin_dirs), os.environ.get("PATH", "")])
-        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": path}
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": tools_path()}
 
     def run(self, tool: str, *args: str, input: str | None = None, check: bool = True,
             timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -57,31 +62,55 @@ class Substrate:
     def helm(self, *args: str, check: bool = True, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
         return self.run("helm", *args, check=check, timeout_s=timeout_s)
 
+    def docker(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return self.run("docker", *args, check=check, timeout_s=timeout_s)
+
+
+class KindChaos:
+    """Faults through the container engine and the nodes' containerd: what a crashing process, an
+    OOM kill or a machine going away do, below the Kubernetes API."""
+
+    def __init__(self, sub: Substrate) -> None:
+        self.sub = sub
+
+    def kill_container(self, namespace: str, pod: str, container: str, sig: str = "SIGKILL") -> str:
+        """Kills a container's main process through its node's containerd (the kubelet sees it exit
+        and restarts it, as after a crash); returns the node it ran on."""
+        obj = json.loads(self.sub.kubectl("get", "pod", pod, "-n", namespace, "-o", "json").stdout)
+        status = next(s for s in obj["status"]["containerStatuses"] if s["name"] == container)
+        runtime, _, container_id = status["containerID"].partition("://")
+        assert runtime == "containerd", status["containerID"]
+        node = obj["spec"]["nodeName"]
+        self.sub.docker("exec", node, "ctr", "--namespace", "k8s.io", "task", "kill", "--signal", sig, container_id)
+        return node
+
+    def stop_node(self, node: str) -> None:
+        """The node's container stopped (systemd shuts the node down; what is left is killed)."""
+        self.sub.docker("stop", "--time", "10", node, timeout_s=60)
+
+    def start_node(self, node: str) -> None:
+        self.sub.docker("start", node, timeout_s=60)
+
 
 def kind_unavailable() -> str | None:
     for tool in ("docker", "kind", "kubectl", "helm"):
-        if not shutil.which(tool):
-            return f"kind substrate: {tool} is not installed"
-    if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
-        return "kind substrate: no Docker engine is running"
-    clusters = subprocess.run(["kind", "get", "clusters"], capture_output=True, text=True, check=False).stdout.split()
-    if KIND_CLUSTER not in clusters:
-        return f"kind substrate: no kind cluster {KIND_CLUSTER!r} (make e2e-kind creates it and loads the image)"
+        if not shutil.which(tool, path=tools_path()):
+            return f"kind substrate: {tool} is not installed (make test installs it)"
+    if run_tool("docker", "info").returncode != 0:
+        return "kind substrate: no Docker engine answers (scripts/kind/engine.sh starts one)"
+    if KIND_CLUSTER not in run_tool("kind", "get", "clusters").stdout.split():
+        return f"kind substrate: no kind cluster {KIND_CLUSTER!r} (scripts/kind/cluster.sh up creates it)"
     return None
 
 
 def kind_substrate(workdir: Path) -> Substrate:
     kubeconfig = workdir / "kind.kubeconfig"
-    out = subprocess.run(["kind", "get", "kubeconfig", "--name", KIND_CLUSTER], capture_output=True, text=True,
-                         check=True).stdout
-    kubeconfig.write_text(out)
-    repository, _, tag = KIND_IMAGE.rpartition(":")
-    return Substrate("kind", kubeconfig, [], repository, tag)
-
-
-def testbed_substrate(tb) -> Substrate:
-    # Any image whose repository ends in `dm` runs from the project's virtualenv on the testbed.
-    return Substrate("testbed", tb.kubeconfig, [tb.settings.bin_dir], "ghcr.io/dm-dev/dm", "dev", chaos=tb)
+    result = run_tool("kind", "get", "kubeconfig", "--name", KIND_CLUSTER)
+    if result.returncode != 0:
+        raise RuntimeError(f"kind get kubeconfig: {result.stderr}")
+    kubeconfig.write_text(result.stdout)
+    repository, _, tag = IMAGE.rpartition(":")
+    return Substrate("kind", kubeconfig, repository, tag)
 
 
 def served(sub: Substrate, group_version: str) -> bool:

@@ -39,6 +39,23 @@ def test_dmcluster_and_topic_from_the_examples(e2e_namespace, operator):
     claims = get_json(sub, "pvc", "-n", ns)["items"]
     assert sorted(c["metadata"]["name"] for c in claims) == [f"data-demo-broker-{i}" for i in range(3)]
 
+    # The broker runs the image as it was built, as the pod says: PID 1, uid 10001, a read-only root
+    # file system, and its data volume writable through the pod's fsGroup.
+    proof = sub.kubectl("exec", "-n", ns, "demo-broker-0", "-c", "broker", "--", "python", "-c", textwrap.dedent("""
+        import errno, os
+        try:
+            open("/written-by-the-broker", "w")
+            print("root writable")
+        except OSError as exc:
+            print("root", errno.errorcode[exc.errno])
+        data = "/var/lib/dm/data"
+        print("uid", os.getuid(), "data gid", os.stat(data).st_gid, "writable", os.access(data, os.W_OK))
+        print("pid1", open("/proc/1/cmdline").read().split(chr(0))[1:3])
+    """)).stdout
+    assert "root EROFS" in proof, proof
+    assert "uid 10001 data gid 10001 writable True" in proof, proof
+    assert "pid1 ['/opt/dm/bin/dm', 'broker']" in proof, "the broker is the container's PID 1 (gets SIGTERM)"
+
     sub.kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "kubernetes" / "topic.yaml"))
     wait_topic_ready(sub, ns, "orders")
     status = wait_until(lambda: (s := topic_status(sub, ns, "orders")) and fully_in_sync(s) and s, 60,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
+from pydantic import BaseModel, ValidationError
 
 from ..tasks import cancelling
 from .controller import Controller, ControllerError
@@ -34,6 +35,7 @@ from .models import (
 )
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 
 class ControllerUnavailable(Exception):
@@ -124,67 +126,79 @@ class HttpControllerClient:
             self._session = aiohttp.ClientSession(headers=self.headers)
         return self._session
 
-    async def _call(self, method: str, path: str, body=None, timeout: float | None = None, params=None):
+    async def _call(self, method: str, path: str, body=None, timeout: float | None = None, params=None,
+                    answer: type[M] | None = None):
+        """The controller's JSON object for a request (parsed as `answer` when given). Anything that is
+        not the controller's answer (no connection, a timeout, a body that is not a JSON object of the
+        expected shape: a proxy's or a starting server's) is ControllerUnavailable, which callers
+        retry; a refusal the controller gave is ControllerError."""
         try:
             async with self._sess().request(
                 method, self.url + path, json=body.model_dump() if body is not None else None, params=params,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
             ) as resp:
                 data = await resp.json(content_type=None)
+                if resp.status == 401:
+                    raise ControllerUnavailable("the controller refused our token")
+                if not isinstance(data, dict):
+                    raise ControllerUnavailable(f"{method} {path}: HTTP {resp.status} without a controller's answer")
+                if resp.status >= 500:
+                    raise ControllerUnavailable(f"{method} {path}: {data.get('message', resp.status)}")
                 if resp.status >= 400:
-                    if resp.status == 401:
-                        raise ControllerUnavailable("the controller refused our token")
-                    if resp.status >= 500:
-                        raise ControllerUnavailable(f"{method} {path}: {data.get('message', resp.status)}")
                     raise ControllerError(data.get("error", "unknown_server_error"), data.get("message", str(data)))
-                return data
+                return answer.model_validate(data) if answer is not None else data
+        except ValidationError as exc:
+            raise ControllerUnavailable(f"{method} {path}: not a controller's answer: {exc}") from None
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:  # ValueError: not JSON
             if cancelling():
                 raise asyncio.CancelledError from exc
             raise ControllerUnavailable(f"{method} {path}: {exc}") from None
 
     async def register(self, req: RegisterRequest) -> RegisterResponse:
-        return RegisterResponse.model_validate(await self._call("POST", "/v1/brokers/register", req))
+        return await self._call("POST", "/v1/brokers/register", req, answer=RegisterResponse)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
-        return HeartbeatResponse.model_validate(await self._call("POST", "/v1/brokers/heartbeat", req))
+        return await self._call("POST", "/v1/brokers/heartbeat", req, answer=HeartbeatResponse)
 
     async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
         params = {"version": str(known_version), "incarnation": incarnation, "wait_ms": str(int(wait_s * 1000))}
-        data = await self._call("GET", "/v1/metadata", params=params, timeout=wait_s + self.timeout)
-        return ClusterMetadata.model_validate(data)
+        return await self._call("GET", "/v1/metadata", params=params, timeout=wait_s + self.timeout,
+                                answer=ClusterMetadata)
 
     async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        return AlterIsrResponse.model_validate(await self._call("POST", "/v1/isr", req))
+        return await self._call("POST", "/v1/isr", req, answer=AlterIsrResponse)
 
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
-        return TopicDoc.model_validate(await self._call("POST", "/v1/topics", req))
+        return await self._call("POST", "/v1/topics", req, answer=TopicDoc)
 
     async def delete_topic(self, name: str) -> TopicDoc:
-        return TopicDoc.model_validate(await self._call("DELETE", f"/v1/topics/{name}"))
+        return await self._call("DELETE", f"/v1/topics/{name}", answer=TopicDoc)
 
     async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc:
-        return TopicDoc.model_validate(await self._call("POST", f"/v1/topics/{name}/partitions", req))
+        return await self._call("POST", f"/v1/topics/{name}/partitions", req, answer=TopicDoc)
 
     async def alter_configs(self, name: str, req: AlterConfigsRequest) -> TopicDoc:
-        return TopicDoc.model_validate(await self._call("PUT", f"/v1/topics/{name}/configs", req))
+        return await self._call("PUT", f"/v1/topics/{name}/configs", req, answer=TopicDoc)
 
     async def allocate_producer_ids(self) -> ProducerIdBlock:
-        return ProducerIdBlock.model_validate(await self._call("POST", "/v1/producer-ids"))
+        return await self._call("POST", "/v1/producer-ids", answer=ProducerIdBlock)
 
     async def controlled_shutdown(self, node_id: int, broker_epoch: int) -> list[tuple[str, int]]:
         data = await self._call("POST", f"/v1/brokers/{node_id}/shutdown", params={"epoch": str(broker_epoch)})
-        return [tuple(x) for x in data["still_leading"]]
+        still_leading = data.get("still_leading")
+        if not isinstance(still_leading, list):
+            raise ControllerUnavailable(f"controlled shutdown: not a controller's answer: {data}")
+        return [tuple(x) for x in still_leading]
 
     async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]:
-        data = await self._call("POST", "/v1/reassignments", ReassignmentsRequest(reassignments=reqs))
-        return PartitionResults.model_validate(data).results
+        return (await self._call("POST", "/v1/reassignments", ReassignmentsRequest(reassignments=reqs),
+                                 answer=PartitionResults)).results
 
     async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]:
-        return PartitionResults.model_validate(await self._call("POST", "/v1/elections", req)).results
+        return (await self._call("POST", "/v1/elections", req, answer=PartitionResults)).results
 
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
-        return ClusterDoc.model_validate(await self._call("PUT", "/v1/broker-configs", req))
+        return await self._call("PUT", "/v1/broker-configs", req, answer=ClusterDoc)
 
     async def hold_session(self, node_id: int, broker_epoch: int, opened: Callable[[], None]) -> None:
         """Keeps the session WebSocket open (`opened` is called once it is); returns when it

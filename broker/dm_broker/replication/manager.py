@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..controller.client import ControllerUnavailable
+from ..controller.controller import ControllerError
 from ..controller.models import AlterIsrRequest
 from ..tasks import stop_tasks
 from .fetcher import ReplicaFetcher
@@ -97,8 +98,12 @@ class ReplicaManager:
                               partition_epoch=part.partition_epoch, new_isr=new_isr)
         try:
             resp = await self.broker.controller.alter_isr(req)
-        except ControllerUnavailable as exc:
+        except (ControllerUnavailable, ControllerError) as exc:
             log.warning("%s-%d: ISR change to %s not possible: %s", part.topic, part.index, new_isr, exc)
+            part.pending_isr = None
+            return
+        except Exception:  # a change left pending would block every later one of this partition
+            log.exception("%s-%d: ISR change to %s failed", part.topic, part.index, new_isr)
             part.pending_isr = None
             return
         if resp.error is None and resp.state is not None:
