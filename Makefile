@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 TESTBED := PYTHONPATH=testbed $(BIN)/python -m dm_testbed
 
-.PHONY: install install-test run test lint bench clean tools k8s-build k8s-up k8s-down wheel image e2e-kind
+.PHONY: install install-test run test lint bench clean tools k8s-build k8s-up k8s-down wheel image e2e-kind kind-up kind-down
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,9 @@ install: $(RUN_STAMP)
 
 install-test: $(TEST_STAMP)
 
-# Tools that are not Python packages: kcat, Java for Spark, and the Kubernetes control plane the
-# e2e suite runs on (built once from Debian's source package, cached under ~/.cache/dm-testbed).
+# Tools that are not Python packages: kcat, Java for Spark, and the Kubernetes binaries (built once
+# from Debian's source package, cached under ~/.cache/dm-testbed) with helm. The Docker engine, the
+# images and the kind cluster are set up by scripts/run-tests.sh (scripts/kind/).
 tools:
 	bash scripts/install-tools.sh
 
@@ -44,7 +45,8 @@ lint: install-test
 bench: install-test
 	$(BIN)/python -m bench.run_all
 
-# The Kubernetes testbed for manual use (docs/testing.md): a real control plane, pods as processes.
+# The control plane alone (etcd, kube-apiserver, kube-controller-manager as local processes) that the
+# tests in tests/apiserver use, for manual use (docs/testing.md).
 k8s-build:
 	bash scripts/k8s-build.sh
 	bash scripts/helm-install.sh
@@ -59,9 +61,20 @@ k8s-down: install-test
 wheel: install-test
 	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 
-# The container image (needs a Docker engine), and the e2e suite on kind with it (needs kind too).
+# The container image (scripts/kind/engine.sh starts a Docker engine where none runs), a kind cluster
+# with it loaded (kept until kind-down), and the e2e suite on kind alone.
 image:
-	docker build -t dm:dev .
+	bash scripts/kind/engine.sh
+	DM_IMAGE=dm:dev bash scripts/kind/images.sh
+
+kind-up: install-test k8s-build
+	bash scripts/kind/engine.sh
+	bash scripts/kind/images.sh
+	bash scripts/kind/install-kind.sh
+	bash scripts/kind/cluster.sh up
+
+kind-down:
+	bash scripts/kind/cluster.sh down
 
 e2e-kind: install-test
 	bash scripts/e2e-kind.sh

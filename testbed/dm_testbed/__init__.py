@@ -1,3 +1,4 @@
-"""dm's Kubernetes testbed: a real control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler built from Debian's source package) with an emulated node layer that runs pods as
-local processes in their own network and mount namespaces. See docs/testing.md."""
+"""dm's Kubernetes test infrastructure: a real control plane for tests that need an API server
+and no nodes (etcd, kube-apiserver and kube-controller-manager built from Debian's source package,
+run as local processes), and the add-ons of the offline kind node image (`addons`). See
+docs/testing.md."""

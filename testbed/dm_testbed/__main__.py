@@ -1,4 +1,5 @@
-"""`python -m dm_testbed up|down|status|env|leftovers|chaos …` (make k8s-up / k8s-down)."""
+"""`python -m dm_testbed up|down|env|leftovers` (make k8s-up / k8s-down): the control plane for tests
+that need an API server and no nodes."""
 
 from __future__ import annotations
 
@@ -25,21 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--foreground", action="store_true", help="run the supervisor in this process")
     up.add_argument("--owner-pid", type=int, help="stop when this process exits")
     sub.add_parser("down", help="stop the testbed and remove everything it created")
-    sub.add_parser("status", help="nodes and pods of the running testbed")
     sub.add_parser("env", help="print the export line for kubectl and helm")
     sub.add_parser("leftovers", help="list anything a testbed run left on this machine")
-    chaos = sub.add_parser("chaos", help="fault injection")
-    chaos_sub = chaos.add_subparsers(dest="action", required=True)
-    for name, help_text in (("kill", "kill a pod's container (SIGKILL)"), ("cut", "cut a pod's network"),
-                            ("heal", "restore a pod's network")):
-        p = chaos_sub.add_parser(name, help=help_text)
-        p.add_argument("pod")
-        p.add_argument("-n", "--namespace", default="default")
-        if name == "kill":
-            p.add_argument("-c", "--container")
-            p.add_argument("--signal", type=int, default=9)
-    for name in ("node-stop", "node-start"):
-        chaos_sub.add_parser(name, help=f"{name.split('-')[1]} a node").add_argument("node")
     args = parser.parse_args(argv)
     settings = TestbedSettings.from_env()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -53,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             tb = Testbed.start(settings)
             state = tb.state
-            print(f"dm testbed ready in {state.get('startup_seconds')}s: {settings.nodes} nodes, "
-                  f"API server {state.get('server')}")
+            print(f"dm testbed ready in {state.get('startup_seconds')}s: API server {state.get('server')}")
             print(_exports(settings))
             return 0
         if args.command == "down":
@@ -73,19 +60,6 @@ def main(argv: list[str] | None = None) -> int:
             left = cleanup.leftovers(settings)
             print(json.dumps(left, indent=2))
             return 1 if left else 0
-        tb = Testbed.attach(settings)
-        if args.command == "status":
-            print(json.dumps(tb.status(), indent=2))
-        elif args.action == "kill":
-            print(tb.kill_container(args.namespace, args.pod, args.container, args.signal))
-        elif args.action == "cut":
-            print(tb.cut_network(args.namespace, args.pod))
-        elif args.action == "heal":
-            print(tb.heal_network(args.namespace, args.pod))
-        elif args.action == "node-stop":
-            print(tb.stop_node(args.node))
-        elif args.action == "node-start":
-            print(tb.start_node(args.node))
         return 0
     except TestbedError as exc:
         print(f"dm testbed: {exc}", file=sys.stderr)

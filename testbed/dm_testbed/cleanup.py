@@ -1,6 +1,6 @@
-"""Finding and removing what a testbed run leaves on this machine: processes, network namespaces,
-links, mounts, mount points it created. Used before every start (a stale run, e.g. after an
-interrupted test session, is cleaned up) and by the teardown check."""
+"""Finding and removing what a testbed run leaves on this machine: its processes and its run
+directory. Used before every start (a stale run, e.g. after an interrupted test session, is cleaned
+up) and by the teardown check."""
 
 from __future__ import annotations
 
@@ -9,12 +9,8 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
-from pathlib import Path
 
-from . import network
-from .kubelet.agent import remove_empty_tree
 from .processes import cmdline, kill_and_wait, pids_mentioning
 from .settings import TestbedSettings
 
@@ -50,34 +46,8 @@ def stop_supervisor(settings: TestbedSettings, timeout_s: float = 60) -> bool:
     return True
 
 
-def host_mounts(settings: TestbedSettings) -> list[str]:
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = line.split()[4]
-            if point.startswith(str(settings.run_dir)) or point.startswith(f"/run/netns/{settings.prefix}"):
-                found.append(point)
-    return found
-
-
-def iptables_rules(settings: TestbedSettings) -> list[str]:
-    """The testbed adds no iptables rules; this checks that none mentioning it exist."""
-    rules = []
-    for tool in ("iptables-save", "ip6tables-save"):
-        if shutil.which(tool):
-            out = subprocess.run([tool], capture_output=True, text=True, check=False).stdout
-            rules += [line for line in out.splitlines() if settings.prefix in line or settings.bridge in line]
-    return rules
-
-
 def leftovers(settings: TestbedSettings) -> dict[str, list]:
     found: dict[str, list] = {"processes": pids_mentioning(str(settings.run_dir))}
-    found.update(network.leftovers(settings))
-    found["mounts"] = host_mounts(settings)
-    found["iptables"] = iptables_rules(settings)
-    record = settings.run_dir / "mountpoints.txt"
-    found["mountpoints"] = [p for p in record.read_text().split("\n") if p and Path(p).exists()] \
-        if record.exists() else []
     return {k: v for k, v in found.items() if v}
 
 
@@ -86,11 +56,6 @@ def clean(settings: TestbedSettings, keep_logs: bool = False) -> dict[str, list]
     stop_supervisor(settings)
     found = leftovers(settings)
     kill_and_wait(found.get("processes", []))
-    network.remove_leftovers(settings)
-    for point in sorted(host_mounts(settings), reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-    for top in found.get("mountpoints", []):
-        remove_empty_tree(Path(top))
     if settings.run_dir.exists():
         for entry in settings.run_dir.iterdir():
             if (keep_logs and entry.name == "logs") or entry.name == SUPERVISOR_OUT:

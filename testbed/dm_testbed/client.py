@@ -1,13 +1,11 @@
 """Using a testbed from tests and scripts: start it (as a detached supervisor), wait until ready,
-run kubectl against it, call its chaos primitives, stop it."""
+run kubectl against it, stop it."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,34 +22,14 @@ class TestbedError(RuntimeError):
     pass
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = str(path)
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
 def why_unavailable(settings: TestbedSettings) -> str | None:
     """A reason the testbed cannot run on this machine, or None."""
-    if os.geteuid() != 0:
-        return "the testbed needs root (network and mount namespaces)"
-    if not shutil.which("ip"):
-        return "iproute2 (`ip`) is missing"
     if not shutil.which("etcd"):
         return "etcd is missing (scripts/k8s-build.sh installs etcd-server)"
-    missing = [b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+    missing = [b for b in ("kube-apiserver", "kube-controller-manager", "kubectl")
                if not (settings.bin_dir / b).exists()]
     if missing:
         return f"Kubernetes binaries not built ({', '.join(missing)}); run scripts/k8s-build.sh"
-    probe = f"{settings.prefix}-probe-{os.getpid()}"
-    result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        return f"cannot create network namespaces: {result.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
     return None
 
 
@@ -142,47 +120,3 @@ class Testbed:
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
-
-    # -- control socket and chaos ----------------------------------------------------------------
-
-    def _call(self, method: str, path: str, body: dict | None = None, timeout_s: float = 60) -> Any:
-        conn = _UnixConnection(self.settings.control_socket, timeout_s)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read().decode()
-        finally:
-            conn.close()
-        if resp.status >= 400:
-            raise TestbedError(f"{method} {path}: HTTP {resp.status}: {data}")
-        return json.loads(data)
-
-    def status(self) -> dict[str, Any]:
-        return self._call("GET", "/status")
-
-    def kill_container(self, namespace: str, pod: str, container: str | None = None, sig: int = 9) -> dict:
-        """A crash: the container's processes get `sig` (SIGKILL by default); the restart policy
-        brings it back."""
-        return self._call("POST", "/chaos/kill", {"namespace": namespace, "pod": pod, "container": container,
-                                                  "signal": sig})
-
-    def cut_network(self, namespace: str, pod: str) -> dict:
-        return self._call("POST", "/chaos/network", {"namespace": namespace, "pod": pod, "connected": False})
-
-    def heal_network(self, namespace: str, pod: str) -> dict:
-        return self._call("POST", "/chaos/network", {"namespace": namespace, "pod": pod, "connected": True})
-
-    def stop_node(self, node: str) -> dict:
-        return self._call("POST", "/chaos/node", {"node": node, "up": False})
-
-    def start_node(self, node: str) -> dict:
-        return self._call("POST", "/chaos/node", {"node": node, "up": True})
-
-    def delete_pod(self, namespace: str, pod: str, force: bool = False, wait: bool = False) -> None:
-        """Graceful delete (SIGTERM, preStop, grace period), or forced (grace 0: the object goes at
-        once and the processes get a 2 s grace)."""
-        args = ["delete", "pod", pod, "-n", namespace, f"--wait={'true' if wait else 'false'}"]
-        if force:
-            args += ["--grace-period=0", "--force"]
-        self.kubectl(*args)

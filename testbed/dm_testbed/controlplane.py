@@ -1,5 +1,7 @@
-"""The real control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler as
-child processes, with certificates, kubeconfigs and readiness checks."""
+"""A real Kubernetes control plane for tests that need an API server but no nodes: etcd,
+kube-apiserver and kube-controller-manager (garbage collection, StatefulSets, namespaces, service
+account tokens) as child processes, with certificates, kubeconfigs and readiness checks. Nothing runs
+pods here: that is kind's job (scripts/kind/)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ ADMISSION_PLUGINS = ",".join([
     "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook",
     "ValidatingAdmissionWebhook", "ResourceQuota",
 ])
-# Controllers that need a cloud, node CIDR allocation or bootstrap tokens are left out.
+# Controllers that need a cloud, nodes or bootstrap tokens are left out.
 CONTROLLERS = "*,-nodeipam,-ttl,-bootstrapsigner,-tokencleaner,-cloud-node-lifecycle,-route,-service"
 
 
@@ -38,8 +40,6 @@ class ControlPlaneError(RuntimeError):
 class Credentials:
     ca: Path
     admin: CertPaths
-    kubelet_client: CertPaths  # what the API server presents to kubelets (logs)
-    kubelet_serving: CertPaths
     admin_kubeconfig: Path
     server: str
 
@@ -65,25 +65,20 @@ class ControlPlane:
         s = self.settings
         pki = Pki(s.run_dir / "pki")
         pki.create_ca()
-        gw = s.gateway_ip
         domain = s.cluster_domain
         apiserver = pki.issue("apiserver", "kube-apiserver", server=True,
                               dns=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                                    f"kubernetes.default.svc.{domain}"],
-                              ips=["127.0.0.1", gw, s.kubernetes_service_ip])
+                              ips=["127.0.0.1"])
         admin = pki.issue("admin", "dm-testbed-admin", "system:masters")
         cm = pki.issue("controller-manager", "system:kube-controller-manager")
-        scheduler = pki.issue("scheduler", "system:kube-scheduler")
-        kubelet_client = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
-        kubelet_serving = pki.issue("kubelet", "dm-testbed-kubelet", server=True, ips=[gw, "127.0.0.1"])
         pki.service_account_key()
         server = f"https://127.0.0.1:{s.apiserver_port}"
         write_kubeconfig(s.run_dir / "controller-manager.kubeconfig", server, pki.ca.cert, cm,
                          "system:kube-controller-manager")
-        write_kubeconfig(s.run_dir / "scheduler.kubeconfig", server, pki.ca.cert, scheduler, "system:kube-scheduler")
         admin_kc = write_kubeconfig(s.kubeconfig, server, pki.ca.cert, admin, "dm-testbed-admin")
         self._apiserver_cert = apiserver
-        self.credentials = Credentials(pki.ca.cert, admin, kubelet_client, kubelet_serving, admin_kc, server)
+        self.credentials = Credentials(pki.ca.cert, admin, admin_kc, server)
         return self.credentials
 
     async def start(self) -> Credentials:
@@ -110,8 +105,9 @@ class ControlPlane:
         self.procs["kube-apiserver"] = await spawn([
             self.binary("kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=0.0.0.0", f"--secure-port={s.apiserver_port}", f"--advertise-address={s.gateway_ip}",
-            "--insecure-port=0",
+            "--bind-address=127.0.0.1", f"--secure-port={s.apiserver_port}", "--advertise-address=127.0.0.1",
+            # No node reaches this API server through a Service: no endpoints to keep for it.
+            "--endpoint-reconciler-type=none", "--insecure-port=0",
             f"--tls-cert-file={self._apiserver_cert.cert}", f"--tls-private-key-file={self._apiserver_cert.key}",
             f"--client-ca-file={creds.ca}", f"--cert-dir={pki}",
             "--authorization-mode=RBAC", f"--enable-admission-plugins={ADMISSION_PLUGINS}",
@@ -119,9 +115,6 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-account-issuer={issuer}", f"--api-audiences={issuer}",
             f"--service-cluster-ip-range={s.service_cidr}",
-            f"--kubelet-client-certificate={creds.kubelet_client.cert}",
-            f"--kubelet-client-key={creds.kubelet_client.key}",
-            "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true", "--profiling=false",
             # Projected, audience-bound ServiceAccount tokens, as every current Kubernetes mounts them.
             "--feature-gates=BoundServiceAccountTokenVolume=true",
@@ -137,21 +130,9 @@ class ControlPlane:
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={creds.ca}",
             "--use-service-account-credentials=true", f"--controllers={CONTROLLERS}",
             f"--cluster-signing-cert-file={creds.ca}", f"--cluster-signing-key-file={pki / 'ca.key'}",
-            # Nodes whose (emulated) kubelet stops renewing its lease turn NotReady after this.
-            "--node-monitor-grace-period=20s", "--node-monitor-period=2s",
         ], self.logs / "kube-controller-manager.log")
-        sched_kc = s.run_dir / "scheduler.kubeconfig"
-        self.procs["kube-scheduler"] = await spawn([
-            self.binary("kube-scheduler"), *common, f"--secure-port={s.apiserver_port + 2}",
-            f"--kubeconfig={sched_kc}", f"--authentication-kubeconfig={sched_kc}",
-            f"--authorization-kubeconfig={sched_kc}",
-        ], self.logs / "kube-scheduler.log")
-        await asyncio.gather(
-            self._wait_http(f"https://127.0.0.1:{s.apiserver_port + 1}/healthz", "kube-controller-manager", 30,
-                            tls=True, verify=False),
-            self._wait_http(f"https://127.0.0.1:{s.apiserver_port + 2}/healthz", "kube-scheduler", 30,
-                            tls=True, verify=False),
-        )
+        await self._wait_http(f"https://127.0.0.1:{s.apiserver_port + 1}/healthz", "kube-controller-manager", 30,
+                              tls=True, verify=False)
         self.timings["controllers"] = round(time.monotonic() - t0, 2)
         return creds
 
@@ -192,7 +173,7 @@ class ControlPlane:
             return "(no log)"
 
     async def stop(self) -> None:
-        # Reverse start order: the scheduler and controller-manager first, etcd last.
+        # Reverse start order: the controller-manager first, etcd last.
         for name in reversed(list(self.procs)):
             await terminate(self.procs[name], 5)
         self.procs.clear()

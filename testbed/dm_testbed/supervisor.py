@@ -1,29 +1,18 @@
-"""The testbed process: brings up the host network, the control plane, DNS, the service proxy, the
-storage provisioner and the node agent; writes its state file; tears everything down on SIGTERM,
-SIGINT, a shutdown request, or when the process that owns it (a test session) is gone."""
+"""The testbed process: brings up the control plane, writes its state file, and tears it down on
+SIGTERM, SIGINT, or when the process that owns it (a test session) is gone."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import signal
 import time
 
-from aiohttp import web
-
-from . import cleanup, network
-from .control import make_control_app
+from . import cleanup
 from .controlplane import ControlPlane
-from .dns import serve_dns
-from .kube import Kube
-from .kubelet.agent import NodeAgent
-from .kubelet.api import serve_kubelet_api
-from .proxy import ServiceProxy
 from .settings import TestbedSettings
-from .storage import LocalPathProvisioner
 
 log = logging.getLogger(__name__)
 
@@ -61,36 +50,11 @@ async def run(settings: TestbedSettings, owner_pid: int | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     cp = ControlPlane(settings)
-    kube: Kube | None = None
-    agent: NodeAgent | None = None
-    provisioner: LocalPathProvisioner | None = None
-    proxy: ServiceProxy | None = None
-    dns_transport = None
-    runners: list[web.AppRunner] = []
     try:
-        await network.setup_host(settings)
         creds = await cp.start()
-        control_plane_s = time.monotonic() - started
-        kube = Kube(creds.server, cp.ssl_context())
-        dns, dns_transport = await serve_dns(settings.gateway_ip)
-        proxy = ServiceProxy(lambda ip: network.add_service_ip(settings, ip),
-                             lambda ip: network.remove_service_ip(settings, ip))
-        provisioner = LocalPathProvisioner(kube, settings.run_dir / "pv")
-        await provisioner.start()
-        agent = NodeAgent(settings, kube, dns.update, proxy.sync)
-        for node in agent.nodes.values():
-            runners.append(await serve_kubelet_api(agent, node.name, settings.gateway_ip,
-                                                   settings.kubelet_port + node.index, creds.kubelet_serving.cert,
-                                                   creds.kubelet_serving.key))
-        await agent.start()
-        control = web.AppRunner(make_control_app(agent, stop.set), access_log=None)
-        await control.setup()
-        await web.UnixSite(control, str(settings.control_socket)).start()
-        runners.append(control)
         write_state(settings, phase="ready", startup_seconds=round(time.monotonic() - started, 2),
-                    control_plane_seconds=round(control_plane_s, 2), server=creds.server,
-                    timings=cp.timings)
-        log.info("testbed ready in %.1fs (control plane %.1fs)", time.monotonic() - started, control_plane_s)
+                    server=creds.server, timings=cp.timings)
+        log.info("testbed ready in %.1fs", time.monotonic() - started)
         waiters = [asyncio.create_task(stop.wait())]
         if owner_pid:
             waiters.append(asyncio.create_task(_owner_gone(owner_pid)))
@@ -104,21 +68,6 @@ async def run(settings: TestbedSettings, owner_pid: int | None = None) -> None:
     finally:
         log.info("tearing down")
         write_state(settings, phase="stopping")
-        if agent is not None:
-            await agent.stop()
-        if provisioner is not None:
-            await provisioner.stop()
-        for runner in runners:
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
-        if proxy is not None:
-            await proxy.close()
-        if dns_transport is not None:
-            dns_transport.close()
-        if kube is not None:
-            await kube.close()
         await cp.stop()
-        await network.ip("link", "del", settings.bridge, check=False)
-        network.remove_leftovers(settings)
         write_state(settings, phase="stopped", pid=None)
         log.info("testbed stopped")

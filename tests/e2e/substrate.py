@@ -111,12 +111,3 @@ def kind_substrate(workdir: Path) -> Substrate:
     kubeconfig.write_text(result.stdout)
     repository, _, tag = IMAGE.rpartition(":")
     return Substrate("kind", kubeconfig, repository, tag)
-
-
-def served(sub: Substrate, group_version: str) -> bool:
-    out = sub.kubectl("api-versions").stdout.split()
-    return group_version in out
-
-
-def json_of(result: subprocess.CompletedProcess[str]) -> dict:
-    return json.loads(result.stdout)

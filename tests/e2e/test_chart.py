@@ -1,4 +1,4 @@
-"""The Helm chart: lint, manifests valid against the Kubernetes schemas and (on the testbed's API
+"""The Helm chart: lint, manifests valid against the Kubernetes schemas and (on the kind cluster's API
 server) the CRDs, and the life of a release: install (the operator as a pod under its ServiceAccount,
 so RBAC is enforced), helm test, an upgrade that changes the broker config and rolls the brokers one
 at a time, and an uninstall that leaves no operator objects and keeps the claims (as configured)."""
@@ -53,7 +53,7 @@ def test_chart_lints_and_renders_manifests_valid_for_kubernetes(tmp_path: Path) 
         kinds = [d["kind"] for d in yaml.safe_load_all(out.read_text()) if d]
         assert "Deployment" in kinds and "CustomResourceDefinition" in kinds
         # The oldest and newest Kubernetes the validator has schemas for; 1.20 itself is checked by
-        # the testbed's API server (server-side dry run).
+        # the kind cluster's API server (server-side dry run).
         for version in ("1.25.0", "1.37.0"):
             result = subprocess.run([validate, "--strict", "-k", version, "--quiet", str(out)], capture_output=True,
                                     text=True)
@@ -173,8 +173,7 @@ def test_the_readme_kubernetes_commands(substrate) -> None:
     readme = (REPO / "README.md").read_text()
     assert "helm install dm charts/dm-cluster -n dm --create-namespace --set cluster.name=demo" in readme
     assert "kubectl apply -n dm -f examples/kubernetes/topic.yaml" in readme
-    image = [] if sub.name == "testbed" else ["--set", f"image.repository={sub.image_repository}",
-                                               "--set", f"image.tag={sub.image_tag}"]
+    image = ["--set", f"image.repository={sub.image_repository}", "--set", f"image.tag={sub.image_tag}"]
     sub.helm("install", "dm", str(CHART), "-n", ns, "--create-namespace", "--set", "cluster.name=demo", *image)
     try:
         sub.kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "kubernetes" / "topic.yaml"))

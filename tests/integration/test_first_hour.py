@@ -129,13 +129,23 @@ def test_broker_waiting_for_an_unreachable_controller_exits_on_sigterm(tmp_path)
     assert "stopped during start-up" in log.read_text()
 
 
-def test_ctrl_c_on_a_waiting_consumer_exits_without_a_traceback(broker, topic_name):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("started", ["from a terminal", "as a background job (SIGINT ignored by inheritance)"])
+def test_ctrl_c_on_a_waiting_consumer_exits_without_a_traceback(broker, topic_name, started):
     assert dm("topics", "create", topic_name, "--bootstrap", broker.bootstrap).returncode == 0
     proc = subprocess.Popen([sys.executable, "-m", "dm_broker.cli", "consume", topic_name, "--bootstrap",
-                             broker.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # subscribed and waiting for records
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
+                             broker.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if "background" in started else None)
+    try:
+        time.sleep(3)  # subscribed and waiting for records
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()  # never left behind, whatever happened above
+        proc.wait()
     assert proc.returncode == 130
     assert "Traceback" not in err and "interrupted" in err
 

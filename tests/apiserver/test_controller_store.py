@@ -4,13 +4,13 @@ while its successor loads the state from the resources' status. The stale one's 
 version check (nothing is overwritten, no producer id is handed out twice), and then it goes on from
 the stored documents instead of failing the same way until a restart.
 
-The controllers run in the test process against a namespace the operator does not serve, so
-nothing else writes these resources."""
+The controllers run in the test process against the testbed's API server, in a namespace of the
+test's own: nothing else writes these resources."""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
+import json
 
 import pytest
 from dm_broker.controller.controller import Controller
@@ -18,13 +18,12 @@ from dm_broker.controller.models import CreateTopicRequest, RegisterRequest
 from dm_broker.controller.store import ConflictError
 from dm_operator.kube import Kube
 from dm_operator.store import CrdStatusStore
+from dm_testbed.client import Testbed
 from kubernetes import config
-from substrate import Substrate
-from support import apply, get_json
 
 
-async def two_controllers(sub: Substrate, ns: str, cluster_uid: str) -> None:
-    kube = Kube(config.new_client_from_config(str(sub.kubeconfig)), threads=2)
+async def two_controllers(tb: Testbed, ns: str, cluster_uid: str) -> None:
+    kube = Kube(config.new_client_from_config(str(tb.kubeconfig)), threads=2)
     try:
         old = await Controller.open(CrdStatusStore(kube, ns, "solo", cluster_uid), session_timeout_ms=2000)
         await old.register(RegisterRequest(node_id=0, host="h", port=9092, incarnation="a"))
@@ -45,21 +44,12 @@ async def two_controllers(sub: Substrate, ns: str, cluster_uid: str) -> None:
         kube.close()
 
 
-def test_a_stale_controller_is_refused_then_continues_from_the_stored_state(operator):
-    sub = operator
-    ns = f"store-{uuid.uuid4().hex[:8]}"
-    sub.kubectl("create", "namespace", ns)
-    try:
-        apply(sub, {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "solo"},
-                    "spec": {"replicas": 1, "storage": {"size": "1Gi"}}}, ns)
-        uid = get_json(sub, "dmcluster", "solo", "-n", ns)["metadata"]["uid"]
-        asyncio.run(two_controllers(sub, ns, uid))
-        stored = get_json(sub, "topic", "t", "-n", ns)["status"]
-        assert stored["configs"] == {"retention.ms": "1000", "cleanup.policy": "compact"}
-        assert stored["documentVersion"] == 2
-    finally:
-        # No operator serves this namespace to release the Topic's finalizer.
-        for item in get_json(sub, "topics", "-n", ns)["items"]:
-            sub.kubectl("patch", "topic", item["metadata"]["name"], "-n", ns, "--type=merge", "-p",
-                        '{"metadata":{"finalizers":null}}', check=False)
-        sub.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+def test_a_stale_controller_is_refused_then_continues_from_the_stored_state(apiserver: Testbed, namespace: str):
+    apiserver.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(
+        {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "solo"},
+         "spec": {"replicas": 1, "storage": {"size": "1Gi"}}}))
+    uid = apiserver.kubectl_json("get", "dmcluster", "solo", "-n", namespace)["metadata"]["uid"]
+    asyncio.run(two_controllers(apiserver, namespace, uid))
+    stored = apiserver.kubectl_json("get", "topic", "t", "-n", namespace)["status"]
+    assert stored["configs"] == {"retention.ms": "1000", "cleanup.policy": "compact"}
+    assert stored["documentVersion"] == 2
