@@ -15,6 +15,17 @@ minbase=dm.local/debian:bookworm-minbase
 cache=${DM_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dm-testbed}
 export DOCKER_BUILDKIT=0  # the legacy builder: Debian's docker.io has no buildx
 has_image() { docker image inspect "$1" >/dev/null 2>&1; }
+build() {  # docker build, quiet unless it fails
+  local log
+  log=$(mktemp)
+  if ! docker build -q "$@" >"$log" 2>&1; then
+    tail -30 "$log" >&2
+    rm -f "$log"
+    echo "images: docker build $* failed" >&2
+    return 1
+  fi
+  rm -f "$log"
+}
 
 # A Debian bookworm base made from the Debian mirror alone.
 ensure_minbase() {
@@ -48,12 +59,12 @@ ensure_python_base() {
   ctx=$(mktemp -d)
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/host-ca-bundle.crt"
   cp testbed/kind/images/python-standin.Dockerfile "$ctx/Dockerfile"
-  docker build -q --build-arg "BASE=$minbase" -t "$python_base" "$ctx" >/dev/null
+  build --build-arg "BASE=$minbase" -t "$python_base" "$ctx"
   rm -rf "$ctx"
 }
 
 ensure_python_base
 start=$SECONDS
-docker build -q -t "$image" . >/dev/null
+build -t "$image" .
 size=$(docker image inspect -f '{{.Size}}' "$image")
 echo "images: $image built in $((SECONDS - start)) s, $((size / 1000000)) MB"

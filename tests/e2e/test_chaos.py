@@ -1,5 +1,5 @@
 """Pod chaos under load (RF=3, min.insync.replicas=2, an idempotent acks=all producer and a
-consumer, both in pods): the leader's pod deleted, 20 rounds (DM_E2E_CHAOS_ROUNDS for more); then
+consumer, both in pods): the leader's pod deleted, 10 rounds (DM_E2E_CHAOS_ROUNDS for more); then
 forced deletions, the broker container killed through its node's containerd, the leader's node
 container stopped and started again, and the operator pod killed mid-load. Invariants: no
 acknowledged record lost, none duplicated, none reordered; the Topic's status names the new leader
@@ -32,9 +32,11 @@ from support import apply, get_json, get_or_none, pod_ready, wait_until
 
 pytestmark = pytest.mark.timeout(1800)
 
-ROUNDS = int(os.environ.get("DM_E2E_CHAOS_ROUNDS", "20"))
-FORCED = int(os.environ.get("DM_E2E_FORCED_ROUNDS", "3"))
-CRASHES = int(os.environ.get("DM_E2E_CRASH_ROUNDS", "3"))
+# Each round waits for the replaced broker to be Ready and back in every ISR (about 20 s on this 2-core
+# machine); the hosted CI workflow runs 20 deletion rounds.
+ROUNDS = int(os.environ.get("DM_E2E_CHAOS_ROUNDS", "10"))
+FORCED = int(os.environ.get("DM_E2E_FORCED_ROUNDS", "2"))
+CRASHES = int(os.environ.get("DM_E2E_CRASH_ROUNDS", "2"))
 NODE_STOPS = int(os.environ.get("DM_E2E_NODE_ROUNDS", "1"))
 PARTITIONS = 3
 
