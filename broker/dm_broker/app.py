@@ -23,6 +23,7 @@ from .dirlock import DirectoryInUse, DirectoryLock
 from .http.app import make_app
 from .log.checkpoints import atomic_write
 from .log.manager import RecoveryAborted
+from .log.meta_properties import IdentityError
 from .metrics import watch_event_loop
 from .server import KafkaServer
 from .tasks import stop_tasks
@@ -146,6 +147,17 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
 
     server = KafkaServer(broker.dispatcher, config["socket.request.max.bytes"], config["connections.max.idle.ms"])
     try:
+        # Whose data is this? Asked before a single log is read or written (ADR 0017).
+        await until_stopped(broker.check_identity(), stop)
+    except (Stopped, IdentityError) as exc:
+        if runner is not None:
+            await runner.cleanup()
+        await broker.controller.close()
+        if isinstance(exc, Stopped):
+            log.info("broker %d stopped during start-up", broker.node_id)
+            return
+        raise SystemExit(f"dm: broker {broker.node_id} cannot start: {exc}") from None
+    try:
         # Recovery blocks on disk reads; run it off the loop so /healthz answers meanwhile. A stop
         # signal ends it at the next partition.
         recovery = loop.run_in_executor(None, broker.recover_logs)
@@ -158,12 +170,14 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
             raise
         broker.port = await server.start(config["listener.host"], config["listener.port"])
         await until_stopped(broker.start(), stop)
-    except Stopped:
-        log.info("broker %d stopped during start-up", broker.node_id)
+    except (Stopped, IdentityError) as exc:
         await server.close()
         await broker.close()
         if runner is not None:
             await runner.cleanup()
+        if isinstance(exc, IdentityError):
+            raise SystemExit(f"dm: broker {broker.node_id} cannot join: {exc}") from None
+        log.info("broker %d stopped during start-up", broker.node_id)
         return
     listeners = {"kafka": f"{config.advertised_host}:{config['advertised.port'] or broker.port}",
                  "http_port": http_port, "node_id": broker.node_id}
@@ -175,16 +189,19 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     tune_gc()
     loop_watch = asyncio.create_task(watch_event_loop(broker.metrics))
 
-    await stop.wait()
+    fatal = asyncio.create_task(broker.fatal_event.wait())
+    await asyncio.wait([asyncio.create_task(stop.wait()), fatal], return_when=asyncio.FIRST_COMPLETED)
     log.info("shutting down broker %d", broker.node_id)
     await stop_tasks(loop_watch)
-    if embedded is None:
+    if embedded is None and not broker.fatal:
         await broker.controlled_shutdown()
     await server.close()
     await broker.close()
     if runner is not None:
         with contextlib.suppress(Exception):
             await runner.cleanup()
+    if broker.fatal:
+        raise SystemExit(f"dm: broker {broker.node_id} stopped: {broker.fatal}")
     log.info("broker %d stopped cleanly", broker.node_id)
 
 
@@ -200,7 +217,9 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
     try:
         store = FileControllerStore(store_dir)
         controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                                           unclean_election_default=config["unclean.leader.election.enable"])
+                                           unclean_election_default=config["unclean.leader.election.enable"],
+                                           expected_brokers=config["controller.recovery.expected.brokers"] or None,
+                                           recovery_timeout_ms=config["controller.recovery.timeout.ms"])
         controller.start()
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()

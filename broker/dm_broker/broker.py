@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from . import holdings
 from .config import BROKER_PROPERTIES, BrokerConfig, TopicSettings
 from .controller.client import ControllerClient, ControllerUnavailable
 from .controller.controller import ControllerError
@@ -41,8 +41,11 @@ from .controller.models import (
 )
 from .errors import KafkaError
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
+from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
+from .log import meta_properties
 from .log.checkpoints import atomic_write, read_offsets, write_offsets
 from .log.manager import LogManager
+from .log.meta_properties import IdentityError
 from .metrics import BrokerMetrics
 from .protocol.apis import SPECS
 from .protocol.dispatch import Dispatcher
@@ -59,7 +62,6 @@ FENCED_LISTING_S = 30
 SUSPICION_S = 1.0
 SESSION_OPEN_WAIT_S = 5.0
 HW_CHECKPOINT = "replication-offset-checkpoint"
-PARTITION_METADATA = "partition.metadata"
 
 
 @dataclass(frozen=True)
@@ -104,23 +106,49 @@ class Broker:
         self._next_pid = 0
         self._pid_block_end = 0
         self._initial_hw: dict[tuple[str, int], int] = {}
-        self._cache_path = config.data_dir / "__dm_meta" / TOPICS_CACHE
+        self._meta_dir = config.data_dir / "__dm_meta"
+        self._cache_path = self._meta_dir / TOPICS_CACHE
+        self.cluster_id_on_disk: str | None = None
+        self.registered_incarnation = ""  # the controller incarnation this broker registered with
+        self._register_lock = asyncio.Lock()
+        # Set when this broker must stop: its data belongs to another cluster than the controller's.
+        self.fatal: str | None = None
+        self.fatal_event = asyncio.Event()
         self._fenced_since: dict[int, float] = {}
         self._session_open = asyncio.Event()
         self._suspected: dict[int, float] = {}  # node id -> until when its leaderships are not reported
 
     # -- startup and shutdown ----------------------------------------------------------------
 
+    async def check_identity(self) -> None:
+        """Before any log is touched: the directories belong to this broker (meta.properties), and
+        to the cluster the controller serves; IdentityError otherwise (the broker must not start)."""
+        self.cluster_id_on_disk = meta_properties.check(self.config.log_dirs, self.node_id)
+        while True:
+            try:
+                info = await self.controller.cluster_info()
+                break
+            except (ControllerUnavailable, ControllerError) as exc:
+                log.warning("cannot ask the controller for its cluster id yet: %s", exc)
+                await asyncio.sleep(0.5)
+        if self.cluster_id_on_disk and info.cluster_id and info.cluster_id != self.cluster_id_on_disk:
+            raise IdentityError(f"this broker's data belongs to cluster {self.cluster_id_on_disk} (meta.properties in "
+                                f"{self.config.log_dirs[0]}), but the controller serves cluster {info.cluster_id}: "
+                                f"refusing to join (INCONSISTENT_CLUSTER_ID); no file was changed")
+
     def recover_logs(self) -> None:
         """Recovers every partition directory (blocking; before the broker listens)."""
-        cached = self._read_topics_cache()
-        self.logs.open_all(lambda name: TopicSettings(self.config, cached.get(name, {})))
+        cached = holdings.read_cache(self._cache_path)
+        self.logs.open_all(lambda name: TopicSettings(self.config, cached[name].configs if name in cached else {}))
         self._initial_hw = read_offsets(self.config.data_dir / HW_CHECKPOINT)
 
     async def start(self) -> None:
         """Registers with the controller and applies the first metadata snapshot."""
         await self._register()
         metadata = await self._fetch_metadata(-1, "", 0)
+        while metadata.incarnation != self.registered_incarnation:  # the controller restarted meanwhile
+            await self._register()
+            metadata = await self._fetch_metadata(-1, "", 0)
         self.apply_metadata(metadata)
         self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._metadata_loop()),
                        asyncio.create_task(self._checkpoint_loop()), asyncio.create_task(self._session_loop())]
@@ -161,18 +189,44 @@ class Broker:
         await self.logs.close()
         await self.controller.close()
 
+    def stray_logs(self) -> list[str]:
+        return [name for name, _, _ in self.logs.strays()]
+
+    def registration(self) -> RegisterRequest:
+        """What this broker tells the controller it is and holds (ADR 0017)."""
+        return RegisterRequest(node_id=self.node_id, host=self.config.advertised_host,
+                               port=self.config["advertised.port"] or self.port, rack=self.config["rack"] or None,
+                               incarnation=self.incarnation, cluster_id=self.cluster_id_on_disk,
+                               holdings=holdings.holdings(self.logs.logs),
+                               topics={n: t for n, t in holdings.read_cache(self._cache_path).items() if t.topic_id},
+                               producer_id_end=holdings.producer_id_end(self._meta_dir, self.logs.logs),
+                               stray_logs=self.stray_logs())
+
     async def _register(self) -> None:
-        req = RegisterRequest(node_id=self.node_id, host=self.config.advertised_host,
-                              port=self.config["advertised.port"] or self.port, rack=self.config["rack"] or None,
-                              incarnation=self.incarnation)
-        while True:
-            try:
-                resp = await self.controller.register(req)
-                self.broker_epoch = resp.broker_epoch
-                return
-            except (ControllerUnavailable, ControllerError) as exc:
-                log.warning("cannot register with the controller yet: %s", exc)
+        async with self._register_lock:
+            while True:
+                try:
+                    resp = await self.controller.register(self.registration())
+                    break
+                except ControllerError as exc:
+                    if exc.error == "inconsistent_cluster_id":
+                        self._fail(f"the controller refused this broker: {exc.message}")
+                        raise IdentityError(exc.message) from None
+                    log.warning("cannot register with the controller yet: %s", exc)
+                except ControllerUnavailable as exc:
+                    log.warning("cannot register with the controller yet: %s", exc)
                 await asyncio.sleep(0.5)
+            if self.cluster_id_on_disk is None:
+                await asyncio.to_thread(meta_properties.record, self.config.log_dirs, resp.cluster_id, self.node_id)
+                self.cluster_id_on_disk = resp.cluster_id
+                log.info("this broker's log directories now belong to cluster %s (meta.properties)", resp.cluster_id)
+            self.broker_epoch = resp.broker_epoch
+            self.registered_incarnation = resp.incarnation
+
+    def _fail(self, reason: str) -> None:
+        log.critical("%s", reason)
+        self.fatal = reason
+        self.fatal_event.set()
 
     async def _session_loop(self) -> None:
         """Holds the controller session open (its closing tells the controller this process died);
@@ -193,10 +247,13 @@ class Broker:
             await asyncio.sleep(interval)
             try:
                 resp = await self.controller.heartbeat(HeartbeatRequest(node_id=self.node_id,
-                                                                        broker_epoch=self.broker_epoch))
+                                                                        broker_epoch=self.broker_epoch,
+                                                                        stray_logs=self.stray_logs()))
                 if resp.reregister:
                     log.warning("the controller does not know this broker's epoch; registering again")
                     await self._register()
+            except IdentityError:
+                return  # the broker is stopping (fatal)
             except ControllerUnavailable as exc:
                 log.debug("heartbeat failed: %s", exc)
             except ControllerError as exc:  # this loop must outlive any answer the controller gives
@@ -216,6 +273,16 @@ class Broker:
         while True:
             known = self.metadata
             md = await self._fetch_metadata(known.version if known else -1, known.incarnation if known else "", 10)
+            if md.incarnation != self.registered_incarnation:
+                # A controller this broker has not registered with (it restarted): it learns what this
+                # broker holds first, so its metadata can name it, and only then is its word acted on.
+                log.warning("metadata from controller incarnation %s, registered with %s: registering first",
+                            md.incarnation[:8], self.registered_incarnation[:8])
+                try:
+                    await self._register()
+                except IdentityError:
+                    return
+                continue
             if known is None or md.incarnation != known.incarnation or md.version > known.version:
                 self.apply_metadata(md)
 
@@ -257,8 +324,11 @@ class Broker:
                 hosted.add(key)
                 part = self.partitions.get(key)
                 if part is not None and part.topic_id != topic.topic_id:
-                    self._unhost(key, deleted=True)  # deleted and created again between two snapshots
+                    self._retire(key, part.topic_id, md)  # another topic of that name since the last snapshot
                     part = None
+                if part is None and (plog := self.logs.get(*key)) is not None and \
+                        holdings.disk_topic_id(plog) not in (None, topic.topic_id):
+                    self._retire_log(key, holdings.disk_topic_id(plog), md)  # an older topic's log
                 part = part or self._host(topic, index, settings)
                 if state.leader_epoch < part.leader_epoch:
                     # Never back to an older leader epoch: a controller that has not caught up
@@ -285,21 +355,17 @@ class Broker:
                     part.set_replicas(state.replicas)
                     part.update_isr(state.isr, state.partition_epoch)
         for key in [k for k in self.partitions if k not in hosted]:
-            self._unhost(key, deleted=key[0] not in md.topics)
+            self._retire(key, self.partitions[key].topic_id, md)
+        for key in [k for k in self.logs.logs if k not in self.partitions]:  # on disk, hosted by no one
+            self._retire_log(key, holdings.disk_topic_id(self.logs.logs[key]), md)
         self._sync_coordinator(md)
-        self._write_topics_cache(md)
+        holdings.write_cache_if_changed(self._cache_path, md)
         self._metadata_changed.set()
         self._metadata_changed = asyncio.Event()
 
     def _host(self, topic: TopicDoc, index: int, settings: TopicSettings) -> Partition:
         key = (topic.name, index)
         plog = self.logs.get(*key)
-        if plog is not None:
-            marker = plog.directory / PARTITION_METADATA
-            if marker.exists() and marker.read_text().strip() != topic.topic_id:
-                log.warning("%s-%d on disk belongs to an older topic of that name; deleting it", *key)
-                self.logs.delete_partition(*key)
-                plog = None
         if plog is None:
             plog = self.logs.create(topic.name, index, settings)  # on the log dir holding fewest partitions
         marker = plog.directory / PARTITION_METADATA
@@ -310,16 +376,32 @@ class Broker:
         self.partitions[key] = part
         return part
 
-    def _unhost(self, key: tuple[str, int], deleted: bool) -> None:
+    def _retire(self, key: tuple[str, int], topic_id: str | None, md: ClusterMetadata) -> None:
+        """Stops hosting a partition the metadata no longer gives this broker; its log is deleted or
+        kept aside as the controller's recorded decisions say (holdings.log_fate)."""
         part = self.partitions.pop(key)
         self.replicas.stop_following(part)
         part.close()
         if key[0] == OFFSETS_TOPIC:
             self.coordinator.unload(key[1])
-        self.logs.delete_partition(*key)
-        if deleted:
+        if key[0] not in md.topics:
             self.metrics.forget_topic(key[0])
-        log.info("%s-%d: %s", *key, "topic deleted" if deleted else "no longer a replica here; log removed")
+        self._retire_log(key, topic_id, md)
+
+    def _retire_log(self, key: tuple[str, int], topic_id: str | None, md: ClusterMetadata) -> None:
+        fate = log_fate(topic_id, key[1], md.topics.get(key[0]), self.node_id, holdings.tombstones(md))
+        if fate == HOST:
+            return
+        if fate == DELETE:
+            self.logs.delete_partition(*key)
+            reason = "topic deleted" if key[0] not in md.topics or md.topics[key[0]].topic_id != topic_id \
+                else "no longer a replica here"
+            log.info("%s-%d: %s; log removed", *key, reason)
+            return
+        where = self.logs.set_aside(*key, topic_id)
+        if where is not None:
+            log.warning("%s-%d (topic id %s): the metadata does not name it and no recorded decision allows deleting "
+                        "it; kept aside as %s (dm strays lists and deletes such logs)", *key, topic_id, where)
 
     def _sync_coordinator(self, md: ClusterMetadata) -> None:
         topic = md.topics.get(OFFSETS_TOPIC)
@@ -333,18 +415,6 @@ class Broker:
                 self.coordinator.load(index)
             elif not leads and index in self.coordinator.owned:
                 self.coordinator.unload(index)
-
-    def _read_topics_cache(self) -> dict[str, dict[str, str]]:
-        try:
-            return json.loads(self._cache_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-
-    def _write_topics_cache(self, md: ClusterMetadata) -> None:
-        """Topic configs for the next start's recovery, before the controller is reachable."""
-        cache = {name: t.configs for name, t in md.topics.items()}
-        if cache != self._read_topics_cache():
-            atomic_write(self._cache_path, json.dumps(cache).encode())
 
     # -- views -----------------------------------------------------------------------------
 
@@ -546,6 +616,25 @@ class Broker:
         log.info("%s-%d: records before %d deleted (log start %d)", topic, index, target, start)
         return start
 
+    async def wait_low_watermark(self, topic: str, index: int, offset: int, timeout_s: float) -> int:
+        """Until every live replica's log starts at `offset` or later (DeleteRecords answers then, as
+        Kafka does: a follower that still held the records could lead next and bring them back).
+        Returns the low watermark; raises KafkaError REQUEST_TIMED_OUT at the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            part = self.partitions.get((topic, index))
+            if part is None or not part.is_leader:
+                raise KafkaError(ErrorCode.not_leader_or_follower, f"broker {self.node_id} no longer leads "
+                                                                   f"{topic}-{index}")
+            live = {e.node_id for e in self.endpoints()}
+            low = part.low_watermark(live)
+            if low >= offset:
+                return low
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.request_timed_out, f"{topic}-{index}: the low watermark is {low}: not every "
+                                                              f"live replica has moved its log start to {offset} yet")
+            await asyncio.sleep(0.02)
+
     async def _ask_controller(self, call: Awaitable[T]) -> T:
         """Runs a controller call; its errors become the Kafka error codes clients expect."""
         try:
@@ -588,6 +677,7 @@ class Broker:
         """Ids come from durable blocks handed out by the controller: never reused."""
         if self._next_pid >= self._pid_block_end:
             block = await self.controller.allocate_producer_ids()
+            await asyncio.to_thread(holdings.record_producer_id_end, self._meta_dir, block.first + block.size)
             self._next_pid, self._pid_block_end = block.first, block.first + block.size
         pid = self._next_pid
         self._next_pid += 1
@@ -601,7 +691,8 @@ async def embedded_controller(config: BrokerConfig):
 
     store = FileControllerStore(Path(config.data_dir) / "__dm_meta" / "controller")
     controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                                       unclean_election_default=config["unclean.leader.election.enable"])
+                                       unclean_election_default=config["unclean.leader.election.enable"],
+                                       expected_brokers=1)
     controller.node_id = config.node_id
     return controller
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
-from .tools import cluster, consume, groups, produce, reassign, topics
+from .tools import cluster, consume, groups, produce, reassign, strays, topics
 from .tools.client import DEFAULT_BOOTSTRAP
 
 
@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.register(sub, common)
     cluster.register(sub)
     reassign.register_cluster(sub, common)
+    strays.register(sub)
     from .tools import bench
 
     bench.register(sub, common)

@@ -165,6 +165,11 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "HTTP address of the cluster's controller (e.g. http://127.0.0.1:9990); empty: a standalone "
                  "broker runs its own controller in-process."),
         Property("controller.token", "str", "", "Shared secret for the controller API (also DM_CONTROLLER_TOKEN)."),
+        Property("controller.recovery.expected.brokers", "int", 0,
+                 "How many brokers a controller that starts without its state waits for before it creates topics "
+                 "(it recovers the topics from what they hold; ADR 0017); 0: one session timeout.", minimum=0),
+        Property("controller.recovery.timeout.ms", "int", 300_000,
+                 "The longest a recovering controller waits for controller.recovery.expected.brokers.", minimum=0),
         Property("broker.heartbeat.interval.ms", "int", 500, "How often a broker heartbeats to the controller.",
                  minimum=10),
         Property("broker.session.timeout.ms", "int", 6000,

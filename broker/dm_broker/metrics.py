@@ -37,7 +37,17 @@ class _LogCollector(Collector):
             hw.add_metric(labels, part.high_watermark)
             size.add_metric(labels, part.log.size_bytes)
         yield from (end, start, hw, size)
+        yield from self._strays()
         yield from self._groups()
+
+    def _strays(self) -> Iterator[GaugeMetricFamily]:
+        """Logs kept aside because no recorded decision allows deleting them (ADR 0017)."""
+        found = self.broker.logs.strays()
+        count = GaugeMetricFamily("dm_stray_logs", "Log directories kept aside as stray (dm strays lists them)")
+        count.add_metric([], len(found))
+        size = GaugeMetricFamily("dm_stray_bytes", "Bytes held by stray log directories")
+        size.add_metric([], sum(n for _, _, n in found))
+        yield from (count, size)
 
     def _groups(self) -> Iterator[GaugeMetricFamily]:
         members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])

@@ -241,3 +241,39 @@ def test_a_follower_in_controlled_shutdown_is_not_asked_back_into_the_isr_at_eve
         leader_log = cluster.brokers[cluster.leader("leaving", 0)].log_path.read_text()
         refusals = leader_log.count("refused: ineligible_replica")
         assert 1 <= refusals <= 8, f"{refusals} refused ISR expansions in 4 s"
+
+
+def test_deleted_records_stay_deleted_when_the_leader_is_killed_right_after(tmp_path: Path):
+    """DeleteRecords answers once every live replica's log starts past the offset (the low watermark),
+    so a new leader elected right after the answer does not bring the deleted records back."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "purge", 1)
+        wait_for(lambda: fully_replicated(cluster, "purge", 1), timeout=30, what="the ISR at 3")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(200):
+            producer.produce("purge", value=b"%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deleted = admin.delete_records([TopicPartition("purge", 0, 150)], request_timeout=30)
+        result = deleted[TopicPartition("purge", 0, 150)].result(30)
+        assert result.low_watermark == 150
+        victim = cluster.leader("purge", 0)
+        cluster.brokers[victim].kill()  # at once: the followers must already have dropped the records
+        wait_for(lambda: cluster.leader("purge", 0) not in (victim, -1), timeout=30, what="a new leader")
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "purge-check",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("purge", 0, -2)])  # OFFSET_BEGINNING
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 50 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append((msg.offset(), msg.value()))
+        consumer.close()
+        assert got and got[0] == (150, b"150"), f"the first record read after the failover: {got[:3]}"
+        low, _ = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "x"}).get_watermark_offsets(
+            TopicPartition("purge", 0), timeout=10)
+        assert low == 150

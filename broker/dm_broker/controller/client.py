@@ -18,6 +18,7 @@ from .models import (
     AlterIsrResponse,
     BrokerConfigsRequest,
     ClusterDoc,
+    ClusterInfo,
     ClusterMetadata,
     CreatePartitionsRequest,
     CreateTopicRequest,
@@ -43,6 +44,7 @@ class ControllerUnavailable(Exception):
 
 
 class ControllerClient(Protocol):
+    async def cluster_info(self) -> ClusterInfo: ...
     async def register(self, req: RegisterRequest) -> RegisterResponse: ...
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse: ...
     async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata: ...
@@ -65,6 +67,9 @@ class LocalControllerClient:
 
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
+
+    async def cluster_info(self) -> ClusterInfo:
+        return self.controller.cluster_info()
 
     async def register(self, req: RegisterRequest) -> RegisterResponse:
         return await self.controller.register(req)
@@ -153,6 +158,9 @@ class HttpControllerClient:
             if cancelling():
                 raise asyncio.CancelledError from exc
             raise ControllerUnavailable(f"{method} {path}: {exc}") from None
+
+    async def cluster_info(self) -> ClusterInfo:
+        return await self._call("GET", "/v1/cluster", answer=ClusterInfo)
 
     async def register(self, req: RegisterRequest) -> RegisterResponse:
         return await self._call("POST", "/v1/brokers/register", req, answer=RegisterResponse)

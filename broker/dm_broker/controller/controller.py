@@ -37,9 +37,11 @@ from .models import (
     BrokerConfigsRequest,
     BrokerInfo,
     ClusterDoc,
+    ClusterInfo,
     ClusterMetadata,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    DeletedTopic,
     HeartbeatRequest,
     HeartbeatResponse,
     PartitionResult,
@@ -51,12 +53,18 @@ from .models import (
     TopicDoc,
 )
 from .placement import PlacementError, assign
+from .recovery import Reports, adopted_topics, recovered
 from .store import ConflictError, ControllerStore
 
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 10_000
 PRODUCER_ID_BLOCK = 1000
+# After a controller recovered its state from its brokers, producer ids resume this far above the
+# highest block a registered broker reported, so a block held by a broker that has not registered
+# yet is not handed out again (a broker uses far fewer between two registrations).
+PRODUCER_ID_RECOVERY_GAP = 1 << 20
+TOMBSTONES_KEPT = 1000
 
 RackResolver = Callable[[int, str | None], Awaitable[str | None]]
 
@@ -73,7 +81,8 @@ class ControllerError(Exception):
 class Controller:
     def __init__(self, store: ControllerStore, session_timeout_ms: int = 9000,
                  preferred_leader_check_ms: int = 5000, clock: Callable[[], float] = time.monotonic,
-                 unclean_election_default: bool = False, rack_resolver: RackResolver | None = None) -> None:
+                 unclean_election_default: bool = False, rack_resolver: RackResolver | None = None,
+                 expected_brokers: int | None = None, recovery_timeout_ms: int = 300_000) -> None:
         self.unclean_default = unclean_election_default  # the broker-level unclean.leader.election.enable
         self.store = store
         self.session_timeout = session_timeout_ms / 1000
@@ -82,7 +91,16 @@ class Controller:
         # Where a broker's rack comes from when the platform knows better than the broker (the
         # operator reads it from the broker's node); (node_id, rack the broker sent) -> rack.
         self.rack_resolver = rack_resolver
-        self.cluster = ClusterDoc()
+        self.cluster = ClusterDoc(cluster_id="")
+        # No cluster document stored: the cluster id comes from the first broker that registers (a
+        # controller that lost its state takes its brokers' id), or is new for a new cluster.
+        self.established = False
+        # Established from a broker's data: the controller is recovering its state from what its
+        # brokers hold; until the brokers it expects have reported, it creates no topics.
+        self.recovering_cluster = False
+        self.expected_brokers = expected_brokers
+        self.recovery_timeout = recovery_timeout_ms / 1000
+        self.reports = Reports()
         self.topics: dict[str, TopicDoc] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.last_heartbeat: dict[int, float] = {}
@@ -99,9 +117,14 @@ class Controller:
 
     async def load(self) -> Controller:
         """Reads the persisted state; brokers get one session timeout from now to check in."""
-        self.cluster = await self.store.load_cluster()
+        stored = await self.store.load_cluster()
+        self.established = stored is not None
+        self.cluster = stored if stored is not None else ClusterDoc(cluster_id="")
         self.topics = await self.store.load_topics()
         self.started_at = self.clock()
+        if not self.established:
+            log.info("no cluster document stored: the first broker to register gives the cluster id%s",
+                     f" ({len(self.topics)} topics stored)" if self.topics else "")
         return self
 
     @classmethod
@@ -126,7 +149,25 @@ class Controller:
     def metadata(self) -> ClusterMetadata:
         return ClusterMetadata(version=self.version, incarnation=self.incarnation, cluster_id=self.cluster.cluster_id,
                                controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics,
-                               broker_configs=self.cluster.broker_configs)
+                               broker_configs=self.cluster.broker_configs,
+                               deleted_topics=self.cluster.deleted_topics)
+
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(cluster_id=self.cluster.cluster_id if self.established else None,
+                           incarnation=self.incarnation)
+
+    def in_recovery_window(self) -> bool:
+        """Recovering the state from the brokers, and not all expected brokers have reported yet:
+        a topic created now could take the name of one a broker still to report holds."""
+        if not self.recovering_cluster:
+            return False
+        if self.expected_brokers is not None and len(self.reports.held) >= self.expected_brokers:
+            return False
+        waited = self.clock() - self.started_at
+        return waited < (self.recovery_timeout if self.expected_brokers is not None else self.session_timeout)
+
+    def _tombstoned(self) -> set[str]:
+        return {t.topic_id for t in self.cluster.deleted_topics}
 
     async def wait_for_change(self, known_version: int, incarnation: str, timeout: float) -> ClusterMetadata:
         """Long-poll: returns once the metadata is newer than `known_version` (or at timeout)."""
@@ -152,32 +193,93 @@ class Controller:
         if self.rack_resolver is not None:
             rack = await self.rack_resolver(req.node_id, req.rack)
         async with self._lock:
+            if self.established and req.cluster_id and req.cluster_id != self.cluster.cluster_id:
+                raise ControllerError("inconsistent_cluster_id",
+                                      f"broker {req.node_id}'s data belongs to cluster {req.cluster_id}; this "
+                                      f"controller serves cluster {self.cluster.cluster_id}")
+            self.reports.record(req)
+            if not self.established:
+                await self._establish(req)
+            elif req.producer_id_end > self.cluster.next_producer_id:
+                await self._save_cluster(self.cluster.model_copy(update={"next_producer_id": req.producer_id_end}))
             old = self.brokers.get(req.node_id)
             epoch = (old.epoch if old else 0) + 1
             if old is not None and old.incarnation != req.incarnation and not old.fenced:
                 # A new process: whatever the old one led may have lost unflushed data.
                 await self._fence(req.node_id, "restarted")
             self.brokers[req.node_id] = BrokerInfo(node_id=req.node_id, host=req.host, port=req.port, rack=rack,
-                                                   incarnation=req.incarnation, epoch=epoch)
+                                                   incarnation=req.incarnation, epoch=epoch,
+                                                   stray_logs=list(req.stray_logs))
             self.last_heartbeat[req.node_id] = self.clock()
             self.sessions.pop(req.node_id, None)  # a session belongs to one registration
             log.info("broker %d registered at %s:%d (epoch %d%s)", req.node_id, req.host, req.port, epoch,
                      f", rack {rack}" if rack else "")
+            adopted = adopted_topics(req.node_id, self.reports, self.topics, self._tombstoned())
+            for doc in adopted:
+                verb = "more of recovering" if doc.name in self.topics else "adopting"
+                log.warning("%s topic %s (id %s, %d partitions) from what broker %d holds", verb, doc.name,
+                            doc.topic_id, len(doc.partitions), req.node_id)
+            await self._save_all(adopted)
+            await self._recover_partitions()
             await self._ensure_internal_topics()
             await self._elect_offline_partitions()
             self._bump()
-            return RegisterResponse(broker_epoch=epoch, cluster_id=self.cluster.cluster_id)
+            return RegisterResponse(broker_epoch=epoch, cluster_id=self.cluster.cluster_id,
+                                    incarnation=self.incarnation)
+
+    async def _establish(self, req: RegisterRequest) -> None:
+        """The first registration of a controller with no cluster document: a broker that already
+        belongs to a cluster (or holds data) means the state was lost, and is recovered from the
+        brokers; otherwise this is a new cluster."""
+        recovering = bool(req.cluster_id or req.holdings)
+        cluster_id = req.cluster_id or ClusterDoc().cluster_id
+        next_pid = req.producer_id_end + (PRODUCER_ID_RECOVERY_GAP if recovering else 0)
+        doc = ClusterDoc(cluster_id=cluster_id, next_producer_id=next_pid)
+        self.cluster = await self.store.save_cluster(doc, -1)
+        self.established = True
+        self.recovering_cluster = recovering
+        if recovering:
+            log.warning("no controller state stored: cluster %s %s; recovering its topics from what its brokers "
+                        "hold (producer ids resume at %d)", cluster_id,
+                        f"(the id broker {req.node_id} holds)" if req.cluster_id else "(a new id: broker "
+                        f"{req.node_id} holds data from before cluster ids were recorded)", next_pid)
+        else:
+            log.info("new cluster %s", cluster_id)
+
+    async def _recover_partitions(self) -> bool:
+        """Gives a leader to each recovering partition whose replicas have all reported."""
+        live = self._live_ids()
+        reported = set(self.reports.held)
+        changed = []
+        for doc in self.topics.values():
+            if not any(p.recovering for p in doc.partitions):
+                continue
+            partitions = []
+            for i, p in enumerate(doc.partitions):
+                new = recovered(p, self.reports.holders(doc.name, doc.topic_id, i), reported, live)
+                if new is not None:
+                    log.warning("%s-%d recovered: broker %d leads in epoch %d (the most advanced log of %s)",
+                                doc.name, i, new.leader, new.leader_epoch, p.replicas)
+                partitions.append(new or p)
+            if partitions != doc.partitions:
+                changed.append(doc.model_copy(update={"partitions": partitions}))
+        await self._save_all(changed)
+        return bool(changed)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         broker = self.brokers.get(req.node_id)
         if broker is None or broker.epoch != req.broker_epoch:
             return HeartbeatResponse(ok=False, reregister=True)
         self.last_heartbeat[req.node_id] = self.clock()
+        if req.stray_logs != broker.stray_logs:
+            broker.stray_logs = list(req.stray_logs)
+            self._bump()
         if broker.fenced and not broker.shutting_down:
             async with self._lock:
                 if broker.fenced and not broker.shutting_down and self.brokers.get(req.node_id) is broker:
                     broker.fenced = False
                     log.info("broker %d is alive again", req.node_id)
+                    await self._recover_partitions()
                     await self._elect_offline_partitions()
                     self._bump()
         return HeartbeatResponse(ok=True, fenced=broker.fenced)
@@ -203,6 +305,7 @@ class Controller:
             # Repair: a leader that is not live (a fence whose saves failed, a broker that never came
             # back after a controller restart) gives its partitions to another ISR member; a
             # reassignment whose new replicas are all in sync completes.
+            changed |= await self._recover_partitions()
             changed |= await self._elect_offline_partitions()
             changed |= await self._complete_reassignments()
             if changed:
@@ -324,7 +427,8 @@ class Controller:
             partitions = []
             for p in doc.partitions:
                 waiting_for_leader = grace and p.leader not in self.brokers
-                offline = p.leader == NO_LEADER or (p.leader not in live and not waiting_for_leader)
+                lost = p.leader == NO_LEADER or (p.leader not in live and not waiting_for_leader)
+                offline = lost and not p.recovering  # a recovering partition waits for its replicas
                 partitions.append(self._elected(doc, p) if offline else p)
             if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
                 changed.append(doc.model_copy(update={"partitions": partitions}))
@@ -443,11 +547,22 @@ class Controller:
             return await self._change_partitions([(r.topic, r.partition) for r in requests], change)
 
     def _reassigned(self, doc: TopicDoc, p: PartitionState, target: list[int] | None) -> PartitionState:
+        if p.recovering:
+            raise ControllerError("invalid_replica_assignment", "the partition is being recovered from its brokers' "
+                                                                "logs; reassign it once it has a leader")
         if target is None:
             if not p.reassigning:
                 raise ControllerError("no_reassignment_in_progress", "no reassignment of this partition is in progress")
             original = p.original_replicas
             isr = [r for r in p.isr if r in original]
+            unclean = doc.configs.get("unclean.leader.election.enable", str(self.unclean_default).lower()) == "true"
+            if not isr and not unclean:
+                # Kafka refuses this revert too: the original replicas are not in sync, so leading
+                # from one of them would lose what only the added replicas hold.
+                raise ControllerError("invalid_replica_assignment",
+                                      f"cannot revert to {original}: none of them is in the ISR {p.isr}, so the "
+                                      f"revert would be an unclean leader election (allow it with "
+                                      f"unclean.leader.election.enable=true, or let the reassignment finish)")
             reverted = p.model_copy(update={"replicas": original, "isr": isr or p.isr, "adding_replicas": [],
                                             "removing_replicas": [], "partition_epoch": p.partition_epoch + 1})
             if reverted.leader not in original:  # it had moved to an added replica: back to an original one
@@ -504,7 +619,19 @@ class Controller:
     async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:
         """ElectLeaders: the preferred replica (the first) when it is live and in sync; or, unclean,
         any live replica of a partition without a live leader (in-sync ones first)."""
-        def change(_: int, doc: TopicDoc, p: PartitionState) -> PartitionState:
+        def change(i: int, doc: TopicDoc, p: PartitionState) -> PartitionState:
+            if p.recovering:
+                if not unclean:
+                    raise ControllerError("preferred_leader_not_available", "the partition is being recovered: not "
+                                                                            "every replica has reported yet")
+                index = wanted[i][1]
+                new = recovered(p, self.reports.holders(doc.name, doc.topic_id, index), set(self.reports.held),
+                                live, unclean=True)
+                if new is None:
+                    raise ControllerError("eligible_leaders_not_available", "no replica that reported its log is live")
+                log.warning("%s-%d: unclean election of broker %d, the most advanced of the replicas that reported",
+                            doc.name, index, new.leader)
+                return new
             if unclean:
                 if p.leader in live:
                     raise ControllerError("election_not_needed", f"broker {p.leader} leads and is live")
@@ -592,11 +719,16 @@ class Controller:
 
     async def _save_cluster(self, doc: ClusterDoc) -> ClusterDoc:
         """Persists the cluster document; after a conflict the stored one becomes ours (as topics)."""
+        if not self.established:
+            raise ControllerError("not_controller", "the cluster has no identity yet: no broker has registered")
         try:
             self.cluster = await self.store.save_cluster(doc, self.cluster.version)
         except ConflictError:
             ours = self.cluster.version
-            self.cluster = await self.store.load_cluster()
+            stored = await self.store.load_cluster()
+            if stored is None:
+                raise
+            self.cluster = stored
             log.warning("the cluster document was changed by another controller (stored version %d, ours %d): "
                         "continuing from the stored document", self.cluster.version, ours)
             self._bump()
@@ -623,6 +755,9 @@ class Controller:
             return await self._create_topic(req)
 
     async def _create_topic(self, req: CreateTopicRequest) -> TopicDoc:
+        if self.in_recovery_window() and not req.validate_only:
+            raise ControllerError("not_controller", "the controller is recovering the cluster's topics from what its "
+                                                    "brokers hold; retry once they have registered")
         try:
             validate_topic_name(req.name)
         except InvalidTopicError as exc:
@@ -672,6 +807,10 @@ class Controller:
                 raise ControllerError("unknown_topic_or_partition", f"topic {name!r} does not exist")
             if name.startswith("__"):
                 raise ControllerError("invalid_request", f"{name} is an internal topic and cannot be deleted")
+            # The tombstone first: it is what allows brokers to delete the topic's logs. A crash
+            # between the two saves leaves the topic in place (brokers keep logs of a topic that exists).
+            tombstones = [*self.cluster.deleted_topics, DeletedTopic(topic_id=doc.topic_id, name=name)]
+            await self._save_cluster(self.cluster.model_copy(update={"deleted_topics": tombstones[-TOMBSTONES_KEPT:]}))
             try:
                 await self.store.delete_topic(name, doc.version)
             except ConflictError:
@@ -733,7 +872,7 @@ class Controller:
         if self.internal_topic_setup is None:
             return
         req = self.internal_topic_setup()
-        if req is None or req.name in self.topics:
-            return
+        if req is None or req.name in self.topics or self.in_recovery_window():
+            return  # recovering: a broker still to report may hold it
         req = req.model_copy(update={"replication_factor": min(req.replication_factor, len(self.live_brokers()))})
         await self._create_topic(req)

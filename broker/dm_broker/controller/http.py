@@ -132,6 +132,9 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     async def broker_configs(c: Controller, request: web.Request) -> web.Response:
         return reply(await c.alter_broker_configs(BrokerConfigsRequest.model_validate(await request.json())))
 
+    async def cluster(c: Controller, _: web.Request) -> web.Response:
+        return reply(c.cluster_info())
+
     v1 = f"{prefix}/v1"
     app.router.add_post(f"{v1}/brokers/register", route(register))
     app.router.add_post(f"{v1}/brokers/heartbeat", route(heartbeat))
@@ -147,6 +150,7 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_post(f"{v1}/reassignments", route(reassignments))
     app.router.add_post(f"{v1}/elections", route(elections))
     app.router.add_put(f"{v1}/broker-configs", route(broker_configs))
+    app.router.add_get(f"{v1}/cluster", route(cluster))
 
 
 def make_app(controller: Controller, token: str = "") -> web.Application:

@@ -18,6 +18,8 @@ class BrokerInfo(BaseModel):
     epoch: int = 0  # broker epoch, bumped at every registration
     fenced: bool = False
     shutting_down: bool = False
+    # Log directories kept aside because no recorded decision allows deleting them (ADR 0017).
+    stray_logs: list[str] = Field(default_factory=list)
 
 
 class PartitionState(BaseModel):
@@ -29,6 +31,9 @@ class PartitionState(BaseModel):
     # An ongoing reassignment (KIP-455): `replicas` is then target + the replicas being removed.
     adding_replicas: list[int] = Field(default_factory=list)
     removing_replicas: list[int] = Field(default_factory=list)
+    # Adopted from what brokers reported after the controller lost its state: no leader until every
+    # replica has reported (then the most advanced one leads), or an unclean election.
+    recovering: bool = False
 
     @property
     def reassigning(self) -> bool:
@@ -57,11 +62,20 @@ class TopicDoc(BaseModel):
         return uuid.UUID(self.topic_id)
 
 
+class DeletedTopic(BaseModel):
+    """A topic deletion the controller recorded: brokers may delete that topic id's logs."""
+
+    topic_id: str
+    name: str
+
+
 class ClusterDoc(BaseModel):
     cluster_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:22])
     next_producer_id: int = 0
     # Dynamic broker configs: "" holds the cluster-wide defaults, "<id>" one broker's.
     broker_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # The last topic deletions (oldest first, bounded): what allows a broker to delete a topic's logs.
+    deleted_topics: list[DeletedTopic] = Field(default_factory=list)
     version: int = 0
 
 
@@ -75,6 +89,28 @@ class ClusterMetadata(BaseModel):
     brokers: list[BrokerInfo]
     topics: dict[str, TopicDoc]
     broker_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
+    deleted_topics: list[DeletedTopic] = Field(default_factory=list)
+
+
+class HeldPartition(BaseModel):
+    """A partition log a broker holds, as it reports it when it registers (ADR 0017)."""
+
+    topic: str
+    partition: int
+    topic_id: str | None = None  # from partition.metadata; None for a log written before it existed
+    last_leader_epoch: int = -1  # the latest leader epoch in the log
+    log_end_offset: int = 0
+    log_start_offset: int = 0
+
+
+class HeldTopic(BaseModel):
+    """A topic as a broker's metadata cache last knew it (every partition, held here or not)."""
+
+    topic_id: str
+    configs: dict[str, str] = Field(default_factory=dict)
+    replicas: list[list[int]] = Field(default_factory=list)  # per partition
+    partition_epochs: list[int] = Field(default_factory=list)  # of those assignments
+    partition_count: int = 0
 
 
 class RegisterRequest(BaseModel):
@@ -83,16 +119,30 @@ class RegisterRequest(BaseModel):
     port: int
     rack: str | None = None
     incarnation: str
+    cluster_id: str | None = None  # from the broker's meta.properties; None for a new data directory
+    holdings: list[HeldPartition] = Field(default_factory=list)
+    topics: dict[str, HeldTopic] = Field(default_factory=dict)  # what the broker's metadata cache knew
+    producer_id_end: int = 0  # above every producer id this broker was given or has seen
+    stray_logs: list[str] = Field(default_factory=list)
 
 
 class RegisterResponse(BaseModel):
     broker_epoch: int
     cluster_id: str
+    incarnation: str = ""  # the controller's: metadata of another incarnation is not acted on
+
+
+class ClusterInfo(BaseModel):
+    """What a starting broker asks the controller before it touches its logs."""
+
+    cluster_id: str | None  # None: the controller has no cluster yet (it takes the first broker's)
+    incarnation: str
 
 
 class HeartbeatRequest(BaseModel):
     node_id: int
     broker_epoch: int
+    stray_logs: list[str] = Field(default_factory=list)
 
 
 class HeartbeatResponse(BaseModel):

@@ -1,10 +1,12 @@
 """Persistence of controller state: a small interface and a file implementation.
 
 Every topic is one document updated with compare-and-set on its `version`; the cluster document
-holds the cluster id and the producer-id counter. A change is durable (fsynced, renamed into place,
-directory fsynced) before the controller acknowledges it. The Kubernetes implementation (CRD
-status, resourceVersion CAS) lives in dm_operator and implements the same interface; the interface
-is async because that one talks to the API server.
+holds the cluster id, the producer-id counter and the topic deletions brokers may act on. A store
+with no cluster document says so (None): the controller then takes the cluster id from its first
+broker (ADR 0017) instead of minting one over data that belongs to a cluster. A change is durable
+(fsynced, renamed into place, directory fsynced) before the controller acknowledges it. The
+Kubernetes implementation (CRD status, resourceVersion CAS) lives in dm_operator and implements the
+same interface; the interface is async because that one talks to the API server.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class ConflictError(Exception):
 
 
 class ControllerStore(Protocol):
-    async def load_cluster(self) -> ClusterDoc: ...
+    async def load_cluster(self) -> ClusterDoc | None: ...
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc: ...
     async def load_topics(self) -> dict[str, TopicDoc]: ...
     async def load_topic(self, name: str) -> TopicDoc | None: ...
@@ -42,7 +44,7 @@ class FileControllerStore:
     def _topic_path(self, name: str) -> Path:
         return self.directory / "topics" / f"{name}.json"
 
-    async def load_cluster(self) -> ClusterDoc:
+    async def load_cluster(self) -> ClusterDoc | None:
         return await asyncio.to_thread(self._load_cluster)
 
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
@@ -60,14 +62,9 @@ class FileControllerStore:
     async def delete_topic(self, name: str, expected_version: int) -> None:
         await asyncio.to_thread(self._delete_topic, name, expected_version)
 
-    def _load_cluster(self) -> ClusterDoc:
+    def _load_cluster(self) -> ClusterDoc | None:
         path = self.directory / "cluster.json"
-        if path.exists():
-            doc = ClusterDoc.model_validate(json.loads(path.read_text()))
-        else:
-            doc = ClusterDoc()
-            atomic_write(path, doc.model_dump_json().encode())
-        return doc
+        return ClusterDoc.model_validate(json.loads(path.read_text())) if path.exists() else None
 
     def _stored_version(self, path: Path) -> int:
         """The version on disk: the compare-and-set is against the file, not against what this

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from ..config import BrokerConfig, TopicSettings
 from ..errors import KafkaError
 from ..tasks import stop_tasks
+from . import strays
 from .checkpoints import fsync_dir, read_offsets, write_offsets
 from .compaction import LogCleaner
 from .partition_log import PartitionLog
@@ -208,6 +209,26 @@ class LogManager:
         except RuntimeError:  # no event loop (tools, tests): remove it here
             shutil.rmtree(target, ignore_errors=True)
         self.write_recovery_checkpoint()
+
+    # -- stray logs (ADR 0017) ------------------------------------------------------------------
+
+    def set_aside(self, topic: str, partition: int, topic_id: str | None) -> Path | None:
+        """Renames a log no recorded decision allows deleting to `<topic>-<partition>.<id>-stray`
+        (Kafka 3.7's name for it), where it stays until `delete_stray`."""
+        plog = self.logs.pop((topic, partition), None)
+        if plog is None:
+            return None
+        plog.close()
+        tag = (topic_id or "no-topic-id").replace("-", "")[:12] + uuid.uuid4().hex[:4]
+        target = plog.directory.with_name(f"{plog.directory.name}.{tag}{strays.SUFFIX}")
+        plog.directory.rename(target)
+        fsync_dir(target.parent)
+        self.write_recovery_checkpoint()
+        return target
+
+    def strays(self) -> list[tuple[str, Path, int]]:
+        """(name, path, bytes) of every stray log directory."""
+        return [(s.name, s.path, s.bytes) for s in strays.find(self.dirs)]
 
     # -- background work -------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ class NotLeaderError(Exception):
 class FollowerState:
     log_end_offset: int = -1  # unknown until the follower's first fetch in this leader epoch
     last_caught_up: float = field(default_factory=time.monotonic)
+    log_start_offset: int = -1  # as its last fetch reported it (DeleteRecords waits for the lowest)
 
 
 @dataclass(eq=False)
@@ -150,7 +151,7 @@ class Partition:
         await self.wait_for_hw(result.last_offset + 1, timeout)
         return result
 
-    def update_follower(self, replica: int, fetch_offset: int) -> bool:
+    def update_follower(self, replica: int, fetch_offset: int, log_start_offset: int = -1) -> bool:
         """A follower fetched from `fetch_offset`, so it has everything before it. Returns True
         when the follower caught up and is not in the ISR (the caller asks to expand it)."""
         state = self.followers.get(replica)
@@ -158,6 +159,8 @@ class Partition:
             return False
         now = time.monotonic()
         state.log_end_offset = fetch_offset
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
         if fetch_offset >= self.log.log_end_offset:
             state.last_caught_up = now
         self.maybe_advance_hw()
@@ -183,6 +186,16 @@ class Partition:
             self.hw = new_hw
             self._complete_purgatory()
             self._wake_fetchers()
+
+    def low_watermark(self, live: set[int]) -> int:
+        """The lowest log start offset over this leader and its followers on `live` brokers (Kafka's
+        low watermark): records below it are gone from every replica that could lead next. A live
+        follower not heard from yet holds it at 0."""
+        starts = [self.log.log_start_offset]
+        for replica, state in self.followers.items():
+            if replica in live:
+                starts.append(max(state.log_start_offset, 0))
+        return min(starts)
 
     def set_follower_hw(self, leader_hw: int) -> None:
         self.hw = min(leader_hw, self.log.log_end_offset)

@@ -112,8 +112,11 @@ def run(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
+        # A controller that lost its state recovers it from the brokers: it knows how many to wait for.
+        expected = ["--override", f"controller.recovery.expected.brokers={args.brokers}"]
         controller, info = _start([*py, "controller", "--data-dir", str(data / "controller"), "--port",
-                                   str(ports["controller"]), *overrides], data / "controller.log", env, stopping)
+                                   str(ports["controller"]), *expected, *overrides], data / "controller.log", env,
+                                  stopping)
         procs.append(controller)
         url = info["controller"]
         bootstrap = []

@@ -3,6 +3,7 @@ ListPartitionReassignments (KIP-455), DescribeLogDirs and AlterReplicaLogDirs (J
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -34,20 +35,26 @@ def _by_topic(results: list[PartitionResult], entry: Callable[[PartitionResult],
 
 
 async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
+    """Moves the log start on the leaders, then answers once the low watermark (the lowest log start
+    over the live replicas) has followed, or at the request's timeout with REQUEST_TIMED_OUT."""
     broker = ctx.broker
     cls = ctx.response_cls
     topic_cls = nested(cls, "DeleteRecordsTopicResult")
     part_cls = nested(cls, "DeleteRecordsPartitionResult")
+    timeout_s = max(req.timeout.total_seconds(), 0)
+
+    async def one(name: str, p: Any) -> Any:
+        error, low = ErrorCode.none, -1
+        try:
+            start = broker.delete_records(name, p.partition_index, p.offset)
+            low = await broker.wait_low_watermark(name, p.partition_index, start, timeout_s)
+        except KafkaError as exc:
+            error = exc.code
+        return make(part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error)
+
     topics = []
     for topic in req.topics:
-        results = []
-        for p in topic.partitions:
-            error, low = ErrorCode.none, -1
-            try:
-                low = broker.delete_records(topic.name, p.partition_index, p.offset)
-            except KafkaError as exc:
-                error = exc.code
-            results.append(make(part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error))
+        results = await asyncio.gather(*(one(topic.name, p) for p in topic.partitions))
         topics.append(make(topic_cls, name=topic.name, partitions=tuple(results)))
     return make(cls, throttle_time=ZERO, topics=tuple(topics))
 

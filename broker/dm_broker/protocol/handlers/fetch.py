@@ -158,7 +158,7 @@ def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]], 
             if replica_id not in part.replicas:
                 r.error = ErrorCode.not_leader_or_follower
                 continue
-            if part.update_follower(replica_id, r.request.fetch_offset):
+            if part.update_follower(replica_id, r.request.fetch_offset, getattr(r.request, "log_start_offset", -1)):
                 broker.replicas.maybe_expand(part, replica_id)
             r.throttled = throttling and broker.leader_throttled(part, replica_id)
 

@@ -1,0 +1,120 @@
+"""What a broker holds on its volume, and what it may do with it (ADR 0017).
+
+- The metadata cache (`__dm_meta/topics-cache.json`): per topic its id, configs and every
+  partition's replicas, as this broker last knew them; recovery reads the configs before the
+  controller is reachable, and a controller that lost its state rebuilds topics from it.
+- The report a broker registers with: the logs it holds (topic id, last leader epoch, offsets), that
+  cache, and the end of the producer ids it was given or has seen.
+- The fate of a log the metadata does not host here: deleted only on a decision the controller
+  recorded (a tombstoned topic id, or a reassignment of the same topic that removed this replica),
+  otherwise kept aside as stray.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from .controller.models import ClusterMetadata, HeldPartition, HeldTopic, TopicDoc
+from .log.checkpoints import atomic_write
+from .log.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+PARTITION_METADATA = "partition.metadata"
+PRODUCER_IDS = "producer-ids.json"
+
+HOST, DELETE, STRAY = "host", "delete", "stray"
+
+
+def log_fate(disk_topic_id: str | None, index: int, topic: TopicDoc | None, node_id: int,
+             tombstoned: set[str]) -> str:
+    """What to do with a log of `topic`'s name and partition `index`, holding `disk_topic_id` (None:
+    written before partition.metadata existed), given the metadata's `topic` of that name (None: the
+    metadata has no such topic)."""
+    same = topic is not None and disk_topic_id in (None, topic.topic_id)
+    if same and index < len(topic.partitions) and node_id in topic.partitions[index].replicas:
+        return HOST
+    if same and disk_topic_id is not None and index < len(topic.partitions):
+        return DELETE  # the same topic, reassigned away from this broker: a recorded decision
+    if disk_topic_id is not None and disk_topic_id in tombstoned:
+        return DELETE  # that topic was deleted, and the controller recorded it
+    return STRAY
+
+
+def disk_topic_id(plog: PartitionLog) -> str | None:
+    try:
+        return (plog.directory / PARTITION_METADATA).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def tombstones(md: ClusterMetadata) -> set[str]:
+    return {t.topic_id for t in md.deleted_topics}
+
+
+# -- the metadata cache ------------------------------------------------------------------------------
+
+
+def read_cache(path: Path) -> dict[str, HeldTopic]:
+    """The cache; a cache from before topic ids were kept (name -> configs) gives configs only."""
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    cache = {}
+    for name, entry in raw.items():
+        if isinstance(entry, dict) and "topic_id" in entry:
+            cache[name] = HeldTopic.model_validate(entry)
+        elif isinstance(entry, dict):
+            cache[name] = HeldTopic(topic_id="", configs={k: str(v) for k, v in entry.items()})
+    return cache
+
+
+def cache_of(md: ClusterMetadata) -> dict[str, HeldTopic]:
+    return {name: HeldTopic(topic_id=t.topic_id, configs=dict(t.configs), replicas=[p.replicas for p in t.partitions],
+                            partition_epochs=[p.partition_epoch for p in t.partitions],
+                            partition_count=len(t.partitions))
+            for name, t in md.topics.items()}
+
+
+def write_cache_if_changed(path: Path, md: ClusterMetadata) -> None:
+    """Written when a topic id, configs or an assignment changed (not for ISR-only changes, which
+    are frequent and which recovery does not need)."""
+    new = cache_of(md)
+    old = read_cache(path)
+
+    def shape(c: dict[str, HeldTopic]) -> dict:
+        return {n: (t.topic_id, t.configs, t.replicas) for n, t in c.items()}
+
+    if shape(new) != shape(old):
+        atomic_write(path, json.dumps({n: t.model_dump() for n, t in new.items()}).encode())
+
+
+# -- the report -----------------------------------------------------------------------------------------
+
+
+def holdings(logs: dict[tuple[str, int], PartitionLog]) -> list[HeldPartition]:
+    return [HeldPartition(topic=topic, partition=index, topic_id=disk_topic_id(plog),
+                          last_leader_epoch=plog.leader_epochs.latest_epoch, log_end_offset=plog.log_end_offset,
+                          log_start_offset=plog.log_start_offset)
+            for (topic, index), plog in sorted(logs.items())]
+
+
+def read_producer_id_end(meta_dir: Path) -> int:
+    try:
+        return int(json.loads((meta_dir / PRODUCER_IDS).read_text())["end"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def record_producer_id_end(meta_dir: Path, end: int) -> None:
+    """Durably, before any id below `end` is handed out: a controller that lost its state resumes
+    above every id a broker may have given."""
+    atomic_write(meta_dir / PRODUCER_IDS, json.dumps({"end": end}).encode())
+
+
+def producer_id_end(meta_dir: Path, logs: dict[tuple[str, int], PartitionLog]) -> int:
+    seen = max((pid for plog in logs.values() for pid in plog.producers.producers), default=-1)
+    return max(read_producer_id_end(meta_dir), seen + 1)
