@@ -18,7 +18,7 @@ from .conditions import condition, merge_conditions
 from .kube import ApiError
 from .operator import Operator
 from .runtime import release_finalizer
-from .store import TOPIC_FINALIZER
+from .store import TOPIC_FINALIZER, cluster_of
 
 log = logging.getLogger(__name__)
 BROKER_PODS = {"app.kubernetes.io/name": "dm", "app.kubernetes.io/component": "broker"}
@@ -37,7 +37,7 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
     @kopf.on.event(GROUP, VERSION, "topics", registry=registry)
     async def topic_event(type: str, body: kopf.Body, namespace: str, name: str, spec: kopf.Spec,
                           **_: Any) -> None:
-        runtime = operator.runtime(namespace, spec.get("cluster", ""))
+        runtime = operator.runtime(namespace, cluster_of(dict(body)))
         if runtime is not None:
             runtime.wake.set()
             return
@@ -63,7 +63,7 @@ async def orphan_topic(operator: Operator, namespace: str, name: str, obj: dict[
     job (there is no Kafka topic to delete), so it is released; the status says why nothing happens."""
     kube = operator.kube
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/topics/{name}"
-    cluster = obj.get("spec", {}).get("cluster", "")
+    cluster = cluster_of(obj)
     dmcluster = await kube.get_or_none(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/dmclusters/{cluster}")
     if dmcluster is not None and not dmcluster["metadata"].get("deletionTimestamp"):
         operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])  # not seen yet: it will pick this up
@@ -96,7 +96,7 @@ async def release_orphans(operator: Operator, namespace: str, cluster: str | Non
     for obj in listing.get("items", []):
         if TOPIC_FINALIZER not in (obj["metadata"].get("finalizers") or []):
             continue
-        if cluster is not None and obj.get("spec", {}).get("cluster") != cluster:
+        if cluster is not None and cluster_of(obj) != cluster:
             continue
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/topics/{obj['metadata']['name']}"
         await release_finalizer(kube, path, obj)

@@ -83,8 +83,15 @@ class BrokerStatus(Model):
     ready: bool = Field(description="The pod is Ready")
     fenced: bool = Field(description="The controller has fenced the broker (not serving as a replica)")
     registered: bool = Field(description="The broker is registered with the controller")
+    strayLogs: list[str] = Field(default_factory=list, description="Log directories the broker kept aside "
+                                 "(no recorded decision allows deleting them): `dm strays` lists and deletes them")
     rack: str | None = Field(None, description="Rack (from the node label with rack awareness)")
     node: str | None = Field(None, description="Node the pod runs on")
+
+
+class DeletedTopicStatus(Model):
+    topicId: str = Field(description="Id of a deleted topic")
+    name: str = Field(description="Its name")
 
 
 class ControllerState(Model):
@@ -93,13 +100,15 @@ class ControllerState(Model):
     nextProducerId: int = Field(0, description="First producer id of the next block handed to a broker")
     brokerConfigs: dict[str, dict[str, str]] = Field(default_factory=dict, description="Dynamic broker configs "
                                                      "by broker id (\"\": the cluster-wide defaults)")
+    deletedTopics: list[DeletedTopicStatus] = Field(default_factory=list, description="The last topic deletions: "
+                                                    "brokers delete only logs of these topic ids (or moved away)")
     documentVersion: int = Field(0, description="Version of this document (compare-and-set)")
 
 
 class DMClusterStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, ConfigValid, "
-                                        "RollingRestart, ScaleDownBlocked, Rebalancing")
+                                        "RollingRestart, ScaleDownBlocked, Rebalancing, StrayData")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")
@@ -116,12 +125,20 @@ class DMClusterStatus(Model):
 # -- Topic ----------------------------------------------------------------------------------------
 
 
+def immutable(what: str) -> dict[str, Any]:
+    """A CEL rule (Kubernetes 1.25+; older API servers ignore it, and the operator refuses the change)."""
+    return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": f"{what} cannot change: the "
+                                          "resource would manage another topic and leave this one unmanaged"}]}
+
+
 class TopicSpec(Model):
-    cluster: str = Field(min_length=1, max_length=63, pattern=K8S_NAME,
-                         description="Name of the DMCluster in the same namespace")
+    cluster: str = Field(min_length=1, max_length=63, pattern=K8S_NAME, json_schema_extra=immutable("cluster"),
+                         description="Name of the DMCluster in the same namespace (fixed once set)")
     topicName: str | None = Field(None, min_length=1, max_length=249, pattern=TOPIC_NAME,
+                                  json_schema_extra=immutable("topicName"),
                                   description="Kafka topic name when it differs from metadata.name (names "
-                                              "Kubernetes does not allow, e.g. with '_' or capitals)")
+                                              "Kubernetes does not allow, e.g. with '_' or capitals); fixed "
+                                              "once set")
     partitions: int = Field(1, ge=1, le=10000, description="Number of partitions (can grow, never shrink)")
     replicas: int = Field(3, ge=1, le=64, description="Replication factor")
     config: dict[str, Any] = Field(default_factory=dict, description="Topic configs, e.g. min.insync.replicas: 2, "
@@ -137,12 +154,15 @@ class PartitionStatus(Model):
     partitionEpoch: int = Field(0, description="Bumped at every change of leader or ISR")
     addingReplicas: list[int] = Field(default_factory=list, description="Replicas a reassignment is adding")
     removingReplicas: list[int] = Field(default_factory=list, description="Replicas a reassignment is removing")
+    recovering: bool = Field(False, description="Recovered from the brokers' logs after the controller lost its "
+                                                "state: no leader until every replica has reported")
 
 
 class TopicStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, with the reason when not")
-    topicName: str | None = Field(None, description="The Kafka topic name")
+    topicName: str | None = Field(None, description="The Kafka topic name (this resource manages it for good)")
+    cluster: str | None = Field(None, description="The DMCluster whose topic this is (fixed once set)")
     topicId: str | None = Field(None, description="The Kafka topic id")
     partitionCount: int | None = Field(None, description="Partitions the topic has")
     replicationFactor: int | None = Field(None, description="Replicas per partition")

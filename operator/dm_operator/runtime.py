@@ -49,7 +49,7 @@ from .planning import (
     scale_up_moves,
     topic_configs,
 )
-from .store import TOPIC_FINALIZER, CrdStatusStore, topic_name_of
+from .store import TOPIC_FINALIZER, CrdStatusStore, topic_name_of, wanted_topic_name
 
 if TYPE_CHECKING:
     from .operator import Operator
@@ -156,9 +156,12 @@ class ClusterRuntime:
                                          for k, v in self.spec.config.items()}, environ={})
         except ConfigError:
             config = BrokerConfig.build({}, environ={})
+        # Without a cluster document in the status (a re-created DMCluster, a reinstall, a restore) the
+        # controller recovers the topics from what the brokers hold; it knows how many to wait for.
         controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
                                            unclean_election_default=config["unclean.leader.election.enable"],
-                                           rack_resolver=self._rack_of)
+                                           rack_resolver=self._rack_of, expected_brokers=self.spec.replicas,
+                                           recovery_timeout_ms=config["controller.recovery.timeout.ms"])
         controller.start()
         self.store, self.controller = store, controller
         log.info("%s/%s: controller running (%d topics from status)", self.namespace, self.name,
@@ -248,6 +251,8 @@ class ClusterRuntime:
         if storage_note:
             conditions.append(condition("StorageChangePending", True, "ImmutableVolumeClaimTemplate", storage_note))
 
+        await self.controller.ensure_cluster_document()
+        conditions.append(self._stray_condition())
         await self._reconcile_topics()
         self._publish_metrics()
         await self._write_cluster_status(generation, spec, replicas, by_id, conditions, config_ok, target)
@@ -360,11 +365,28 @@ class ClusterRuntime:
             except ControllerError as exc:
                 log.warning("%s/%s: %s", self.namespace, self.name, exc.message)
 
+    def _stray_condition(self) -> Obj:
+        """Logs brokers kept aside because no recorded decision allows deleting them (ADR 0017)."""
+        assert self.controller is not None
+        strays = {b.node_id: b.stray_logs for b in self.controller.brokers.values() if b.stray_logs}
+        if not strays:
+            return condition("StrayData", False, "None", "no broker holds stray logs")
+        listed = "; ".join(f"broker {b}: {', '.join(names)}" for b, names in sorted(strays.items()))
+        return condition("StrayData", True, "StrayLogsKept",
+                         f"logs kept aside, not deleted (inspect, then `kubectl exec <broker pod> -- dm strays "
+                         f"delete <name> --data-dir {naming.DATA_PATH}`): {listed}"[:1000])
+
     async def _claims_ownership(self, delete_with_cluster: bool) -> None:
-        """PVCs of a StatefulSet outlive it; owned by the DMCluster they are deleted with it."""
+        """PVCs of a StatefulSet outlive it; owned by the DMCluster they are deleted with it. Only this
+        cluster's broker claims (the full broker selector and the StatefulSet's claim names): another
+        release of the same name, or anything else labelled with it, is never adopted."""
         claims = (await self.kube.get(collection_path("v1", "persistentvolumeclaims", self.namespace),
-                                      labelSelector=f"app.kubernetes.io/instance={self.name}")).get("items", [])
+                                      labelSelector=naming.selector_string(self.name))).get("items", [])
+        prefix = f"data-{naming.statefulset(self.name)}-"
         for claim in claims:
+            if not claim["metadata"]["name"].startswith(prefix) or \
+                    not claim["metadata"]["name"].removeprefix(prefix).isdigit():
+                continue
             refs = claim["metadata"].get("ownerReferences") or []
             owned = any(r.get("uid") == self.uid for r in refs)
             if owned == delete_with_cluster:
@@ -391,6 +413,7 @@ class ClusterRuntime:
             ready_count += ready
             brokers.append(BrokerStatus(id=broker_id, pod=naming.pod(self.name, broker_id), ready=ready,
                                         fenced=bool(info and info.fenced), registered=info is not None,
+                                        strayLogs=list(info.stray_logs) if info else [],
                                         rack=info.rack if info else None,
                                         node=(pod or {}).get("spec", {}).get("nodeName")).model_dump())
         serving = [b for b in brokers if b["id"] < spec.replicas and b["ready"] and b["registered"] and not b["fenced"]]
@@ -428,6 +451,8 @@ class ClusterRuntime:
                 self.event("ScaleDownBlocked", c["message"], "Warning")
             elif c["type"] == "ConfigValid" and c["status"] == "False":
                 self.event("InvalidConfig", c["message"], "Warning")
+            elif c["type"] == "StrayData" and c["status"] == "True":
+                self.event("StrayLogsKept", c["message"], "Warning")
             elif c["type"] == "Ready" and (prev is not None or c["status"] == "True"):
                 self.event(c["reason"], c["message"], "Normal" if c["status"] == "True" else "Warning")
 
@@ -481,9 +506,14 @@ class ClusterRuntime:
         generation = obj["metadata"].get("generation")
         status = obj.get("status") or {}
         conditions: list[Obj]
+        changed = immutable_change(obj)
         if owner != resource:
             conditions = [condition("Ready", False, "ResourceConflict",
                                     f"topic {topic} is already managed by Topic {owner}")]
+        elif changed:
+            # The resource keeps managing its topic; following the edit would leave that topic without a
+            # resource (and a later operator could drop it from the metadata).
+            conditions = [condition("Ready", False, "ImmutableFieldChanged", changed)]
         else:
             conditions = [await self._apply_topic(obj, topic, generation, status)]
         new_status = {"observedGeneration": generation,
@@ -530,6 +560,13 @@ class ClusterRuntime:
         except ValueError as exc:
             return condition("Ready", False, "InvalidSpec", str(exc)[:500])
         assert current is not None
+        recovering = [i for i, p in enumerate(current.partitions) if p.recovering]
+        if recovering:
+            waiting = sorted({r for p in current.partitions if p.recovering for r in p.replicas}
+                             - {b for b in self.controller.reports.held})
+            return condition("Ready", False, "Recovering", f"{len(recovering)} partitions are being recovered from "
+                                                           f"the brokers' logs; waiting for brokers {waiting} to "
+                                                           "report (or an unclean election)")
         moving = [i for i, p in enumerate(current.partitions) if p.reassigning]
         if moving:
             return condition("Ready", False, "Reassigning", f"{len(moving)} partitions are moving (replicas being "
@@ -601,6 +638,19 @@ class ClusterRuntime:
             "uid": self.uid}, reason, message, kind))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+
+def immutable_change(obj: Obj) -> str | None:
+    """What makes a Topic resource's edit unacceptable: spec.topicName or spec.cluster changed after
+    it got its topic (its status records both)."""
+    status = obj.get("status") or {}
+    if status.get("topicName") and wanted_topic_name(obj) != status["topicName"]:
+        return (f"this resource manages topic {status['topicName']!r}: its name cannot change to "
+                f"{wanted_topic_name(obj)!r} (restore spec.topicName; create another Topic for another topic)")
+    if status.get("cluster") and obj.get("spec", {}).get("cluster") != status["cluster"]:
+        return (f"this resource manages a topic of DMCluster {status['cluster']!r}: spec.cluster cannot change to "
+                f"{obj['spec'].get('cluster')!r} (restore it; create another Topic for the other cluster)")
+    return None
 
 
 async def release_finalizer(kube: Kube, path: str, obj: Obj) -> None:

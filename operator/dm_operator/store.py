@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dm_broker.controller.models import ClusterDoc, PartitionState, TopicDoc
+from dm_broker.controller.models import ClusterDoc, DeletedTopic, PartitionState, TopicDoc
 from dm_broker.controller.store import ConflictError
 
 from . import API_VERSION, naming
@@ -31,15 +31,15 @@ CAS_RETRIES = 20
 ChangeListener = Callable[[TopicDoc | None, TopicDoc, Obj], None]
 
 
-def topic_status(doc: TopicDoc) -> Obj:
+def topic_status(doc: TopicDoc, cluster: str) -> Obj:
     """The status fields the store owns (the reconciler owns conditions and observedGeneration)."""
     return {
-        "topicName": doc.name, "topicId": doc.topic_id, "partitionCount": len(doc.partitions),
+        "topicName": doc.name, "cluster": cluster, "topicId": doc.topic_id, "partitionCount": len(doc.partitions),
         "replicationFactor": len(doc.partitions[0].replicas) if doc.partitions else 0,
         "partitions": [PartitionStatus(partition=i, leader=p.leader, replicas=p.replicas, isr=p.isr,
                                        leaderEpoch=p.leader_epoch, partitionEpoch=p.partition_epoch,
-                                       addingReplicas=p.adding_replicas,
-                                       removingReplicas=p.removing_replicas).model_dump()
+                                       addingReplicas=p.adding_replicas, removingReplicas=p.removing_replicas,
+                                       recovering=p.recovering).model_dump()
                        for i, p in enumerate(doc.partitions)],
         "configs": dict(doc.configs), "underReplicatedPartitions": under_replicated(doc),
         "offlinePartitions": offline(doc), "documentVersion": doc.version,
@@ -64,14 +64,27 @@ def doc_from_status(status: Obj) -> TopicDoc | None:
     partitions = [PartitionState(replicas=p["replicas"], leader=p["leader"], isr=p["isr"],
                                  leader_epoch=p["leaderEpoch"], partition_epoch=p.get("partitionEpoch", 0),
                                  adding_replicas=p.get("addingReplicas") or [],
-                                 removing_replicas=p.get("removingReplicas") or [])
+                                 removing_replicas=p.get("removingReplicas") or [],
+                                 recovering=bool(p.get("recovering")))
                   for p in sorted(status.get("partitions", []), key=lambda p: p["partition"])]
     return TopicDoc(name=status["topicName"], topic_id=status["topicId"], configs=status.get("configs") or {},
                     partitions=partitions, version=status["documentVersion"])
 
 
 def topic_name_of(obj: Obj) -> str:
+    """The topic a Topic resource manages: the one its status records once it has one (spec.topicName
+    is fixed then: a change is refused, not followed), else the spec's (or the resource's name)."""
+    recorded = (obj.get("status") or {}).get("topicName")
+    return recorded or obj["spec"].get("topicName") or obj["metadata"]["name"]
+
+
+def wanted_topic_name(obj: Obj) -> str:
     return obj["spec"].get("topicName") or obj["metadata"]["name"]
+
+
+def cluster_of(obj: Obj) -> str:
+    """The DMCluster a Topic resource belongs to: recorded in its status once it has a topic."""
+    return (obj.get("status") or {}).get("cluster") or obj.get("spec", {}).get("cluster", "")
 
 
 class CrdStatusStore:
@@ -98,19 +111,24 @@ class CrdStatusStore:
 
     # -- the cluster document ----------------------------------------------------------------------
 
-    async def load_cluster(self) -> ClusterDoc:
+    async def load_cluster(self) -> ClusterDoc | None:
+        """The cluster document in the DMCluster's status; None when it has none (a new DMCluster, or
+        one re-created or restored without status: the controller then recovers from the brokers)."""
         obj = await self.kube.get(self.cluster_path)
         state = (obj.get("status") or {}).get("controller")
         cluster_id = (obj.get("status") or {}).get("clusterId")
         self._cluster_rv = obj["metadata"]["resourceVersion"]
         if state is None or not cluster_id:
-            doc = ClusterDoc()
             self._cluster_version = -1
-            return await self._write_cluster(doc.model_copy(update={"version": 0}), expected=-1)
+            self._broker_configs = {}
+            return None
         self._cluster_version = state["documentVersion"]
         self._broker_configs = dict(state.get("brokerConfigs") or {})
         return ClusterDoc(cluster_id=cluster_id, next_producer_id=state["nextProducerId"],
-                          broker_configs=state.get("brokerConfigs") or {}, version=state["documentVersion"])
+                          broker_configs=state.get("brokerConfigs") or {},
+                          deleted_topics=[DeletedTopic(topic_id=t["topicId"], name=t["name"])
+                                          for t in state.get("deletedTopics") or []],
+                          version=state["documentVersion"])
 
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
         if expected_version != self._cluster_version:
@@ -121,6 +139,8 @@ class CrdStatusStore:
         status = {"clusterId": doc.cluster_id,
                   "controller": {"nextProducerId": doc.next_producer_id,
                                  "brokerConfigs": with_deletions(doc.broker_configs, self._broker_configs),
+                                 "deletedTopics": [{"topicId": t.topic_id, "name": t.name}
+                                                   for t in doc.deleted_topics],
                                  "documentVersion": doc.version}}
         for _ in range(CAS_RETRIES):
             try:
@@ -143,14 +163,11 @@ class CrdStatusStore:
     # -- topic documents ---------------------------------------------------------------------------
 
     async def list_topic_resources(self) -> list[Obj]:
-        listing = await self.kube.get(self.topics_path, labelSelector=f"{naming.CLUSTER_LABEL}={self.cluster}")
-        found = {o["metadata"]["name"]: o for o in listing.get("items", [])}
-        # Topics a user created without the label are found by their spec.
+        """This cluster's Topic resources: those whose status records this cluster, and those not
+        recorded yet whose spec names it. A resource whose spec.cluster was changed stays this
+        cluster's (the change is refused), and is not another cluster's."""
         everything = await self.kube.get(self.topics_path)
-        for o in everything.get("items", []):
-            if o.get("spec", {}).get("cluster") == self.cluster:
-                found.setdefault(o["metadata"]["name"], o)
-        return list(found.values())
+        return [o for o in everything.get("items", []) if cluster_of(o) == self.cluster]
 
     def _read(self, obj: Obj) -> TopicDoc | None:
         """A Topic resource as read from the API server: its version, its topic, its document."""
@@ -187,7 +204,7 @@ class CrdStatusStore:
         new = doc.model_copy(update={"version": expected_version + 1})
         resource = await self._resource_for(new)
         path = f"{self.topics_path}/{resource}/status"
-        status = topic_status(new)
+        status = topic_status(new, self.cluster)
         status["configs"] = with_deletions(status["configs"], dict(known.configs) if known else {})
         for _ in range(CAS_RETRIES):
             rv = self.resource_versions.get(resource)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dm import CHART, condition, wait_cluster_ready
+from dm import CHART, bootstrap, condition, wait_cluster_ready
 from dm_testbed.settings import TestbedSettings
 from substrate import REPO
-from support import get_json, get_or_none, pod_ready, wait_until
+from support import get_json, get_or_none, pod_ready, run_script, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -147,6 +147,9 @@ def test_install_helm_test_upgrade_and_uninstall(substrate) -> None:
         assert most_down <= 1
         cm = get_json(sub, "configmap", f"{release}-config", "-n", ns)
         assert "log.segment.bytes=2097152" in cm["data"]["broker.properties"]
+        # Records that must outlive an uninstall and a reinstall of the release (claims kept).
+        produced = run_script(sub, ns, KEPT_RECORDS.format(bootstrap=bootstrap(ns, release)), image=sub.image)
+        identity = [line for line in produced.splitlines() if line.startswith(("CLUSTER", "TOPICID"))]
     finally:
         sub.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "5m", check=False)
     # Nothing of the operator is left; the claims stay (deleteClaim false), the CRDs too.
@@ -162,7 +165,51 @@ def test_install_helm_test_upgrade_and_uninstall(substrate) -> None:
     claims = [c["metadata"]["name"] for c in get_json(sub, "pvc", "-n", ns)["items"]]
     assert sorted(claims) == [f"data-{release}-broker-{i}" for i in range(3)]
     assert sub.kubectl("get", "crd", "dmclusters.dm.dev", check=False).returncode == 0
+
+    # The same release installed again finds its volumes: the same cluster, topic and records.
+    sub.helm("install", release, str(CHART), "--wait", "--timeout", "5m", *base)
+    try:
+        wait_cluster_ready(sub, ns, release, 3, timeout_s=300)
+        read = run_script(sub, ns, READ_KEPT.format(bootstrap=bootstrap(ns, release)), image=sub.image, timeout_s=300)
+        assert "READ 200" in read, read
+        assert [line for line in read.splitlines() if line.startswith(("CLUSTER", "TOPICID"))] == identity
+    finally:
+        sub.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "5m", check=False)
     sub.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+KEPT_RECORDS = """
+from confluent_kafka import Producer, TopicCollection
+from confluent_kafka.admin import AdminClient
+b = "{bootstrap}"
+p = Producer({{"bootstrap.servers": b, "acks": "all"}})
+for i in range(200):
+    p.produce("orders", value=b"kept-%d" % i)
+assert p.flush(60) == 0
+admin = AdminClient({{"bootstrap.servers": b}})
+print("CLUSTER", admin.describe_cluster().result(60).cluster_id)
+print("TOPICID", admin.describe_topics(TopicCollection(["orders"]))["orders"].result(60).topic_id)
+"""
+
+READ_KEPT = """
+import time
+from confluent_kafka import Consumer, TopicCollection
+from confluent_kafka.admin import AdminClient
+b = "{bootstrap}"
+admin = AdminClient({{"bootstrap.servers": b}})
+print("CLUSTER", admin.describe_cluster().result(60).cluster_id)
+print("TOPICID", admin.describe_topics(TopicCollection(["orders"]))["orders"].result(60).topic_id)
+c = Consumer({{"bootstrap.servers": b, "group.id": "kept-%d" % time.time(), "auto.offset.reset": "earliest"}})
+c.subscribe(["orders"])
+got = set()
+deadline = time.time() + 120
+while len(got) < 200 and time.time() < deadline:
+    m = c.poll(1)
+    if m is not None and not m.error() and m.value().startswith(b"kept-"):
+        got.add(m.value())
+c.close()
+print("READ", len(got))
+"""
 
 
 def test_the_readme_kubernetes_commands(substrate) -> None:

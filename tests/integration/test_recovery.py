@@ -52,7 +52,9 @@ class DmUp:
         assert self.proc.stdout is not None
         while "Press Ctrl-C" not in out:
             line = self.proc.stdout.readline()
-            assert line and time.monotonic() < deadline, f"dm up did not start:\n{out}"
+            if not line or time.monotonic() > deadline:
+                self.stop()  # nothing left behind
+                raise AssertionError(f"dm up did not start:\n{out}")
             out += line
 
     def stop(self) -> None:
@@ -138,9 +140,11 @@ def tree_digest(directory: Path) -> dict[str, str]:
 
 
 def test_a_volume_of_another_cluster_is_refused_untouched(tmp_path: Path) -> None:
-    a_controller = ControllerProcess(tmp_path / "a-controller").start()
-    a_broker = BrokerProcess(tmp_path / "a-broker", controller_url=a_controller.url).start()
+    a_controller = ControllerProcess(tmp_path / "a-controller")
+    a_broker = BrokerProcess(tmp_path / "a-broker", controller_url=a_controller.url)
     try:
+        a_controller.start()
+        a_broker.start()
         assert dm("topics", "create", "kept", "--bootstrap", a_broker.bootstrap).returncode == 0
         assert dm("produce", "kept", "--bootstrap", a_broker.bootstrap, stdin="one\ntwo\n").returncode == 0
     finally:
@@ -149,9 +153,11 @@ def test_a_volume_of_another_cluster_is_refused_untouched(tmp_path: Path) -> Non
     meta = (tmp_path / "a-broker" / "meta.properties").read_text()
     assert "cluster.id=" in meta and "node.id=0" in meta and "directory.id=" in meta
 
-    b_controller = ControllerProcess(tmp_path / "b-controller").start()
-    b_broker = BrokerProcess(tmp_path / "b-broker", controller_url=b_controller.url).start()  # cluster B exists
+    b_controller = ControllerProcess(tmp_path / "b-controller")
+    b_broker = BrokerProcess(tmp_path / "b-broker", controller_url=b_controller.url)
     try:
+        b_controller.start()
+        b_broker.start()  # cluster B exists
         before = tree_digest(tmp_path / "a-broker")
         stranger = BrokerProcess(tmp_path / "a-broker", controller_url=b_controller.url, node_id=0)
         stranger.port = free_port()
@@ -177,10 +183,13 @@ def create_with_assignment(bootstrap: str, topic: str, assignment: list[list[int
 
 def test_a_log_the_metadata_does_not_name_is_kept_aside_and_reported(tmp_path: Path) -> None:
     overrides = {"broker.session.timeout.ms": 2000}
-    controller = ControllerProcess(tmp_path / "controller", overrides).start()
-    brokers = [BrokerProcess(tmp_path / f"broker-{i}", overrides, node_id=i, controller_url=controller.url).start()
+    controller = ControllerProcess(tmp_path / "controller", overrides)
+    brokers = [BrokerProcess(tmp_path / f"broker-{i}", overrides, node_id=i, controller_url=controller.url)
                for i in range(2)]
     try:
+        controller.start()
+        for b in brokers:
+            b.start()
         create_with_assignment(brokers[0].bootstrap, "t", [[1]])
         assert dm("produce", "t", "--bootstrap", brokers[0].bootstrap, stdin="a\nb\nc\n").returncode == 0
     finally:
@@ -191,12 +200,12 @@ def test_a_log_the_metadata_does_not_name_is_kept_aside_and_reported(tmp_path: P
     # The controller's state is lost and only broker 0 comes back before a topic "t" is made anew: broker 1's
     # old t-0 (another topic id, never deleted through the controller) must not be deleted.
     shutil.rmtree(tmp_path / "controller" / "controller")
-    controller.start()
-    brokers[0].start()
-    time.sleep(2.5)  # the recovery window of a controller that knows no broker count: one session timeout
-    create_with_assignment(brokers[0].bootstrap, "t", [[0]])
-    brokers[1].start()
     try:
+        controller.start()
+        brokers[0].start()
+        time.sleep(2.5)  # the recovery window of a controller that knows no broker count: one session timeout
+        create_with_assignment(brokers[0].bootstrap, "t", [[0]])
+        brokers[1].start()
         strays = list((tmp_path / "broker-1").glob("t-0.*-stray"))
         deadline = time.monotonic() + 30
         while not strays and time.monotonic() < deadline:

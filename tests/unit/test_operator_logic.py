@@ -271,7 +271,7 @@ def test_conditions_keep_their_transition_time():
 
 def test_topic_status_round_trip():
     d = doc("t", ([0, 1, 2], 1, [1, 2]), configs={"retention.ms": "5"}).model_copy(update={"version": 7})
-    status = topic_status(d)
+    status = topic_status(d, "demo")
     assert status["underReplicatedPartitions"] == 1 and status["partitions"][0]["leader"] == 1
     assert doc_from_status(status) == d
     assert doc_from_status({}) is None

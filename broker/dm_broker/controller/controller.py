@@ -166,6 +166,19 @@ class Controller:
         waited = self.clock() - self.started_at
         return waited < (self.recovery_timeout if self.expected_brokers is not None else self.session_timeout)
 
+    async def ensure_cluster_document(self) -> bool:
+        """Writes the cluster document again from this controller's state if the store lost it (a
+        wiped status): the store is where the next controller starts from. True when it did."""
+        if not self.established:
+            return False
+        async with self._lock:
+            if await self.store.load_cluster() is not None:
+                return False
+            log.warning("the stored cluster document is gone; writing cluster %s's again from the controller's state",
+                        self.cluster.cluster_id)
+            self.cluster = await self.store.save_cluster(self.cluster, -1)
+            return True
+
     def _tombstoned(self) -> set[str]:
         return {t.topic_id for t in self.cluster.deleted_topics}
 
