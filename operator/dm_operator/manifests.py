@@ -158,6 +158,9 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "initialDelaySeconds": 10,
                           "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
         "resources": {k: v for k, v in spec.resources.model_dump().items() if v},
+        # A broker that refuses to start (its volume belongs to another cluster) says why in its last log
+        # lines; the pod's status carries them to the operator's DMCluster conditions.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [{"name": "data", "mountPath": naming.DATA_PATH},

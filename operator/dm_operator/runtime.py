@@ -253,6 +253,7 @@ class ClusterRuntime:
 
         await self.controller.ensure_cluster_document()
         conditions.append(self._stray_condition())
+        conditions.append(identity_condition(by_id))
         await self._reconcile_topics()
         self._publish_metrics()
         await self._write_cluster_status(generation, spec, replicas, by_id, conditions, config_ok, target)
@@ -638,6 +639,21 @@ class ClusterRuntime:
             "uid": self.uid}, reason, message, kind))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+
+def identity_condition(pods: dict[int, Obj]) -> Obj:
+    """Brokers that refused to start because their volume belongs to another cluster (their last
+    termination message says so)."""
+    refused = []
+    for broker_id, pod in sorted(pods.items()):
+        for status in (pod.get("status") or {}).get("containerStatuses", []):
+            message = ((status.get("lastState") or {}).get("terminated") or {}).get("message") or ""
+            if status.get("name") == "broker" and "INCONSISTENT_CLUSTER_ID" in message:
+                line = next((m for m in message.splitlines() if "INCONSISTENT_CLUSTER_ID" in m), message)
+                refused.append(f"broker {broker_id}: {line.strip()}")
+    if refused:
+        return condition("ClusterIdentity", False, "InconsistentClusterId", "; ".join(refused)[:1000])
+    return condition("ClusterIdentity", True, "Consistent", "every broker's volume belongs to this cluster")
 
 
 def immutable_change(obj: Obj) -> str | None:

@@ -3,7 +3,8 @@ is wiped while the operator restarts, and a DMCluster deleted (claims kept, the 
 again, come back as the same cluster — cluster id, topic ids, every record, the group's committed
 offsets — with nothing deleted; a stray log shows as the DMCluster's StrayData condition until `dm
 strays delete`; claims of another release with the same instance label survive a deleteClaim
-deletion; a Topic's topicName cannot be edited away from its topic."""
+deletion; a Topic's topicName cannot be edited away from its topic; a broker whose volume belongs to
+another cluster refuses to start, and the DMCluster's ClusterIdentity condition says so."""
 
 from __future__ import annotations
 
@@ -186,6 +187,15 @@ def test_claims_of_another_release_survive_and_a_topic_keeps_its_name(e2e_namesp
     sub.kubectl("patch", "topic", "named", "-n", ns, "--type=json", "-p",
                 '[{"op": "remove", "path": "/spec/topicName"}]')
     wait_topic_ready(sub, ns, "named")
+    # A volume that belongs to another cluster: the broker refuses it and the DMCluster says so.
+    sub.kubectl("exec", "-n", ns, "solo-broker-0", "-c", "broker", "--", "python", "-c",
+                "import re; p = '/var/lib/dm/data/meta.properties'; t = open(p).read(); "
+                "open(p, 'w').write(re.sub('cluster.id=.*', 'cluster.id=another-cluster', t))")
+    sub.kubectl("delete", "pod", "solo-broker-0", "-n", ns)
+    refused = wait_until(lambda: (c := condition(get_or_none(sub, "dmcluster", "solo", "-n", ns), "ClusterIdentity"))
+                         .get("status") == "False" and c, 180, "the ClusterIdentity condition")
+    assert "broker 0" in refused["message"] and "another-cluster" in refused["message"], refused
+    assert condition(get_or_none(sub, "dmcluster", "solo", "-n", ns))["status"] == "False"
     # deleteClaim: the cluster's claims go with it, the other release's claim stays.
     sub.kubectl("delete", "dmcluster", "solo", "-n", ns, timeout_s=180)
     wait_until(lambda: [c["metadata"]["name"] for c in get_json(sub, "pvc", "-n", ns)["items"]]
