@@ -111,6 +111,7 @@ def run_script(k: Kubectl, namespace: str, script: str, timeout_s: float = 180, 
         logs = k.kubectl("logs", name, "-n", namespace, check=False).stdout
     assert phase == "Succeeded", f"script pod {name} failed:\n{logs}"
     k.kubectl("delete", "pod", name, "-n", namespace, "--wait=false", check=False)
+    k.kubectl("delete", "configmap", f"{name}-script", "-n", namespace, "--wait=false", check=False)
     return logs
 
 

@@ -120,14 +120,22 @@ def test_wiped_status_and_a_recreated_dmcluster_keep_every_record(e2e_namespace,
     wait_until(lambda: condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "StrayData").get("status")
                == "False", 60, "StrayData cleared")
 
-    # The controller's state wiped from every status, and the operator restarted: recovered from the brokers.
+    # The cluster document wiped under a running operator: it writes it again from its state.
     resources = [("dmclusters", "demo")] + [("topics", t["metadata"]["name"])
                                              for t in get_json(sub, "topics", "-n", ns)["items"]]
+    wipe_status(sub, ns, resources[:1])
+    wait_until(lambda: (get_or_none(sub, "dmcluster", "demo", "-n", ns).get("status") or {}).get("clusterId")
+               == before["CLUSTER"], 60, "the cluster document written again")
+
+    # Every status wiped while no operator runs (a restore from manifests): recovered from the brokers.
+    deployment = ["deployment", "dm-operator", "-n", OPERATOR_NAMESPACE]
+    sub.kubectl("scale", *deployment, "--replicas=0")
+    wait_until(lambda: not get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
+                                    "app.kubernetes.io/component=operator")["items"], 120, "the operator stopped")
     wipe_status(sub, ns, resources)
     assert not (get_json(sub, "dmcluster", "demo", "-n", ns).get("status") or {}).get("clusterId")
-    operator_pod = get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                            "app.kubernetes.io/component=operator")["items"][0]["metadata"]["name"]
-    sub.kubectl("delete", "pod", operator_pod, "-n", OPERATOR_NAMESPACE)
+    assert not (get_json(sub, "topic", "keep", "-n", ns).get("status") or {}).get("topicId")
+    sub.kubectl("scale", *deployment, "--replicas=1")
     wait_until(lambda: operator_ready(sub, OPERATOR_NAMESPACE), 180, "the operator back")
     wait_cluster_ready(sub, ns, timeout_s=300)
     wait_topic_ready(sub, ns, "keep", timeout_s=180)
