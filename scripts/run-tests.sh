@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs lint and the whole suite (`make test`). Where a Docker engine answers, or can be started (root
 # with apt-get: scripts/kind/engine.sh installs and starts one), the Kubernetes half runs for real: the
-# dm image is built, then everything but the e2e suite runs, then a kind cluster is created with the
-# image (scripts/kind/cluster.sh), the e2e suite runs on it, and the cluster is deleted (an idle kind
-# cluster costs this 2-core machine half a core: the other tests run without it). A failure to set
-# that up fails the run, and the e2e and image tests then fail rather than skip (DM_E2E_REQUIRED,
-# DM_IMAGE_REQUIRED). Skip reasons are printed (-rs), and a run in which Kubernetes tests skipped says
-# so at the end. pytest's "no tests collected" (exit 5) is a failure.
+# dm image is built, a kind cluster is created with it (scripts/kind/cluster.sh) and the e2e suite runs
+# on it — beside the rest of the suite, which needs no cluster: the two mostly wait (on brokers, on
+# pods), so side by side they take the time of the longer one on this 2-core machine instead of the
+# sum (DM_TEST_SERIAL=1 runs them one after the other). The cluster is deleted at the end. A failure
+# to set it up fails the run, and the e2e and image tests then fail rather than skip
+# (DM_E2E_REQUIRED, DM_IMAGE_REQUIRED). Skip reasons are printed (-rs), with the slowest tests, and a
+# run in which Kubernetes tests skipped says so at the end. pytest's "no tests collected" (exit 5)
+# is a failure.
 #   run-tests.sh ARGS...  one pytest run with ARGS (the cluster is set up first where it can be)
 #   DM_KIND_KEEP=1        keep the kind cluster afterwards, and reuse a kept one
 set -uo pipefail
@@ -41,7 +43,7 @@ cluster_down() {
   [ "${DM_KIND_KEEP:-0}" = 1 ] || bash scripts/kind/cluster.sh down
 }
 pytest() {  # one pytest run; its exit code (5, no tests collected, is a failure)
-  .venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@" 2>&1 | tee -a "$log"
+  .venv/bin/python -m pytest -q -rs --durations=15 -p no:cacheprovider "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then
     echo "run-tests: pytest collected no tests ($*)" >&2
@@ -55,6 +57,29 @@ if [ $# -gt 0 ]; then
   pytest "$@"
   rc=$?
   [ $kube = 1 ] && cluster_down
+elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
+  e2e_out=$(mktemp)
+  (
+    if cluster_up; then
+      pytest tests/e2e
+      echo $? >"$e2e_out.rc"
+      cluster_down
+    else
+      echo "run-tests: creating the kind cluster failed (see above)"
+      echo 1 >"$e2e_out.rc"
+    fi
+  ) >"$e2e_out" 2>&1 &
+  e2e=$!
+  echo "run-tests: the e2e suite runs on kind beside the rest (its output follows theirs)"
+  pytest --ignore=tests/e2e
+  rc=$?
+  wait $e2e
+  echo
+  echo "run-tests: ---- the e2e suite on kind ----"
+  cat "$e2e_out"
+  rc2=$(cat "$e2e_out.rc" 2>/dev/null || echo 1)
+  rm -f "$e2e_out" "$e2e_out.rc"
+  [ "$rc" -eq 0 ] && rc=$rc2
 else
   pytest --ignore=tests/e2e
   rc=$?
