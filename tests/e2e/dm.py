@@ -233,9 +233,10 @@ def verdict(producer_log: str, consumer_log: str) -> Verdict:
     return Verdict(len(acks), len(records), lost, duplicated, reordered, acks)
 
 
-def first_ack_after(v: Verdict, instant: float) -> float | None:
-    """Seconds from `instant` to the acknowledgement of the first record produced after it."""
-    later = [at for _, _, _, sent, at in v.acks if sent > instant]
+def first_ack_after(v: Verdict, instant: float, partition: int) -> float | None:
+    """Seconds from `instant` to the acknowledgement of the first record of `partition` (the one whose
+    leader was hit; the others go on unaffected) produced after it."""
+    later = [at for p, _, _, sent, at in v.acks if p == partition and sent > instant]
     return min(later) - instant if later else None
 
 

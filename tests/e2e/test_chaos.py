@@ -62,7 +62,7 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
     consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10})
     producer.wait_for("ACK", 90)
     watcher = TopicWatcher(sub, ns, "load")
-    kills: dict[str, list[float]] = {"deleted": [], "forced": [], "crashed": [], "node stopped": []}
+    kills: dict[str, list[tuple[float, int]]] = {"deleted": [], "forced": [], "crashed": [], "node stopped": []}
     status_lag: dict[str, list[float]] = {how: [] for how in kills}
     stopped: list[str] = []
 
@@ -81,7 +81,7 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
             node = get_json(sub, "pod", pod, "-n", ns)["spec"]["nodeName"]
             sub.chaos.stop_node(node)
             stopped.append(node)
-        kills[how].append(at)
+        kills[how].append((at, partition))
         try:
             wait_until(lambda: leaders(topic_status(sub, ns, "load")).get(partition) not in (old, -1), 60,
                        f"the status to name a new leader of load-{partition} after {pod} was {how}")
@@ -133,7 +133,7 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
     result = verdict(produced, reader.stop())
     live = verdict(produced, followed)
     outputs = f"(outputs kept in {producer.kept.parent})"
-    first_acks = {how: [x for x in (first_ack_after(result, t) for t in times) if x is not None]
+    first_acks = {how: [x for x in (first_ack_after(result, t, p) for t, p in times) if x is not None]
                   for how, times in kills.items()}
     print(f"\n[{sub.name}] {result.summary()}")
     for how, values in first_acks.items():
