@@ -207,7 +207,7 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
 
 async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
     """`dm controller`: the cluster controller as its own process (file-backed store)."""
-    from .controller.controller import Controller
+    from .controller.controller import Controller, ControllerSettings
     from .controller.http import make_app as controller_app
     from .controller.store import FileControllerStore
 
@@ -216,10 +216,8 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
     lock = lock_directory(store_dir, "dm controller")
     try:
         store = FileControllerStore(store_dir)
-        controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                                           unclean_election_default=config["unclean.leader.election.enable"],
-                                           expected_brokers=config["controller.recovery.expected.brokers"] or None,
-                                           recovery_timeout_ms=config["controller.recovery.timeout.ms"])
+        controller = await Controller.open(store, expected_brokers=config["controller.recovery.expected.brokers"]
+                                           or None, **ControllerSettings.from_config(config).model_dump())
         controller.start()
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()

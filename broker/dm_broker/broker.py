@@ -192,6 +192,21 @@ class Broker:
     def stray_logs(self) -> list[str]:
         return [name for name, _, _ in self.logs.strays()]
 
+    def reassignment_lag(self) -> dict[str, int]:
+        """For each partition this broker leads that a reassignment grows: the bytes its slowest added
+        replica still lacks (from the offset it last fetched from)."""
+        lag = {}
+        for (topic, index), p in self.partitions.items():
+            if not p.is_leader or not p.adding_replicas:
+                continue
+            behind = [p.log.bytes_from(max(f.log_end_offset, p.log.log_start_offset))
+                      for r, f in p.followers.items() if r in p.adding_replicas]
+            missing = [r for r in p.adding_replicas if r not in p.followers]
+            if missing:  # not fetched yet in this leader epoch: it lacks everything
+                behind.append(p.log.bytes_from(p.log.log_start_offset))
+            lag[f"{topic}:{index}"] = max(behind, default=0)
+        return lag
+
     def registration(self) -> RegisterRequest:
         """What this broker tells the controller it is and holds (ADR 0017)."""
         return RegisterRequest(node_id=self.node_id, host=self.config.advertised_host,
@@ -246,9 +261,9 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
-                resp = await self.controller.heartbeat(HeartbeatRequest(node_id=self.node_id,
-                                                                        broker_epoch=self.broker_epoch,
-                                                                        stray_logs=self.stray_logs()))
+                resp = await self.controller.heartbeat(HeartbeatRequest(
+                    node_id=self.node_id, broker_epoch=self.broker_epoch, stray_logs=self.stray_logs(),
+                    reassignment_lag=self.reassignment_lag()))
                 if resp.reregister:
                     log.warning("the controller does not know this broker's epoch; registering again")
                     await self._register()
@@ -686,13 +701,11 @@ class Broker:
 
 async def embedded_controller(config: BrokerConfig):
     """The in-process controller of a standalone broker, stored under its data dir."""
-    from .controller.controller import Controller
+    from .controller.controller import Controller, ControllerSettings
     from .controller.store import FileControllerStore
 
     store = FileControllerStore(Path(config.data_dir) / "__dm_meta" / "controller")
-    controller = await Controller.open(store, session_timeout_ms=config["broker.session.timeout.ms"],
-                                       unclean_election_default=config["unclean.leader.election.enable"],
-                                       expected_brokers=1)
+    controller = await Controller.open(store, expected_brokers=1, **ControllerSettings.from_config(config).model_dump())
     controller.node_id = config.node_id
     return controller
 

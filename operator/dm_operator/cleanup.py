@@ -11,8 +11,8 @@ import time
 
 from . import GROUP, VERSION
 from .kube import Kube
-from .runtime import release_finalizer
 from .store import TOPIC_FINALIZER
+from .topics import release_finalizer
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
-Obj = dict[str, Any]
+from .objects import Obj
 
 
 def now() -> str:

@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 
 from . import GROUP, VERSION
-from .models import CRDS, CrdInfo
+from .models import CRDS, SCHEMA_VERSION, CrdInfo
 
 SCHEMA_ANNOTATION = "dm.dev/schema-hash"
+VERSION_ANNOTATION = "dm.dev/schema-version"
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIRS = [REPO / "crds", REPO / "charts" / "dm-cluster" / "crds"]  # Helm installs the chart's copy first
 
@@ -107,7 +108,7 @@ def crd(info: CrdInfo, annotate: bool = True) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": f"{info.plural}.{GROUP}",
                                 "labels": {"app.kubernetes.io/name": "dm", "app.kubernetes.io/component": "crd"}}
     if annotate:
-        metadata["annotations"] = {SCHEMA_ANNOTATION: schema_hash(info)}
+        metadata["annotations"] = {SCHEMA_ANNOTATION: schema_hash(info), VERSION_ANNOTATION: SCHEMA_VERSION}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

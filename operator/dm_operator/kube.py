@@ -15,8 +15,10 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from .metrics import API_REQUESTS
+from .objects import Obj
+
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 SLOW_CALL_S = 5.0
 REQUEST_TIMEOUT_S = 30.0
@@ -40,24 +42,48 @@ class ApiError(Exception):
 
 
 def load_api_client() -> client.ApiClient:
+    configuration = client.Configuration()
     try:
-        kube_config.load_incluster_config()
+        kube_config.load_incluster_config(client_configuration=configuration)
     except kube_config.ConfigException:
-        kube_config.load_kube_config()
-    return client.ApiClient()
+        kube_config.load_kube_config(client_configuration=configuration)
+    # Every lane's threads may hold a connection at once (urllib3 drops what exceeds its pool).
+    configuration.connection_pool_maxsize = 32
+    return client.ApiClient(configuration)
+
+
+def resource_of(path: str) -> str:
+    """The resource (and subresource) a request path addresses, for metrics: topics/status, pods..."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else parts
+    if parts[:1] == ["namespaces"] and len(parts) >= 3:
+        parts = parts[2:]
+    if not parts:
+        return "namespaces" if path.rstrip("/").endswith("namespaces") else "discovery"
+    return parts[0] + (f"/{parts[2]}" if len(parts) >= 3 else "")
 
 
 class Kube:
-    def __init__(self, api_client: client.ApiClient | None = None, threads: int = 8) -> None:
+    """`threads` calls at a time on this lane; `lane()` gives another lane on the same connection
+    pool, so a burst of one DMCluster's writes cannot hold the threads another cluster's state needs."""
+
+    def __init__(self, api_client: client.ApiClient | None = None, threads: int = 8,
+                 best_effort: ThreadPoolExecutor | None = None) -> None:
         self.api = api_client or load_api_client()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
         # Events and other calls nothing waits for get a lane of their own with a short timeout:
         # a burst of them that hangs must not hold the threads the controller's state needs.
-        self._best_effort_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kube-best-effort")
+        self._owns_best_effort = best_effort is None
+        self._best_effort_pool = best_effort or ThreadPoolExecutor(max_workers=2,
+                                                                   thread_name_prefix="kube-best-effort")
+
+    def lane(self, threads: int = 4) -> Kube:
+        return Kube(self.api, threads, best_effort=self._best_effort_pool)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._best_effort_pool.shutdown(wait=False, cancel_futures=True)
+        if self._owns_best_effort:
+            self._best_effort_pool.shutdown(wait=False, cancel_futures=True)
 
     def _call(self, method: str, path: str, body: Any, query: dict[str, str] | None, content_type: str,
               timeout: float) -> Obj:
@@ -87,6 +113,7 @@ class Kube:
         pool, timeout = (self._best_effort_pool, BEST_EFFORT_TIMEOUT_S) if best_effort else \
             (self._pool, REQUEST_TIMEOUT_S)
         started = time.monotonic()
+        API_REQUESTS.labels(verb=method, resource=resource_of(path)).inc()
         try:
             return await loop.run_in_executor(pool, self._call, method, path, body, query, content_type, timeout)
         finally:
@@ -110,6 +137,10 @@ class Kube:
 
     async def patch(self, path: str, body: Obj) -> Obj:
         return await self.request("PATCH", path, body, content_type=MERGE)
+
+    async def replace(self, path: str, body: Obj) -> Obj:
+        """PUT: the whole object; with metadata.resourceVersion set, only if nobody changed it since (409)."""
+        return await self.request("PUT", path, body)
 
     async def delete(self, path: str, body: Obj | None = None) -> Obj | None:
         try:

@@ -7,18 +7,24 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
+import time
+import uuid
 
 import kopf
 from aiohttp import web
 from dm_broker.loop_watchdog import LoopWatchdog
+from dm_broker.tasks import stop_tasks
 from kubernetes.config import ConfigException
-from pydantic import ValidationError
 
-from .crds import CrdMissing, ensure_crds
-from .handlers import register, release_in_terminating_namespaces
-from .kube import Kube
+from .crds import CrdMissing
+from .handlers import register
+from .kube import ApiError, Kube
+from .leadership import ElectionTiming, LeaderElector, mark_pod
+from .metrics import ELECTED, LEADING
 from .operator import Operator
 from .settings import OperatorSettings
+from .topics import release_in_terminating_namespaces
 
 log = logging.getLogger("dm_operator")
 
@@ -37,21 +43,11 @@ async def run(settings: OperatorSettings) -> None:
         kube = Kube()
     except ConfigException as exc:
         raise SystemExit(f"dm-operator: no Kubernetes credentials (in-cluster or KUBECONFIG): {exc}") from None
-    if settings.manage_crds:
-        try:
-            await ensure_crds(kube)
-        except CrdMissing as exc:
-            raise SystemExit(f"dm-operator: {exc}") from None
     operator = Operator(settings, kube)
-    registry = kopf.OperatorRegistry()
-    kopf.on.startup(registry=registry)(configure)
-    kopf.on.login(registry=registry)(kopf.login_via_client)
-    register(registry, operator)
-
     runner = web.AppRunner(operator.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", settings.port).start()
-    log.info("dm-operator: controller API, /healthz and /metrics on port %d; watching %s", settings.port,
+    log.info("dm-operator: controller API, /healthz, /readyz and /metrics on port %d; watching %s", settings.port,
              ", ".join(settings.namespaces) or "all namespaces")
 
     # A blocked loop fails the liveness probe and stops every broker's heartbeat: say where.
@@ -61,23 +57,108 @@ async def run(settings: OperatorSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    elector = _elector(settings, kube)
+    lost: list[str] = []
+    try:
+        if elector is not None:
+            await _mark_leader(settings, kube, False)  # a restarted leader's pod keeps its label
+            operator.role = "standby"
+            if not await elector.acquire(stop):
+                return
+        operator.role = "leader"
+        LEADING.set(1)
+        ELECTED.set(time.time())
+        await _lead(settings, kube, operator, stop, elector, lost)
+    finally:
+        LEADING.set(0)
+        await watchdog.stop()
+        await operator.close()
+        if elector is not None and not lost:
+            await _mark_leader(settings, kube, False)
+            await elector.release()
+        with contextlib.suppress(Exception):
+            await runner.cleanup()
+        kube.close()
+    if lost:
+        # As client-go's leader election: a former leader exits, and its restart stands by.
+        raise SystemExit(f"dm-operator: lost leadership: {lost[0]}")
+
+
+def _elector(settings: OperatorSettings, kube: Kube) -> LeaderElector | None:
+    if not settings.leader_election:
+        return None
+    identity = f"{settings.pod_name or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    timing = ElectionTiming(settings.lease_duration_s, settings.lease_renew_deadline_s, settings.lease_retry_period_s)
+    return LeaderElector(kube, settings.lease_namespace, settings.lease_name, identity, timing)
+
+
+async def _mark_leader(settings: OperatorSettings, kube: Kube, leading: bool) -> None:
+    if not settings.pod_name:
+        return
+    try:
+        await mark_pod(kube, settings.lease_namespace, settings.pod_name, leading)
+    except (ApiError, OSError) as exc:
+        log.warning("cannot %s the leader label on pod %s: %s", "set" if leading else "remove", settings.pod_name,
+                    exc)
+
+
+async def _resync(operator: Operator, interval_s: float) -> None:
+    """Every collection of the watch cache is listed again now and then (what a watch missed)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        operator.cache.expire()
+
+
+async def _lead(settings: OperatorSettings, kube: Kube, operator: Operator, stop: asyncio.Event,
+                elector: LeaderElector | None, lost: list[str]) -> None:
+    """The leader's work: CRDs at this operator's schema (never back), then kopf's watches feeding the
+    clusters' runtimes and controllers until `stop` (a signal, or leadership lost)."""
+    if settings.manage_crds:
+        try:
+            await operator.crd_versions.ensure(kube)
+        except CrdMissing as exc:
+            raise SystemExit(f"dm-operator: {exc}") from None
+    registry = kopf.OperatorRegistry()
+    kopf.on.startup(registry=registry)(configure)
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    register(registry, operator)
     ready = asyncio.Event()
+
+    def on_lost(why: str) -> None:
+        log.error("dm-operator: %s; stopping the controllers", why)
+        lost.append(why)
+        stop.set()
 
     async def mark_ready() -> None:
         await ready.wait()
+        # kopf took SIGTERM and SIGINT over when it started; the operator stops in its own order.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         operator.kopf_ready = True
+        if elector is not None:
+            await _mark_leader(settings, kube, True)
 
-    marker = asyncio.create_task(mark_ready())
+    kopf_stop = asyncio.Event()
+
+    async def stop_in_order() -> None:
+        # The controllers first (their brokers' sessions and long-polls end), kopf's watches after: kopf
+        # gives whatever else still runs 5 s and then cancels it, which would hold the Lease that long.
+        await stop.wait()
+        await operator.close()
+        kopf_stop.set()
+
+    tasks = [asyncio.create_task(mark_ready()), asyncio.create_task(_resync(operator, settings.resync_interval_s)),
+             asyncio.create_task(stop_in_order())]
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.keep(on_lost)))
     try:
         await kopf.operator(registry=registry, standalone=True, clusterwide=not settings.namespaces,
-                            namespaces=settings.namespaces, stop_flag=stop, ready_flag=ready)
+                            namespaces=settings.namespaces, stop_flag=kopf_stop, ready_flag=ready)
     finally:
-        marker.cancel()
-        await watchdog.stop()
-        await release_in_terminating_namespaces(operator)
-        await operator.close()
-        with contextlib.suppress(Exception):
-            await runner.cleanup()
+        await stop_tasks(*tasks)
+        if not lost:
+            await release_in_terminating_namespaces(kube)
 
 
 def _cleanup(args: argparse.Namespace) -> None:
@@ -113,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:
         settings = OperatorSettings.from_env()
-    except ValidationError as exc:
+    except ValueError as exc:  # pydantic's ValidationError included
         raise SystemExit(f"dm-operator: invalid settings in the environment: {exc}") from None
     if args.namespaces:
         settings = settings.model_copy(update={"namespaces": args.namespaces})

@@ -15,11 +15,13 @@ from typing import Any
 from dm_broker.config import BROKER_PROPERTIES, BrokerConfig, ConfigError
 
 from . import naming
-from .models import DMClusterSpec
+from .models import DMClusterSpec, Resources
+from .objects import Obj
 from .settings import OperatorSettings
 
-Obj = dict[str, Any]
 BROKER_UID = 10001
+# A broker without requests would be BestEffort: the first pod evicted under node pressure.
+DEFAULT_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
 # Set by the operator from the pod's identity; a DMCluster may not set them.
 MANAGED_PROPERTIES = {"node.id", "log.dirs", "listener.host", "listener.port", "http.port", "advertised.host",
                       "advertised.port", "controller.url", "controller.token", "rack"}
@@ -53,6 +55,17 @@ def render_config(config: dict[str, Any]) -> str:
     if problems:
         raise ConfigError("; ".join(problems))
     return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+def broker_resources(resources: Resources) -> Obj:
+    """The container's resources: the spec's, with default requests where the spec sets neither a
+    request nor a limit (Kubernetes makes a limit without a request the request)."""
+    out: Obj = {k: dict(v) for k, v in resources.model_dump().items() if v}
+    if not resources.requests:
+        defaults = {k: v for k, v in DEFAULT_REQUESTS.items() if k not in resources.limits}
+        if defaults:
+            out["requests"] = defaults
+    return out
 
 
 def min_insync_default(config: dict[str, Any]) -> int:
@@ -121,7 +134,7 @@ def pod_disruption_budget(name: str, namespace: str, owner: Obj, api_version: st
 def revision(spec: DMClusterSpec, properties: str, image: str) -> str:
     """What a broker's restart is for: a change of this hash rolls the brokers."""
     material = {"config": properties, "image": image, "pullPolicy": spec.imagePullPolicy,
-                "resources": spec.resources.model_dump(), "template": spec.template.model_dump(),
+                "resources": broker_resources(spec.resources), "template": spec.template.model_dump(),
                 "rack": spec.rack.model_dump() if spec.rack else None}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -157,7 +170,7 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
                            "failureThreshold": 3, "timeoutSeconds": 2},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "initialDelaySeconds": 10,
                           "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
-        "resources": {k: v for k, v in spec.resources.model_dump().items() if v},
+        "resources": broker_resources(spec.resources),
         # A broker that refuses to start (its volume belongs to another cluster) says why in its last log
         # lines; the pod's status carries them to the operator's DMCluster conditions.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -186,6 +199,10 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         "volumes": [{"name": "config", "configMap": {"name": naming.config_map(name)}},
                     {"name": "tmp", "emptyDir": {}}],
     }
+    pull_secrets = [s.name for s in spec.imagePullSecrets] if spec.imagePullSecrets is not None \
+        else settings.image_pull_secrets
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     if spec.template.tolerations:
         pod_spec["tolerations"] = spec.template.tolerations
     if spec.template.nodeSelector:

@@ -22,3 +22,11 @@ UNDER_REPLICATED = Gauge("dm_controller_under_replicated_partitions", "Partition
                          "replicas", ["namespace", "cluster"], registry=REGISTRY)
 BROKERS = Gauge("dm_controller_brokers", "Brokers by state", ["namespace", "cluster", "state"], registry=REGISTRY)
 CLUSTERS = Gauge("dm_operator_clusters", "DMClusters this operator runs a controller for", registry=REGISTRY)
+API_REQUESTS = Counter("dm_operator_api_requests", "Kubernetes API requests the operator made (watches are kopf's "
+                       "and not counted)", ["verb", "resource"], registry=REGISTRY)
+LEADING = Gauge("dm_operator_leading", "1 while this instance holds the operator Lease and hosts the controllers",
+                registry=REGISTRY)
+ELECTED = Gauge("dm_operator_elected_timestamp_seconds", "When this instance last became the leader",
+                registry=REGISTRY)
+DRIFT_CORRECTED = Counter("dm_operator_drift_corrections", "Children put back to the desired state after something "
+                          "else changed them", ["kind"], registry=REGISTRY)

@@ -8,6 +8,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
+# below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
+# keeps each version's schema hashes; a test fails when the models change without a new version.
+SCHEMA_VERSION = "0.2.0"
+SCHEMA_HISTORY: dict[str, dict[str, str]] = {
+    "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
+    "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
+}
+
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 TOPIC_NAME = r"^[a-zA-Z0-9._-]+$"
@@ -52,6 +61,17 @@ class RackSpec(Model):
                                          "placed in different racks, and brokers spread over them")
 
 
+class RebalanceSpec(Model):
+    throttle: int = Field(50_000_000, ge=0, description="Replication throttle in bytes/s per broker (both the "
+                          "leader and the follower rate) while the operator moves partitions: scale-down drains, "
+                          "spreading onto added brokers, replication factor changes. Set before the moves and "
+                          "removed after them; 0 moves unthrottled")
+
+
+class LocalObjectReference(Model):
+    name: str = Field(min_length=1, description="Name of a Secret in the DMCluster's namespace")
+
+
 class PodTemplate(Model):
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on broker pods")
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on broker pods")
@@ -67,7 +87,11 @@ class DMClusterSpec(Model):
     image: str | None = Field(None, description="Broker image (default: the operator's own image)")
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent",
                                                                         description="Image pull policy of brokers")
-    resources: Resources = Field(default_factory=Resources, description="Resources of each broker container")
+    imagePullSecrets: list[LocalObjectReference] | None = Field(
+        None, description="Secrets to pull the broker image with (default: the operator's, DM_IMAGE_PULL_SECRETS)")
+    resources: Resources = Field(default_factory=Resources, description="Resources of each broker container; "
+                                 "without requests, a broker requests cpu 250m and memory 512Mi (a resource that "
+                                 "has a limit requests its limit, as Kubernetes does)")
     storage: StorageSpec = Field(default_factory=StorageSpec, description="Each broker's persistent volume")
     config: dict[str, Any] = Field(default_factory=dict, description="Broker properties by dm's names "
                                    "(docs/configuration.md), e.g. min.insync.replicas: 2; values are strings, "
@@ -75,6 +99,7 @@ class DMClusterSpec(Model):
                                    "condition and not rolled out")
     rack: RackSpec | None = Field(None, description="Rack awareness from a node label (off when absent)")
     template: PodTemplate = Field(default_factory=PodTemplate, description="Broker pod overrides")
+    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec, description="How the operator moves partitions")
 
 
 class BrokerStatus(Model):
@@ -105,10 +130,17 @@ class ControllerState(Model):
     documentVersion: int = Field(0, description="Version of this document (compare-and-set)")
 
 
+class RebalanceStatus(Model):
+    throttle: int | None = Field(None, description="The replication throttle the operator set for its moves "
+                                                   "(removed once they are done)")
+    partitionsMoving: int = Field(0, description="Partitions being reassigned")
+    bytesLeft: int = Field(0, description="Bytes the added replicas still lack, as their leaders last reported")
+
+
 class DMClusterStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, ConfigValid, "
-                                        "RollingRestart, ScaleDownBlocked, Rebalancing, StrayData")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, ConfigValid, RollingRestart, "
+                                        "ScaleDownBlocked, Rebalancing, StrayData, ClusterIdentity, CrdVersion")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")
@@ -120,6 +152,8 @@ class DMClusterStatus(Model):
     revision: str | None = Field(None, description="Hash of the broker pod template the brokers should run")
     balancedBrokers: int | None = Field(None, description="The cluster size partitions were last spread over "
                                                           "(a scale-up beyond it moves partitions onto new brokers)")
+    rebalance: RebalanceStatus | None = Field(None, description="Partitions the operator is moving, and how much "
+                                                                "is left to copy")
 
 
 # -- Topic ----------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ DATA_PATH = "/var/lib/dm/data"
 CONFIG_PATH = "/etc/dm"
 CLUSTER_LABEL = "dm.dev/cluster"  # on Topics: which DMCluster they belong to
 MANAGED_BY = "dm-operator"
+MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}  # on everything the operator creates
+BROKER_PODS = {"app.kubernetes.io/name": "dm", "app.kubernetes.io/component": "broker"}
 
 
 def statefulset(cluster: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from dm_broker.controller.models import ClusterDoc, DeletedTopic, PartitionState, TopicDoc
 from dm_broker.controller.store import ConflictError
@@ -23,9 +22,9 @@ from . import API_VERSION, naming
 from .changes import offline, under_replicated
 from .kube import ApiError, Kube
 from .models import PartitionStatus
+from .objects import Obj
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 TOPIC_FINALIZER = "dm.dev/topic"
 CAS_RETRIES = 20
 ChangeListener = Callable[[TopicDoc | None, TopicDoc, Obj], None]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dm import OPERATOR_NAMESPACE, install_operator
 from substrate import Substrate, kind_substrate, kind_unavailable
-from support import dump_namespace
+from support import create_namespace, dump_namespace
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,7 +53,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 def _namespace(k, request: pytest.FixtureRequest, prefix: str) -> Iterator[str]:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    k.kubectl("create", "namespace", name)
+    create_namespace(k, name)
     yield name
     if request.node.stash.get(_failed_key, False):
         out = Path(os.environ.get("DM_E2E_DUMP", "/tmp/dm-e2e-failures")) / request.node.name

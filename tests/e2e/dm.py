@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from substrate import REPO, Substrate
-from support import apply, get_json, get_or_none, wait_until
+from support import apply, get_json, get_or_none, restricted, wait_until
 
 CHART = REPO / "charts" / "dm-cluster"
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -136,7 +136,7 @@ class Workload:
                                         "env": [{"name": k, "value": str(v)} for k, v in env.items()],
                                         "volumeMounts": [{"name": "w", "mountPath": "/w"}]}],
                         "volumes": [{"name": "w", "configMap": {"name": self.name}}]}}
-        apply(sub, [cm, pod], ns)
+        apply(sub, [cm, restricted(pod)], ns)
         self.lines: list[str] = []
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()

@@ -72,6 +72,28 @@ def wait_pods_ready(k: Kubectl, namespace: str, selector: str, count: int, timeo
     return wait_until(ready, timeout_s, f"{count} ready pods {selector} in {namespace}")
 
 
+# Pod Security "restricted" (every e2e namespace enforces it where the API server serves the admission
+# plugin, 1.23+): what a client pod of the tests needs to run there.
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                  "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def create_namespace(k: Kubectl, name: str) -> None:
+    """A namespace whose pods must pass Pod Security "restricted" (enforced from Kubernetes 1.23 on; the
+    label is inert before, where tests/unit/test_pod_security.py checks the manifests instead)."""
+    k.kubectl("create", "namespace", name)
+    k.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted",
+              "pod-security.kubernetes.io/enforce-version=latest")
+
+
+def restricted(pod: dict) -> dict:
+    pod["spec"]["securityContext"] = RESTRICTED_POD
+    for container in pod["spec"]["containers"]:
+        container["securityContext"] = RESTRICTED_CONTAINER
+    return pod
+
+
 def script_pod(name: str, script: str, *, image: str = "dm", restart: str = "Never",
                service_account: str | None = None, env: dict[str, str] | None = None,
                claims: dict[str, str] | None = None) -> list[dict]:
@@ -92,7 +114,7 @@ def script_pod(name: str, script: str, *, image: str = "dm", restart: str = "Nev
         pod["spec"]["serviceAccountName"] = service_account
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-script"},
           "data": {"main.py": textwrap.dedent(script)}}
-    return [cm, pod]
+    return [cm, restricted(pod)]
 
 
 def run_script(k: Kubectl, namespace: str, script: str, timeout_s: float = 180, **kwargs: Any) -> str:

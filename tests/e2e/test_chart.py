@@ -16,7 +16,7 @@ import yaml
 from dm import CHART, bootstrap, condition, wait_cluster_ready
 from dm_testbed.settings import TestbedSettings
 from substrate import REPO
-from support import get_json, get_or_none, pod_ready, run_script, wait_until
+from support import create_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -75,7 +75,7 @@ def test_rendered_objects_pass_the_api_servers_validation(operator) -> None:
     ns = f"chart-{uuid.uuid4().hex[:6]}"
     watched = [f"{ns}-a", f"{ns}-b"]
     for name in (ns, *watched):
-        sub.kubectl("create", "namespace", name)
+        create_namespace(sub, name)
     value_sets = {**VALUE_SETS, "namespaces": ["--set", f"watch.namespaces={{{','.join(watched)}}}",
                                                "--set", "cluster.enabled=false"]}
     try:

@@ -22,7 +22,7 @@ from dm import (
     wait_cluster_ready,
     wait_topic_ready,
 )
-from support import apply, get_json, get_or_none, pod_ready, run_script, wait_until
+from support import apply, create_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -125,7 +125,7 @@ def test_scale_up_spreads_partitions_and_scale_down_drains_brokers(e2e_namespace
 def test_several_clusters_and_a_namespace_that_goes_away(operator):
     sub = operator
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
-    sub.kubectl("create", "namespace", ns)
+    create_namespace(sub, ns)
     try:
         for name in ("one", "two"):
             apply(sub, {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": name},

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from dm_operator.events import post_event
 from dm_operator.kube import Kube
-from dm_operator.runtime import post_event
 from kubernetes import client
 
 

@@ -27,7 +27,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, ConfigError, validate_topic_configs
+from pydantic import BaseModel
+
+from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, BrokerConfig, ConfigError, validate_topic_configs
 from ..tasks import stop_tasks
 from ..topics import InvalidTopicError, validate_topic_name
 from .models import (
@@ -78,6 +80,21 @@ class ControllerError(Exception):
         self.message = message
 
 
+class ControllerSettings(BaseModel):
+    """What a controller takes from the broker properties (spec.config under the operator); a change
+    takes effect at once through `Controller.configure`."""
+
+    session_timeout_ms: int = 9000
+    unclean_election_default: bool = False  # the broker-level unclean.leader.election.enable
+    recovery_timeout_ms: int = 300_000
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ControllerSettings:
+        return cls(session_timeout_ms=config["broker.session.timeout.ms"],
+                   unclean_election_default=config["unclean.leader.election.enable"],
+                   recovery_timeout_ms=config["controller.recovery.timeout.ms"])
+
+
 class Controller:
     def __init__(self, store: ControllerStore, session_timeout_ms: int = 9000,
                  preferred_leader_check_ms: int = 5000, clock: Callable[[], float] = time.monotonic,
@@ -106,6 +123,7 @@ class Controller:
         self.last_heartbeat: dict[int, float] = {}
         self.sessions: dict[int, object] = {}  # node_id -> the token of its open session
         self.closed = False
+        self.stopped = asyncio.Event()  # set by close(): open sessions end, so brokers find the next controller
         self.started_at = clock()
         self.incarnation = uuid.uuid4().hex
         self.version = 0
@@ -114,6 +132,22 @@ class Controller:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self.internal_topic_setup: Callable[[], CreateTopicRequest | None] | None = None
+        # Bytes the replicas a reassignment adds still lack, as their leaders last reported them.
+        self.reassignment_lag: dict[tuple[str, int], int] = {}
+
+    def configure(self, settings: ControllerSettings) -> None:
+        """New settings, in effect from the next election, liveness check or recovery decision."""
+        if settings != self.settings:
+            log.info("controller settings: %s", settings.model_dump())
+        self.unclean_default = settings.unclean_election_default
+        self.session_timeout = settings.session_timeout_ms / 1000
+        self.recovery_timeout = settings.recovery_timeout_ms / 1000
+
+    @property
+    def settings(self) -> ControllerSettings:
+        return ControllerSettings(session_timeout_ms=round(self.session_timeout * 1000),
+                                  unclean_election_default=self.unclean_default,
+                                  recovery_timeout_ms=round(self.recovery_timeout * 1000))
 
     async def load(self) -> Controller:
         """Reads the persisted state; brokers get one session timeout from now to check in."""
@@ -138,6 +172,7 @@ class Controller:
 
     async def close(self) -> None:
         self.closed = True
+        self.stopped.set()
         self._changed.set()  # release metadata long-polls so the HTTP server can stop at once
         await stop_tasks(*self._tasks)
 
@@ -287,6 +322,7 @@ class Controller:
         if req.stray_logs != broker.stray_logs:
             broker.stray_logs = list(req.stray_logs)
             self._bump()
+        self._record_lag(req.node_id, req.reassignment_lag)
         if broker.fenced and not broker.shutting_down:
             async with self._lock:
                 if broker.fenced and not broker.shutting_down and self.brokers.get(req.node_id) is broker:
@@ -296,6 +332,18 @@ class Controller:
                     await self._elect_offline_partitions()
                     self._bump()
         return HeartbeatResponse(ok=True, fenced=broker.fenced)
+
+    def _record_lag(self, node_id: int, lag: dict[str, int]) -> None:
+        reported = {}
+        for key, value in lag.items():
+            topic, _, partition = key.rpartition(":")
+            if partition.isdigit():
+                reported[(topic, int(partition))] = value
+        for key in [k for k in self.reassignment_lag if k not in reported]:
+            doc = self.topics.get(key[0])
+            if doc is None or key[1] >= len(doc.partitions) or doc.partitions[key[1]].leader == node_id:
+                self.reassignment_lag.pop(key, None)  # its leader no longer reports it: copied, or gone
+        self.reassignment_lag.update(reported)
 
     async def _liveness_loop(self) -> None:
         while True:

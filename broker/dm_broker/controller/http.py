@@ -7,6 +7,7 @@ find the controller and its token from a request.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -82,11 +83,21 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
             return web.json_response({"error": "stale_broker_epoch", "message": "register first"}, status=409)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        stopped = asyncio.ensure_future(c.stopped.wait())
         try:
-            async for msg in ws:
-                if msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+            while True:
+                received = asyncio.ensure_future(ws.receive())
+                await asyncio.wait({received, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not received.done():
+                    # The controller stops (its operator no longer leads): the broker holds its next session
+                    # with whichever controller answers then.
+                    received.cancel()
+                    await ws.close()
+                    break
+                if received.result().type in (WSMsgType.ERROR, WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                     break
         finally:
+            stopped.cancel()
             await c.close_session(node_id, token, epoch)
         return ws
 

@@ -143,6 +143,9 @@ class HeartbeatRequest(BaseModel):
     node_id: int
     broker_epoch: int
     stray_logs: list[str] = Field(default_factory=list)
+    # Partitions this broker leads that a reassignment is growing: bytes the slowest added replica
+    # still lacks ("<topic>:<partition>" -> bytes), for the operator's progress report.
+    reassignment_lag: dict[str, int] = Field(default_factory=dict)
 
 
 class HeartbeatResponse(BaseModel):

@@ -333,6 +333,16 @@ class PartitionLog:
             total += size
         return ReadResult(slices, total)
 
+    def bytes_from(self, offset: int) -> int:
+        """Bytes of the log from the batch holding `offset` to its end: what a replica that has
+        everything before `offset` still lacks."""
+        if offset >= self.log_end_offset:
+            return 0
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        found = self.segments[i].find(offset)
+        total = self.segments[i].size - (found[0] if found else 0)
+        return total + sum(seg.size for seg in self.segments[i + 1:])
+
     def read_batches(self, offset: int, max_offset: int, max_bytes: int) -> list[bytes]:
         """Whole batches (decoded path for tools and timestamp lookups)."""
         out: list[bytes] = []

@@ -33,3 +33,12 @@ app.kubernetes.io/component: operator
 {{- .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The names of .Values.imagePullSecrets, comma-separated (brokers pull with the same Secrets). */}}
+{{- define "dm.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}

@@ -1,0 +1,278 @@
+"""Topic resources: each brought to its spec through the cluster's controller (created, partitions
+added, configs and replication factor changed), with a Ready condition that says why not; deleting
+the resource deletes the topic (the operator's finalizer). A Topic whose DMCluster this operator does
+not run has its finalizer released at once, so a namespace never hangs on it.
+
+What a Topic may not become: it manages one topic of one cluster for good (its status records both).
+A later change of spec.topicName or spec.cluster is refused with a condition, and the topic stays
+managed — following the edit would leave the old topic without a resource."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from dm_broker.controller.controller import Controller, ControllerError
+from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, ReassignmentRequest, TopicDoc
+
+from . import API_VERSION, GROUP, VERSION
+from .cache import ObjectCache
+from .changes import describe, isr_changes, leader_changes, offline
+from .conditions import condition, merge_conditions
+from .events import EventRecorder, reference
+from .kube import ApiError, Kube
+from .metrics import ELECTIONS, ERRORS, ISR_CHANGES, RECONCILES
+from .models import TopicSpec
+from .objects import Obj, being_deleted
+from .planning import TopicRefusal, plan_topic, topic_configs
+from .store import TOPIC_FINALIZER, CrdStatusStore, cluster_of, topic_name_of, wanted_topic_name
+
+log = logging.getLogger(__name__)
+
+
+def camel(error: str) -> str:
+    return "".join(part.capitalize() for part in error.split("_"))
+
+
+def topics_path(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/topics"
+
+
+async def list_topics(cache: ObjectCache, namespace: str) -> list[Obj]:
+    return await cache.list(API_VERSION, "Topic", "topics", namespace)
+
+
+def immutable_change(obj: Obj) -> str | None:
+    """What makes a Topic resource's edit unacceptable: spec.topicName or spec.cluster changed after
+    it got its topic (its status records both)."""
+    status = obj.get("status") or {}
+    if status.get("topicName") and wanted_topic_name(obj) != status["topicName"]:
+        return (f"this resource manages topic {status['topicName']!r}: its name cannot change to "
+                f"{wanted_topic_name(obj)!r} (restore spec.topicName; create another Topic for another topic)")
+    if status.get("cluster") and obj.get("spec", {}).get("cluster") != status["cluster"]:
+        return (f"this resource manages a topic of DMCluster {status['cluster']!r}: spec.cluster cannot change to "
+                f"{obj['spec'].get('cluster')!r} (restore it; create another Topic for the other cluster)")
+    return None
+
+
+async def release_finalizer(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = None) -> None:
+    meta = obj["metadata"]
+    remaining = [f for f in meta.get("finalizers") or [] if f != TOPIC_FINALIZER]
+    with contextlib.suppress(ApiError):
+        result = await kube.patch(path, {"metadata": {"finalizers": remaining,
+                                                      "resourceVersion": meta["resourceVersion"]}})
+        if cache is not None:
+            cache.observe(result)
+
+
+class TopicReconciler:
+    """The Topic resources of one DMCluster, reconciled against its controller."""
+
+    def __init__(self, kube: Kube, cache: ObjectCache, controller: Controller, store: CrdStatusStore,
+                 recorder: EventRecorder, namespace: str, cluster: str) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.controller = controller
+        self.store = store
+        self.recorder = recorder
+        self.namespace = namespace
+        self.cluster = cluster
+        self.labels = {"namespace": namespace, "cluster": cluster}
+        # Called before the reassignments of a replication factor change (the operator's throttle).
+        self.before_moves: Callable[[], Awaitable[None]] | None = None
+        store.listeners.append(self.on_topic_change)
+
+    def _live_racks(self) -> dict[int, str | None]:
+        return {b.node_id: b.rack for b in self.controller.brokers.values() if not b.fenced}
+
+    async def reconcile_all(self) -> None:
+        for obj in await list_topics(self.cache, self.namespace):
+            if cluster_of(obj) != self.cluster:
+                continue
+            try:
+                await self.reconcile(obj)
+                RECONCILES.labels(kind="Topic", result="ok").inc()
+            except Exception:
+                RECONCILES.labels(kind="Topic", result="error").inc()
+                ERRORS.labels(kind="Topic").inc()
+                log.exception("%s: Topic %s failed", self.namespace, obj["metadata"]["name"])
+
+    async def reconcile(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        resource = meta["name"]
+        topic = topic_name_of(obj)
+        path = f"{topics_path(self.namespace)}/{resource}"
+        finalizers = meta.get("finalizers") or []
+        self.store.remember(obj)
+        owner = self.store.resources.get(topic)
+        if being_deleted(obj):
+            if TOPIC_FINALIZER not in finalizers:
+                return
+            if owner == resource and topic in self.controller.topics:
+                try:
+                    await self.controller.delete_topic(topic)
+                    self.recorder.record("TopicDeleted", f"topic {topic} deleted with its Topic resource {resource}")
+                except ControllerError as exc:
+                    log.warning("%s/%s: %s (releasing the Topic resource anyway)", self.namespace, resource,
+                                exc.message)
+            if owner == resource:
+                self.store.resources.pop(topic, None)
+            await release_finalizer(self.kube, path, obj, self.cache)
+            return
+        if TOPIC_FINALIZER not in finalizers:
+            obj = await self.kube.patch(path, {"metadata": {"finalizers": [*finalizers, TOPIC_FINALIZER],
+                                                            "resourceVersion": meta["resourceVersion"]}})
+            self.cache.observe(obj)
+        generation = obj["metadata"].get("generation")
+        status = obj.get("status") or {}
+        changed = immutable_change(obj)
+        if owner != resource:
+            conditions = [condition("Ready", False, "ResourceConflict",
+                                    f"topic {topic} is already managed by Topic {owner}")]
+        elif changed:
+            conditions = [condition("Ready", False, "ImmutableFieldChanged", changed)]
+        else:
+            conditions = [await self._apply(obj, topic, generation, status)]
+        new_status = {"observedGeneration": generation,
+                      "conditions": merge_conditions(status.get("conditions", []), conditions, generation)}
+        if {k: status.get(k) for k in new_status} != new_status:
+            with contextlib.suppress(ApiError):
+                self.cache.observe(await self.kube.patch(f"{path}/status", {"status": new_status}))
+
+    async def _apply(self, obj: Obj, topic: str, generation: int | None, status: Obj) -> Obj:
+        """Brings the topic to its spec when the spec changed (or was never applied); changes made
+        through the Kafka API since are not reverted. Returns the Ready condition."""
+        controller = self.controller
+        ready = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), None)
+        applied = bool(ready and ready.get("status") == "True" and ready.get("observedGeneration") == generation)
+        current = controller.topics.get(topic)
+        try:
+            spec = TopicSpec.model_validate(obj.get("spec") or {})
+            if current is None or not applied:
+                configs = topic_configs(spec.config)
+                plan = plan_topic(spec.partitions, spec.replicas, configs, current, self._live_racks())
+                if plan.create:
+                    current = await controller.create_topic(CreateTopicRequest(
+                        name=topic, partitions=spec.partitions, replication_factor=spec.replicas, configs=configs,
+                        internal=topic.startswith("__")))
+                    self.recorder.record("TopicCreated", f"topic {topic}: {spec.partitions} partitions, replication "
+                                                         f"factor {spec.replicas}")
+                if plan.add_partitions_to is not None:
+                    current = await controller.create_partitions(topic,
+                                                                 CreatePartitionsRequest(count=plan.add_partitions_to))
+                if plan.configs is not None:
+                    current = await controller.alter_configs(topic, plan.configs)
+                if plan.reassign:
+                    if self.before_moves is not None:
+                        await self.before_moves()
+                    results = await controller.alter_reassignments([
+                        ReassignmentRequest(topic=topic, partition=i, replicas=r) for i, r in plan.reassign.items()])
+                    refused = [r.message for r in results if r.error]
+                    if refused:
+                        return condition("Ready", False, "ReassignmentRefused", "; ".join(refused)[:500])
+                    self.recorder.record("ReplicationFactorChanging",
+                                         f"topic {topic}: replication factor to {spec.replicas}")
+                    current = controller.topics.get(topic, current)
+        except TopicRefusal as refusal:
+            return condition("Ready", False, refusal.reason, refusal.message)
+        except ControllerError as exc:
+            return condition("Ready", False, camel(exc.error), exc.message)
+        except ValueError as exc:
+            return condition("Ready", False, "InvalidSpec", str(exc)[:500])
+        assert current is not None
+        return readiness(current, set(controller.reports.held))
+
+    def on_topic_change(self, old: TopicDoc | None, new: TopicDoc, obj: Obj) -> None:
+        """After a topic document was persisted: an Event on the Topic per leader change, metrics,
+        and the cache learns the Topic's new status."""
+        self.cache.observe({"apiVersion": API_VERSION, "kind": "Topic", **obj})
+        changes = leader_changes(old, new) if old is not None else []  # a new topic: TopicCreated says it
+        if changes:
+            ELECTIONS.labels(**self.labels).inc(len(changes))
+            involved = reference({"apiVersion": API_VERSION, "kind": "Topic", **obj})
+            for change in changes:
+                kind = "Warning" if change.new < 0 else "Normal"
+                reason = "PartitionOffline" if change.new < 0 else "LeaderElected"
+                self.recorder.record(reason, f"{new.name} {describe(change)}", kind, involved)
+        ISR_CHANGES.labels(**self.labels).inc(isr_changes(old, new))
+
+
+def readiness(doc: TopicDoc, reported: set[int]) -> Obj:
+    """A topic's Ready condition from its document."""
+    recovering = [i for i, p in enumerate(doc.partitions) if p.recovering]
+    if recovering:
+        waiting = sorted({r for p in doc.partitions if p.recovering for r in p.replicas} - reported)
+        return condition("Ready", False, "Recovering", f"{len(recovering)} partitions are being recovered from "
+                                                       f"the brokers' logs; waiting for brokers {waiting} to "
+                                                       "report (or an unclean election)")
+    moving = [i for i, p in enumerate(doc.partitions) if p.reassigning]
+    if moving:
+        return condition("Ready", False, "Reassigning", f"{len(moving)} partitions are moving (replicas being "
+                                                        "added or removed)")
+    down = offline(doc)
+    if down:
+        return condition("Ready", False, "PartitionsOffline", f"{down} of {len(doc.partitions)} partitions "
+                                                              "have no leader")
+    return condition("Ready", True, "InSync", f"{len(doc.partitions)} partitions, replication factor "
+                                              f"{len(doc.partitions[0].replicas)}")
+
+
+# -- Topics of clusters this operator does not run ------------------------------------------------
+
+
+async def orphan_topic(kube: Kube, namespace: str, obj: Obj, dmcluster: Obj | None) -> None:
+    """A Topic whose DMCluster does not exist or is being deleted: without its cluster the finalizer
+    has no job (there is no Kafka topic to delete), so it is released; the status says why nothing
+    happens."""
+    name = obj["metadata"]["name"]
+    path = f"{topics_path(namespace)}/{name}"
+    cluster = cluster_of(obj)
+    if TOPIC_FINALIZER in (obj["metadata"].get("finalizers") or []):
+        await release_finalizer(kube, path, obj)
+    if being_deleted(obj):
+        return
+    status = obj.get("status") or {}
+    reason = "ClusterNotFound" if dmcluster is None else "ClusterDeleting"
+    message = f"DMCluster {cluster!r} does not exist in namespace {namespace}" if dmcluster is None else \
+        f"DMCluster {cluster!r} is being deleted"
+    conditions = merge_conditions(status.get("conditions", []), [condition("Ready", False, reason, message)],
+                                  obj["metadata"].get("generation"))
+    if [c.get("reason") for c in status.get("conditions", [])] != [reason]:
+        try:
+            await kube.patch(f"{path}/status", {"status": {"conditions": conditions,
+                                                           "observedGeneration": obj["metadata"].get("generation")}})
+        except ApiError as exc:
+            log.warning("%s/%s: %s", namespace, name, exc)
+
+
+async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None) -> int:
+    """Releases the finalizers of Topics whose cluster is gone (`cluster`), or of every Topic in a
+    namespace being deleted; returns how many."""
+    listing = await kube.get(topics_path(namespace))
+    released = 0
+    for obj in listing.get("items", []):
+        if TOPIC_FINALIZER not in (obj["metadata"].get("finalizers") or []):
+            continue
+        if cluster is not None and cluster_of(obj) != cluster:
+            continue
+        await release_finalizer(kube, f"{topics_path(namespace)}/{obj['metadata']['name']}", obj)
+        released += 1
+    return released
+
+
+async def release_in_terminating_namespaces(kube: Kube) -> None:
+    """At shutdown: a namespace being deleted takes the operator and its Topics at once; nothing is
+    left to clean up in Kafka, so its Topics must not wait for an operator that will not come back."""
+    try:
+        listing = await kube.get("/api/v1/namespaces")
+    except ApiError:
+        return
+    for ns in (n["metadata"]["name"] for n in listing.get("items", [])
+               if n.get("status", {}).get("phase") == "Terminating"):
+        try:
+            count = await release_orphans(kube, ns)
+        except ApiError:
+            continue  # not a namespace this operator may touch
+        if count:
+            log.info("%s is being deleted: released %d Topic finalizers", ns, count)

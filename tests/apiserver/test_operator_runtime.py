@@ -1,0 +1,192 @@
+"""The operator's runtime on a real API server, in the test process: a DMCluster's runtime with its
+controller reconciles for real (children written, conditions, Topics), with no nodes to run pods.
+Brokers are registered with the controller in-process where a test needs them. Each test has a
+namespace of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+from dm_broker.controller.models import (
+    AlterIsrRequest,
+    BrokerConfigsRequest,
+    CreateTopicRequest,
+    HeartbeatRequest,
+    RegisterRequest,
+)
+from dm_operator.cache import ObjectCache
+from dm_operator.kube import Kube
+from dm_operator.metrics import API_REQUESTS
+from dm_operator.runtime import ClusterRuntime
+from dm_operator.settings import OperatorSettings
+from dm_testbed.client import Testbed
+from kubernetes import config
+
+Check = Callable[[ClusterRuntime, Testbed, str], Awaitable[None]]
+
+
+def create_cluster(tb: Testbed, ns: str, spec: dict) -> str:
+    tb.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
+        {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "c"},
+         "spec": {"storage": {"size": "1Gi"}, **spec}}))
+    return tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["metadata"]["uid"]
+
+
+def with_runtime(tb: Testbed, ns: str, uid: str, check: Check) -> None:
+    async def go() -> None:
+        kube = Kube(config.new_client_from_config(str(tb.kubeconfig)), threads=4)
+        runtime = await ClusterRuntime.open(kube, ObjectCache(kube, watched=False),
+                                            OperatorSettings(image="dm:test", controller_url="http://operator:9990"),
+                                            ns, "c", uid)
+        try:
+            await check(runtime, tb, ns)
+        finally:
+            await runtime.stop()
+            await runtime.recorder.flush()
+            kube.close()
+
+    asyncio.run(go())
+
+
+def sts(tb: Testbed, ns: str) -> dict:
+    return tb.kubectl_json("get", "statefulset", "c-broker", "-n", ns)
+
+
+def writes() -> float:
+    return sum(s.value for m in API_REQUESTS.collect() for s in m.samples
+               if s.name.endswith("_total") and s.labels["verb"] in ("PUT", "PATCH", "POST", "DELETE"))
+
+
+def test_children_follow_the_spec_and_hand_edits_are_put_back(apiserver: Testbed, namespace: str):
+    uid = create_cluster(apiserver, namespace, {"replicas": 1, "template": {
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}], "nodeSelector": {"disk": "ssd"},
+        "priorityClassName": "brokers", "labels": {"team": "a"}}})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        pod = sts(tb, ns)["spec"]["template"]
+        assert pod["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert pod["spec"]["nodeSelector"] == {"disk": "ssd"} and pod["spec"]["priorityClassName"] == "brokers"
+        assert pod["metadata"]["labels"]["team"] == "a"
+        assert sts(tb, ns)["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+            "requests": {"cpu": "250m", "memory": "512Mi"}}, "no BestEffort broker"
+
+        # Fields removed from the spec leave the StatefulSet (a merge patch kept them).
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=json", "-p", json.dumps([
+            {"op": "remove", "path": "/spec/template/tolerations"},
+            {"op": "remove", "path": "/spec/template/nodeSelector"},
+            {"op": "remove", "path": "/spec/template/priorityClassName"},
+            {"op": "remove", "path": "/spec/template/labels"}]))
+        await runtime.reconcile()
+        pod = sts(tb, ns)["spec"]["template"]
+        assert "tolerations" not in pod["spec"] and "nodeSelector" not in pod["spec"]
+        assert "priorityClassName" not in pod["spec"] and "team" not in pod["metadata"]["labels"]
+
+        # Hand edits of children are put back, with an Event; others' annotations stay.
+        tb.kubectl("patch", "statefulset", "c-broker", "-n", ns, "--type=merge", "-p", json.dumps(
+            {"metadata": {"annotations": {"someone/else": "kept"}},
+             "spec": {"template": {"spec": {"nodeSelector": {"by": "hand"}, "terminationGracePeriodSeconds": 1}}}}))
+        tb.kubectl("patch", "configmap", "c-config", "-n", ns, "--type=merge", "-p",
+                   json.dumps({"data": {"broker.properties": "num.partitions=99\n"}}))
+        tb.kubectl("patch", "service", "c-bootstrap", "-n", ns, "--type=merge", "-p",
+                   json.dumps({"spec": {"selector": {"app.kubernetes.io/name": "other"}}}))
+        await runtime.reconcile()
+        live = sts(tb, ns)
+        assert "nodeSelector" not in live["spec"]["template"]["spec"]
+        assert live["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+        assert live["metadata"]["annotations"]["someone/else"] == "kept"
+        assert "num.partitions" not in tb.kubectl_json("get", "configmap", "c-config", "-n", ns)["data"][
+            "broker.properties"]
+        selector = tb.kubectl_json("get", "service", "c-bootstrap", "-n", ns)["spec"]["selector"]
+        assert selector["app.kubernetes.io/name"] == "dm" and selector["app.kubernetes.io/instance"] == "c"
+        await runtime.recorder.flush()
+        events = tb.kubectl_json("get", "events", "-n", ns)["items"]
+        assert sum(e["reason"] == "DriftCorrected" for e in events) >= 3, [e["reason"] for e in events]
+
+        # In line with the spec, a pass writes nothing.
+        before = writes()
+        await runtime.reconcile()
+        await runtime.reconcile()
+        assert writes() == before
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
+def test_controller_settings_follow_spec_config_at_the_next_reconcile(apiserver: Testbed, namespace: str):
+    uid = create_cluster(apiserver, namespace, {"replicas": 1, "config": {
+        "unclean.leader.election.enable": False, "broker.session.timeout.ms": 6000}})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        assert not runtime.controller.unclean_default and runtime.controller.session_timeout == 6.0
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p", json.dumps(
+            {"spec": {"config": {"unclean.leader.election.enable": True, "broker.session.timeout.ms": 20000}}}))
+        await runtime.reconcile()
+        assert runtime.controller.unclean_default and runtime.controller.session_timeout == 20.0
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
+async def register(runtime: ClusterRuntime, node: int) -> int:
+    resp = await runtime.controller.register(RegisterRequest(node_id=node, host=f"b{node}", port=9092,
+                                                             incarnation=f"i{node}"))
+    return resp.broker_epoch
+
+
+def test_moves_after_a_scale_up_run_throttled_and_the_throttle_goes_when_done(apiserver: Testbed, namespace: str):
+    uid = create_cluster(apiserver, namespace, {"replicas": 2, "rebalance": {"throttle": 7_000_000}})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        controller = runtime.controller
+        epochs = {n: await register(runtime, n) for n in (0, 1)}
+        await controller.create_topic(CreateTopicRequest(name="t", partitions=6, replication_factor=1))
+        await runtime.reconcile()  # the placement of a new cluster is the baseline
+        assert runtime.mover.balanced == 2
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p", '{"spec":{"replicas":3}}')
+        epochs[2] = await register(runtime, 2)
+        await runtime.reconcile()
+        rates = controller.cluster.broker_configs[""]
+        assert rates == {"leader.replication.throttled.rate": "7000000",
+                         "follower.replication.throttled.rate": "7000000"}
+        moving = [(i, p) for i, p in enumerate(controller.topics["t"].partitions) if p.reassigning]
+        assert moving and all(p.adding_replicas == [2] for _, p in moving)
+        status = tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]
+        assert status["rebalance"]["throttle"] == 7_000_000
+        assert status["rebalance"]["partitionsMoving"] == len(moving)
+        leader = moving[0][1].leader
+        await controller.heartbeat(HeartbeatRequest(node_id=leader, broker_epoch=epochs[leader],
+                                                    reassignment_lag={f"t:{moving[0][0]}": 12345}))
+        await runtime.reconcile()
+        status = tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]
+        assert status["rebalance"]["bytesLeft"] == 12345
+
+        # The new replicas catch up: their leaders add them to the ISR, the moves complete.
+        for i, p in moving:
+            await controller.alter_isr(AlterIsrRequest(node_id=p.leader, broker_epoch=epochs[p.leader], topic="t",
+                                                       partition=i, leader_epoch=p.leader_epoch,
+                                                       partition_epoch=p.partition_epoch, new_isr=[*p.isr, 2]))
+        assert not any(p.reassigning for p in controller.topics["t"].partitions)
+        await runtime.reconcile()
+        assert controller.cluster.broker_configs.get("", {}) == {}, "the operator's throttle is removed"
+        status = tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]
+        assert status["rebalance"] == {"partitionsMoving": 0, "bytesLeft": 0}  # throttle: null, removed
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
+def test_a_throttle_someone_else_set_is_left_alone(apiserver: Testbed, namespace: str):
+    uid = create_cluster(apiserver, namespace, {"replicas": 2})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        controller = runtime.controller
+        for n in (0, 1):
+            await register(runtime, n)
+        await controller.alter_broker_configs(BrokerConfigsRequest(broker="", configs={
+            "leader.replication.throttled.rate": "1000", "follower.replication.throttled.rate": "1000"}))
+        await runtime.mover.throttle(50_000_000)
+        await runtime.mover.settle()
+        assert controller.cluster.broker_configs[""]["leader.replication.throttled.rate"] == "1000"
+
+    with_runtime(apiserver, namespace, uid, check)
