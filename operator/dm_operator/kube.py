@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -46,7 +47,9 @@ def load_api_client() -> client.ApiClient:
     try:
         kube_config.load_incluster_config(client_configuration=configuration)
     except kube_config.ConfigException:
-        kube_config.load_kube_config(client_configuration=configuration)
+        # KUBECONFIG as it is now (the library reads it once, when it is imported).
+        kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                     client_configuration=configuration)
     # Every lane's threads may hold a connection at once (urllib3 drops what exceeds its pool).
     configuration.connection_pool_maxsize = 32
     return client.ApiClient(configuration)

@@ -89,6 +89,7 @@ class LeaderElector:
         self.leading = False
         self._seen: Observation | None = None
         self._last_renewal = 0.0
+        self._written: Obj | None = None  # the Lease as this instance's last write returned it
 
     @property
     def path(self) -> str:
@@ -96,13 +97,22 @@ class LeaderElector:
 
     async def _try(self) -> bool:
         """One attempt to acquire or renew; False when another instance holds the Lease or the write
-        lost a race (the resourceVersion makes the write conditional)."""
+        lost a race (the resourceVersion makes the write conditional). A holder renews from the Lease its
+        last write returned — one call per renewal; a conflict means someone else wrote it."""
+        if self._written is not None and holder_of(self._written) == self.identity:
+            try:
+                self._written = await self.kube.replace(self.path, claimed(self._written, self.identity, self.timing))
+                return True
+            except ApiError as exc:
+                self._written = None
+                if exc.status not in (404, 409):
+                    raise
         lease = await self.kube.get_or_none(self.path)
         if lease is None:
             body = claimed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                             "metadata": {"name": self.name, "namespace": self.namespace}}, self.identity, self.timing)
             try:
-                await self.kube.create(self.path.rsplit("/", 1)[0], body)
+                self._written = await self.kube.create(self.path.rsplit("/", 1)[0], body)
                 return True
             except ApiError as exc:
                 if exc.status == 409:
@@ -114,7 +124,7 @@ class LeaderElector:
         if not may_take(lease, self.identity, self._seen, now, self.timing):
             return False
         try:
-            await self.kube.replace(self.path, claimed(lease, self.identity, self.timing))
+            self._written = await self.kube.replace(self.path, claimed(lease, self.identity, self.timing))
             return True
         except ApiError as exc:
             if exc.status == 409:

@@ -26,6 +26,32 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def known_part(model: type[BaseModel], data: Any, path: str = "spec") -> tuple[Any, list[str]]:
+    """`data` without the fields `model` does not know, and their paths. The CRDs only move forward
+    (crds.py): under a newer schema, the API server stores (and defaults) fields an older operator's
+    models lack; it works with what it knows instead of refusing the resource."""
+    if not isinstance(data, dict):
+        return data, []
+    kept: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            unknown.append(f"{path}.{key}")
+            continue
+        nested = _model_of(field.annotation)
+        if nested is not None:
+            value, deeper = known_part(nested, value, f"{path}.{key}")
+            unknown += deeper
+        kept[key] = value
+    return kept, unknown
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *getattr(annotation, "__args__", ())]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+
+
 # -- shared ---------------------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from .events import EventRecorder
 from .fencing import RackResolver, on_pod_event
 from .kube import ApiError, Kube, collection_path
 from .metrics import ERRORS, RECONCILE_SECONDS, RECONCILES
-from .models import DMClusterSpec
+from .models import DMClusterSpec, known_part
 from .moves import Mover
 from .objects import Obj, annotations_of, being_deleted, pod_ready
 from .planning import BrokerPod, next_roll_step, scale_down_blocker
@@ -94,7 +94,7 @@ class ClusterRuntime:
         (a re-created DMCluster, a reinstall, a restore) the controller recovers the topics from what the
         brokers hold; it knows how many to wait for."""
         obj = await kube.get(dmcluster_path(namespace, name))
-        spec = DMClusterSpec.model_validate(obj.get("spec") or {})
+        spec = DMClusterSpec.model_validate(known_part(DMClusterSpec, obj.get("spec") or {})[0])
         token = await ensure_token(kube, namespace, name, uid)
         store = CrdStatusStore(kube, namespace, name, uid)
         racks = RackResolver(kube, namespace, name)
@@ -156,7 +156,8 @@ class ClusterRuntime:
         if obj is None or being_deleted(obj) or obj["metadata"]["uid"] != self.uid:
             return  # being deleted: owned children go with it (garbage collection)
         generation = obj["metadata"].get("generation")
-        spec = DMClusterSpec.model_validate(obj.get("spec") or {})
+        known, unknown = known_part(DMClusterSpec, obj.get("spec") or {})
+        spec = DMClusterSpec.model_validate(known)
         self.spec = self.racks.spec = spec
         self.controller.configure(controller_settings(spec))
         owner = naming.owner_reference(self.name, self.uid)
@@ -211,8 +212,11 @@ class ClusterRuntime:
             await self.controller.ensure_cluster_document()  # a wiped status gets the document back
         conditions.append(stray_condition(self.controller))
         conditions.append(identity_condition(pods))
-        if self.crd_versions is not None and self.crd_versions.refused:
-            conditions.append(condition("CrdVersion", False, "NewerSchemaInstalled", self.crd_versions.refused))
+        if (self.crd_versions is not None and self.crd_versions.refused) or unknown:
+            refused = self.crd_versions.refused if self.crd_versions is not None else ""
+            ignored = f"fields this operator does not know are ignored: {', '.join(unknown)}" if unknown else ""
+            conditions.append(condition("CrdVersion", False, "NewerSchemaInstalled",
+                                        "; ".join(m for m in (refused, ignored) if m)[:1000]))
         await self.topics.reconcile_all()
         await self.mover.settle()
         self.status.publish_metrics()

@@ -12,6 +12,7 @@ topic; a topic deleted through the Kafka API takes its resource with it."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
@@ -26,6 +27,9 @@ from .objects import Obj
 
 log = logging.getLogger(__name__)
 TOPIC_FINALIZER = "dm.dev/topic"
+# A Topic's status holds every partition; with spec, metadata and conditions the object must stay under
+# etcd's default request limit (1.5 MiB). 10,000 partitions of replication factor 3 take ~0.9 MB.
+STATUS_BYTES_LIMIT = 1_100_000
 CAS_RETRIES = 20
 ChangeListener = Callable[[TopicDoc | None, TopicDoc, Obj], None]
 
@@ -35,10 +39,11 @@ def topic_status(doc: TopicDoc, cluster: str) -> Obj:
     return {
         "topicName": doc.name, "cluster": cluster, "topicId": doc.topic_id, "partitionCount": len(doc.partitions),
         "replicationFactor": len(doc.partitions[0].replicas) if doc.partitions else 0,
+        # Fields at their defaults are left out: a large topic's status must fit in one object.
         "partitions": [PartitionStatus(partition=i, leader=p.leader, replicas=p.replicas, isr=p.isr,
                                        leaderEpoch=p.leader_epoch, partitionEpoch=p.partition_epoch,
                                        addingReplicas=p.adding_replicas, removingReplicas=p.removing_replicas,
-                                       recovering=p.recovering).model_dump()
+                                       recovering=p.recovering).model_dump(exclude_defaults=True)
                        for i, p in enumerate(doc.partitions)],
         "configs": dict(doc.configs), "underReplicatedPartitions": under_replicated(doc),
         "offlinePartitions": offline(doc), "documentVersion": doc.version,
@@ -160,6 +165,15 @@ class CrdStatusStore:
         raise ConflictError("cluster document: too many concurrent changes")
 
     # -- topic documents ---------------------------------------------------------------------------
+
+    def refusal(self, doc: TopicDoc) -> str | None:
+        size = len(json.dumps(topic_status(doc, self.cluster), separators=(",", ":")))
+        if size <= STATUS_BYTES_LIMIT:
+            return None
+        rf = len(doc.partitions[0].replicas) if doc.partitions else 0
+        return (f"topic {doc.name}: {len(doc.partitions)} partitions of replication factor {rf} do not fit in one "
+                f"Topic resource's status ({size:,} bytes, at most {STATUS_BYTES_LIMIT:,}: etcd refuses larger objects); "
+                "use fewer partitions, or several topics")
 
     async def list_topic_resources(self) -> list[Obj]:
         """This cluster's Topic resources: those whose status records this cluster, and those not

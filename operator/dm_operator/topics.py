@@ -23,7 +23,7 @@ from .conditions import condition, merge_conditions
 from .events import EventRecorder, reference
 from .kube import ApiError, Kube
 from .metrics import ELECTIONS, ERRORS, ISR_CHANGES, RECONCILES
-from .models import TopicSpec
+from .models import TopicSpec, known_part
 from .objects import Obj, being_deleted
 from .planning import TopicRefusal, plan_topic, topic_configs
 from .store import TOPIC_FINALIZER, CrdStatusStore, cluster_of, topic_name_of, wanted_topic_name
@@ -138,7 +138,10 @@ class TopicReconciler:
                       "conditions": merge_conditions(status.get("conditions", []), conditions, generation)}
         if {k: status.get(k) for k in new_status} != new_status:
             with contextlib.suppress(ApiError):
-                self.cache.observe(await self.kube.patch(f"{path}/status", {"status": new_status}))
+                written = await self.kube.patch(f"{path}/status", {"status": new_status})
+                self.cache.observe(written)
+                # The store's next compare-and-set starts from this version, not a 409.
+                self.store.resource_versions[resource] = written["metadata"]["resourceVersion"]
 
     async def _apply(self, obj: Obj, topic: str, generation: int | None, status: Obj) -> Obj:
         """Brings the topic to its spec when the spec changed (or was never applied); changes made
@@ -148,7 +151,7 @@ class TopicReconciler:
         applied = bool(ready and ready.get("status") == "True" and ready.get("observedGeneration") == generation)
         current = controller.topics.get(topic)
         try:
-            spec = TopicSpec.model_validate(obj.get("spec") or {})
+            spec = TopicSpec.model_validate(known_part(TopicSpec, obj.get("spec") or {})[0])
             if current is None or not applied:
                 configs = topic_configs(spec.config)
                 plan = plan_topic(spec.partitions, spec.replicas, configs, current, self._live_racks())

@@ -9,9 +9,12 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
+import pytest
+from dm_broker.controller.controller import ControllerError
 from dm_broker.controller.models import (
     AlterIsrRequest,
     BrokerConfigsRequest,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     HeartbeatRequest,
     RegisterRequest,
@@ -188,5 +191,28 @@ def test_a_throttle_someone_else_set_is_left_alone(apiserver: Testbed, namespace
         await runtime.mover.throttle(50_000_000)
         await runtime.mover.settle()
         assert controller.cluster.broker_configs[""]["leader.replication.throttled.rate"] == "1000"
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
+def test_a_topic_of_ten_thousand_partitions_fits_its_status_and_a_larger_one_is_refused(apiserver: Testbed,
+                                                                                         namespace: str):
+    uid = create_cluster(apiserver, namespace, {"replicas": 3})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        for n in range(12):
+            await register(runtime, n)
+        await runtime.controller.create_topic(CreateTopicRequest(name="big", partitions=10_000, replication_factor=3))
+        status = tb.kubectl_json("get", "topic", "big", "-n", ns)["status"]
+        assert status["partitionCount"] == 10_000 and len(status["partitions"]) == 10_000
+        with pytest.raises(ControllerError) as refused:
+            await runtime.controller.create_topic(CreateTopicRequest(name="wide", partitions=10_000,
+                                                                     replication_factor=12))
+        assert refused.value.error == "invalid_partitions" and "do not fit" in refused.value.message
+        assert "wide" not in runtime.controller.topics and "wide" not in tb.kubectl("get", "topics", "-n", ns).stdout
+        await runtime.controller.create_topic(CreateTopicRequest(name="wide", partitions=4_000, replication_factor=12))
+        with pytest.raises(ControllerError) as refused:  # growing into a size that does not fit: refused too
+            await runtime.controller.create_partitions("wide", CreatePartitionsRequest(count=10_000))
+        assert "do not fit" in refused.value.message and len(runtime.controller.topics["wide"].partitions) == 4_000
 
     with_runtime(apiserver, namespace, uid, check)

@@ -111,10 +111,12 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
         assert led_elsewhere, f"every partition is led from the operator's node ({operator_nodes})"
         one_round("node stopped", led_elsewhere[0])
 
-    # The operator pod killed while the load runs: brokers keep serving their leaders meanwhile.
+    # The leading operator's pod killed while the load runs: brokers keep serving their leaders meanwhile,
+    # and the standby takes over once the Lease expires (tests/e2e/test_operator_ha.py measures it).
     wait_until(lambda: healthy(sub, ns), 240, "a healthy cluster before the operator is killed")
-    operator_pod = get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                            "app.kubernetes.io/component=operator")["items"][0]["metadata"]["name"]
+    operator_pod = wait_until(lambda: get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
+                                               "dm.dev/operator-leader=true")["items"], 60,
+                              "the leading operator's pod")[0]["metadata"]["name"]
     sub.kubectl("delete", "pod", operator_pod, "-n", OPERATOR_NAMESPACE, "--grace-period=0", "--force")
     time.sleep(5)
     wait_until(lambda: operator_ready(sub, OPERATOR_NAMESPACE), 120, "the operator back")

@@ -342,3 +342,14 @@ async def test_a_controller_whose_documents_another_changed_continues_from_the_s
     with pytest.raises(ConflictError):
         await new.allocate_producer_ids()
     assert (await new.allocate_producer_ids()).first > first_block, "no producer id handed out twice"
+
+
+async def test_reassignment_lag_is_what_leaders_last_reported(tmp_path):
+    controller, _, epochs = await make(tmp_path)
+    await controller.create_topic(CreateTopicRequest(name="t", partitions=2, replication_factor=1))
+    leader = controller.topics["t"].partitions[0].leader
+    await controller.heartbeat(HeartbeatRequest(node_id=leader, broker_epoch=epochs[leader],
+                                                reassignment_lag={"t:0": 500, "bad": 1}))
+    assert controller.reassignment_lag == {("t", 0): 500}
+    await controller.heartbeat(HeartbeatRequest(node_id=leader, broker_epoch=epochs[leader]))
+    assert controller.reassignment_lag == {}, "a leader that no longer reports it has nothing left to copy"

@@ -299,3 +299,14 @@ def test_a_refusal_because_the_namespace_is_being_deleted_is_recognised():
     assert terminating.namespace_terminating
     assert not ApiError(403, {"message": "forbidden: User cannot create"}, "POST x").namespace_terminating
     assert not ApiError(409, {"message": "because it is being terminated"}, "POST x").namespace_terminating
+
+
+def test_fields_of_a_newer_schema_are_ignored_not_refused():
+    from dm_operator.models import TopicSpec, known_part
+
+    raw = {"replicas": 3, "futureField": 1, "storage": {"size": "1Gi", "futureStorage": True},
+           "template": {"labels": {"a": "b"}, "futureTemplate": {}}}
+    known, unknown = known_part(DMClusterSpec, raw)
+    assert sorted(unknown) == ["spec.futureField", "spec.storage.futureStorage", "spec.template.futureTemplate"]
+    assert DMClusterSpec.model_validate(known).storage.size == "1Gi"
+    assert known_part(TopicSpec, {"cluster": "c", "x": 1})[1] == ["spec.x"]

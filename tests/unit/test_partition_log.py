@@ -168,3 +168,14 @@ def test_truncate_to(plog):
     assert plog.log_end_offset == 12
     assert values(plog)[-1].startswith(b"011")
     assert append(plog, b"again").base_offset == 12
+
+
+def test_bytes_from_an_offset_to_the_end_across_segments(plog):
+    for i in range(40):
+        append(plog, b"v%03d" % i + b"." * 60)
+    total = sum(seg.size for seg in plog.segments)
+    assert len(plog.segments) > 2
+    assert plog.bytes_from(0) == total
+    assert plog.bytes_from(plog.log_end_offset) == 0
+    middle = plog.bytes_from(20)
+    assert middle == plog.size_bytes - sum(s.size for s in plog.read(0, 1 << 30, 20, True).slices)

@@ -854,6 +854,7 @@ class Controller:
             leader = next((r for r in replicas if r in live), NO_LEADER)
             partitions.append(PartitionState(replicas=replicas, leader=leader, isr=isr))
         doc = TopicDoc(name=req.name, configs=configs, partitions=partitions)
+        self._check_fits(doc)
         if req.validate_only:
             return doc
         saved = await self._save(doc)
@@ -899,14 +900,21 @@ class Controller:
             assignment = req.assignments or self._placement(req.count - current, rf, first=current)
             if len(assignment) != req.count - current:
                 raise ControllerError("invalid_replica_assignment", "one assignment per new partition is needed")
-            if req.validate_only:
-                return doc
             live = self._live_ids()
             added = [PartitionState(replicas=r, leader=next((x for x in r if x in live), NO_LEADER),
                                     isr=[x for x in r if x in live] or r[:1]) for r in assignment]
-            saved = await self._save(doc.model_copy(update={"partitions": doc.partitions + added}))
+            grown = doc.model_copy(update={"partitions": doc.partitions + added})
+            self._check_fits(grown)
+            if req.validate_only:
+                return doc
+            saved = await self._save(grown)
             self._bump()
             return saved
+
+    def _check_fits(self, doc: TopicDoc) -> None:
+        refusal = self.store.refusal(doc)
+        if refusal is not None:
+            raise ControllerError("invalid_partitions", refusal)
 
     async def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicDoc:
         async with self._lock:

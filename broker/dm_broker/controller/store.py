@@ -31,6 +31,9 @@ class ControllerStore(Protocol):
     async def load_topic(self, name: str) -> TopicDoc | None: ...
     async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc: ...
     async def delete_topic(self, name: str, expected_version: int) -> None: ...
+    def refusal(self, doc: TopicDoc) -> str | None:
+        """Why this store cannot hold `doc` (e.g. too large for one object), or None."""
+        ...
 
 
 class FileControllerStore:
@@ -40,6 +43,9 @@ class FileControllerStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         (directory / "topics").mkdir(parents=True, exist_ok=True)
+
+    def refusal(self, doc: TopicDoc) -> str | None:
+        return None  # a file holds any size
 
     def _topic_path(self, name: str) -> Path:
         return self.directory / "topics" / f"{name}.json"
