@@ -172,8 +172,8 @@ class CrdStatusStore:
             return None
         rf = len(doc.partitions[0].replicas) if doc.partitions else 0
         return (f"topic {doc.name}: {len(doc.partitions)} partitions of replication factor {rf} do not fit in one "
-                f"Topic resource's status ({size:,} bytes, at most {STATUS_BYTES_LIMIT:,}: etcd refuses larger objects); "
-                "use fewer partitions, or several topics")
+                f"Topic resource's status ({size:,} bytes, at most {STATUS_BYTES_LIMIT:,}: etcd refuses larger "
+                "objects); use fewer partitions, or several topics")
 
     async def list_topic_resources(self) -> list[Obj]:
         """This cluster's Topic resources: those whose status records this cluster, and those not
