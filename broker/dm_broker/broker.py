@@ -46,13 +46,18 @@ from .log import meta_properties
 from .log.checkpoints import atomic_write, read_offsets, write_offsets
 from .log.manager import LogManager
 from .log.meta_properties import IdentityError
+from .log.producer_state import CoordinatorFencedError, InvalidProducerEpochError
 from .metrics import BrokerMetrics
 from .protocol.apis import SPECS
+from .protocol.channels import BrokerChannels
 from .protocol.dispatch import Dispatcher
 from .replication.manager import ReplicaManager
-from .replication.partition import LEADER, Partition
+from .replication.partition import LEADER, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
 from .tasks import stop_tasks
+from .txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
+from .txn.markers import MarkerWriter
+from .txn.verification import TxnVerifier
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,6 +99,16 @@ class Broker:
             offsets_retention_ms=int(config["offsets.retention.minutes"] * 60_000),
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
         ))
+        self.channels = BrokerChannels(self._address, client_id=f"dm-broker-{self.node_id}")
+        self.markers = MarkerWriter(self, self.channels)
+        self.txn_coordinator = TransactionCoordinator(self, TxnSettings(
+            partitions=config["transaction.state.log.num.partitions"],
+            max_timeout_ms=config["transaction.max.timeout.ms"],
+            id_expiration_ms=config["transactional.id.expiration.ms"],
+            abort_check_interval_ms=config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+            expiration_check_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
+        ), self.markers.write)
+        self.txn_verifier = TxnVerifier(self, self.channels)
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
         self._rates: dict[str, int] = {}
         self.leader_quota = ByteRateQuota(lambda: self._rate("leader.replication.throttled.rate"))
@@ -161,6 +176,7 @@ class Broker:
                         "this process dies before it opens", SESSION_OPEN_WAIT_S)
         self.replicas.start()
         self.coordinator.start()
+        self.txn_coordinator.start()
         self.logs.start()
         self.started = self.ready = True
         log.info("broker %d ready: %d partitions (%d led) recovered in %.2fs, previous shutdown %s",
@@ -184,6 +200,8 @@ class Broker:
         await stop_tasks(*self._tasks)
         await self.replicas.close()
         await self.coordinator.close()
+        await self.txn_coordinator.close()
+        await self.channels.close()
         if self.started:  # a broker stopped during start-up knows no high watermarks to keep
             self._write_hw_checkpoint()
         await self.logs.close()
@@ -399,6 +417,8 @@ class Broker:
         part.close()
         if key[0] == OFFSETS_TOPIC:
             self.coordinator.unload(key[1])
+        if key[0] == TXN_TOPIC:
+            self.txn_coordinator.unload(key[1])
         if key[0] not in md.topics:
             self.metrics.forget_topic(key[0])
         self._retire_log(key, topic_id, md)
@@ -419,17 +439,28 @@ class Broker:
                         "it; kept aside as %s (dm strays lists and deletes such logs)", *key, topic_id, where)
 
     def _sync_coordinator(self, md: ClusterMetadata) -> None:
+        """The group and transaction coordinators serve the partitions of their topics led here."""
         topic = md.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return
-        self.coordinator.settings.partitions = len(topic.partitions)
-        for index in range(len(topic.partitions)):
-            part = self.partitions.get((OFFSETS_TOPIC, index))
-            leads = part is not None and part.role == LEADER
-            if leads and index not in self.coordinator.owned:
-                self.coordinator.load(index)
-            elif not leads and index in self.coordinator.owned:
-                self.coordinator.unload(index)
+        if topic is not None:
+            self.coordinator.settings.partitions = len(topic.partitions)
+            for index in range(len(topic.partitions)):
+                part = self.partitions.get((OFFSETS_TOPIC, index))
+                leads = part is not None and part.role == LEADER
+                if leads and index not in self.coordinator.owned:
+                    self.coordinator.load(index)
+                elif not leads and index in self.coordinator.owned:
+                    self.coordinator.unload(index)
+        topic = md.topics.get(TXN_TOPIC)
+        if topic is not None:
+            self.txn_coordinator.settings.partitions = len(topic.partitions)
+            for index in range(len(topic.partitions)):
+                part = self.partitions.get((TXN_TOPIC, index))
+                if part is not None and part.role == LEADER:
+                    # The coordinator epoch is the partition's leader epoch: a marker from an older
+                    # coordinator of the transaction is refused by the partitions.
+                    self.txn_coordinator.load(index, part.leader_epoch)
+                elif index in self.txn_coordinator.owned:
+                    self.txn_coordinator.unload(index)
 
     # -- views -----------------------------------------------------------------------------
 
@@ -500,6 +531,10 @@ class Broker:
         while any(self.suspected(n) for n in leaders) and time.monotonic() < deadline:
             await self._wait_metadata(min(deadline, min(self._suspected.get(n, 0) for n in leaders)) -
                                       time.monotonic())
+
+    def _address(self, node_id: int) -> tuple[str, int] | None:
+        endpoint = self.endpoint(node_id)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
 
     def endpoint(self, node_id: int) -> BrokerEndpoint | None:
         if not self.metadata:
@@ -685,6 +720,53 @@ class Broker:
         with contextlib.suppress(KafkaError):
             await self.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"], rf, configs,
                                     internal=True)
+
+    async def ensure_txn_topic(self) -> None:
+        """__transaction_state is created on first use of transactions, when the brokers are up."""
+        if self.topic(TXN_TOPIC) is not None:
+            return
+        live = len(self.endpoints())
+        rf = max(1, min(self.config["transaction.state.log.replication.factor"], live))
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+                   "min.insync.replicas": str(min(self.config["transaction.state.log.min.isr"], rf)),
+                   "unclean.leader.election.enable": "false"}
+        with contextlib.suppress(KafkaError):
+            await self.create_topic(TXN_TOPIC, self.config["transaction.state.log.num.partitions"], rf, configs,
+                                    internal=True)
+
+    # -- transaction markers -----------------------------------------------------------------
+
+    async def write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, committed: bool,
+                           coordinator_epoch: int, timeout_s: float = 30) -> ErrorCode:
+        """Ends a producer's transaction in a partition this broker leads (WriteTxnMarkers): the marker
+        is appended and waited for as acks=all; a marker on __consumer_offsets also makes the group
+        coordinator apply (or drop) the offsets committed in the transaction."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            return self.missing_partition_error(topic, index)
+        if not part.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if len(part.isr) < part.log.settings["min.insync.replicas"]:
+            return ErrorCode.not_enough_replicas
+        try:
+            result = await part.append_marker(producer_id, producer_epoch, committed, coordinator_epoch,
+                                              int(time.time() * 1000))
+        except InvalidProducerEpochError:
+            return ErrorCode.invalid_producer_epoch
+        except CoordinatorFencedError:
+            return ErrorCode.transaction_coordinator_fenced
+        except NotLeaderError:
+            return ErrorCode.not_leader_or_follower
+        if topic == OFFSETS_TOPIC:
+            self.coordinator.complete_txn(index, producer_id, committed)
+        try:
+            await part.wait_for_hw(result.last_offset + 1, timeout_s)
+        except TimeoutError:
+            return ErrorCode.request_timed_out
+        except NotLeaderError:
+            return ErrorCode.not_leader_or_follower
+        return ErrorCode.none
 
     # -- producer ids ----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import time
 import uuid
 
 import kopf
+import urllib3
 from aiohttp import web
 from dm_broker.loop_watchdog import LoopWatchdog
 from dm_broker.tasks import stop_tasks
@@ -33,6 +34,8 @@ def configure(settings: kopf.OperatorSettings, **_: object) -> None:
     # Handler errors are reported in the resources' conditions and the operator's log, not as
     # Kubernetes Events of kopf's own.
     settings.posting.level = logging.WARNING
+    # Every watch event's handler reports success at INFO: thousands of lines a minute on a failover.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
@@ -61,10 +64,13 @@ async def run(settings: OperatorSettings) -> None:
     lost: list[str] = []
     try:
         if elector is not None:
-            await _mark_leader(settings, kube, False)  # a restarted leader's pod keeps its label
-            operator.role = "standby"
+            # A restarted leader's pod may still carry the leader label, and the Service would send brokers
+            # here: the instance is Ready (a standby) only once the label is gone.
+            unmark = asyncio.create_task(_unmark_until_done(settings, kube, operator))
             if not await elector.acquire(stop):
+                await stop_tasks(unmark)
                 return
+            await unmark
         operator.role = "leader"
         LEADING.set(1)
         ELECTED.set(time.time())
@@ -92,14 +98,23 @@ def _elector(settings: OperatorSettings, kube: Kube) -> LeaderElector | None:
     return LeaderElector(kube, settings.lease_namespace, settings.lease_name, identity, timing)
 
 
-async def _mark_leader(settings: OperatorSettings, kube: Kube, leading: bool) -> None:
+async def _mark_leader(settings: OperatorSettings, kube: Kube, leading: bool) -> bool:
     if not settings.pod_name:
-        return
+        return True
     try:
         await mark_pod(kube, settings.lease_namespace, settings.pod_name, leading)
-    except (ApiError, OSError) as exc:
+        return True
+    except (ApiError, OSError, urllib3.exceptions.HTTPError) as exc:
         log.warning("cannot %s the leader label on pod %s: %s", "set" if leading else "remove", settings.pod_name,
                     exc)
+        return False
+
+
+async def _unmark_until_done(settings: OperatorSettings, kube: Kube, operator: Operator) -> None:
+    while not await _mark_leader(settings, kube, False):
+        await asyncio.sleep(1)
+    if operator.role == "starting":
+        operator.role = "standby"
 
 
 async def _resync(operator: Operator, interval_s: float) -> None:

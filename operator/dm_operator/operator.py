@@ -140,9 +140,10 @@ class Operator:
 
     def app(self) -> web.Application:
         async def healthz(_: web.Request) -> web.Response:
-            # Liveness: this answers while the event loop runs; a standby is alive too.
-            body = {"status": "ok" if self.serving else "starting", "role": self.role, "clusters": len(self.runtimes)}
-            return web.json_response(body, status=200 if self.serving else 503)
+            # Liveness: this answers while the event loop runs; a leader whose watches never start is not.
+            alive = self.role != "leader" or self.kopf_ready
+            body = {"status": "ok" if alive else "starting", "role": self.role, "clusters": len(self.runtimes)}
+            return web.json_response(body, status=200 if alive else 503)
 
         async def readyz(_: web.Request) -> web.Response:
             # Readiness: a standby is Ready (a rollout waits for it); brokers reach the leader through

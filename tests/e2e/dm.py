@@ -26,19 +26,21 @@ def install_operator(sub: Substrate, release: str = "dm", namespace: str = OPERA
              "--timeout", "5m", "--set", f"image.repository={sub.image_repository}",
              "--set", f"image.tag={sub.image_tag}", "--set", "cluster.enabled=false",
              "--set", "watch.allNamespaces=true", "--set", f"watch.namespaces={{{WATCHED}}}", *extra)
-    wait_until(lambda: operator_ready(sub, namespace), 120, "the operator pod Ready")
+    wait_until(lambda: operator_ready(sub, namespace), 120, "the operator leading")
     time.sleep(3)
-    assert operator_ready(sub, namespace), "the operator pod did not stay up:\n" + sub.kubectl(
+    pods = get_json(sub, "pods", "-n", namespace, "-l", "app.kubernetes.io/component=operator")["items"]
+    restarted = [p["metadata"]["name"] for p in pods
+                 if any(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", []))]
+    assert operator_ready(sub, namespace) and not restarted, "the operator did not stay up:\n" + sub.kubectl(
         "logs", "-n", namespace, "-l", "app.kubernetes.io/component=operator", "--tail", "50", check=False).stdout
 
 
 def operator_ready(sub: Substrate, namespace: str) -> bool:
-    """Running, Ready and never restarted (the operator has no readiness probe: a crash loop is
-    Ready between crashes)."""
-    pods = get_json(sub, "pods", "-n", namespace, "-l", "app.kubernetes.io/component=operator")["items"]
+    """An instance leads (its pod carries the leader label the Service selects) and is Running and Ready:
+    the clusters' controllers are served. (A standby alone does not count: it serves no controller.)"""
+    pods = get_json(sub, "pods", "-n", namespace, "-l", "dm.dev/operator-leader=true")["items"]
     return any(p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp") and
-               all(c.get("ready") and c.get("restartCount", 0) == 0 for c in p["status"].get("containerStatuses", []))
-               for p in pods)
+               all(c.get("ready") for c in p["status"].get("containerStatuses", [])) for p in pods)
 
 
 # -- DMClusters and Topics ---------------------------------------------------------------------------

@@ -99,12 +99,12 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
     for i in range(CRASHES):
         one_round("crashed", i % PARTITIONS)
     for _ in range(NODE_STOPS):
-        # A node whose broker leads a partition, but which runs neither the operator (whose controller
-        # would go with it: that is the standby operator's case, not this one) nor the clients (which
-        # live on the control plane node).
+        # A node whose broker leads a partition, but which runs neither the leading operator (whose
+        # controller would go with it: tests/e2e/test_operator_ha.py has that case) nor the clients (which
+        # live on the control plane node). The standby operator may be on it.
         wait_until(lambda: healthy(sub, ns), 240, "three Ready brokers in every ISR before a node stops")
         operator_nodes = {p["spec"]["nodeName"] for p in get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                                                                  "app.kubernetes.io/component=operator")["items"]}
+                                                                  "dm.dev/operator-leader=true")["items"]}
         led_elsewhere = [p for p, leader in leaders(topic_status(sub, ns, "load")).items()
                          if get_json(sub, "pod", f"demo-broker-{leader}", "-n", ns)["spec"]["nodeName"]
                          not in operator_nodes]

@@ -129,13 +129,14 @@ def test_wiped_status_and_a_recreated_dmcluster_keep_every_record(e2e_namespace,
 
     # Every status wiped while no operator runs (a restore from manifests): recovered from the brokers.
     deployment = ["deployment", "dm-operator", "-n", OPERATOR_NAMESPACE]
+    instances = get_json(sub, *deployment)["spec"]["replicas"]
     sub.kubectl("scale", *deployment, "--replicas=0")
     wait_until(lambda: not get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
                                     "app.kubernetes.io/component=operator")["items"], 120, "the operator stopped")
     wipe_status(sub, ns, resources)
     assert not (get_json(sub, "dmcluster", "demo", "-n", ns).get("status") or {}).get("clusterId")
     assert not (get_json(sub, "topic", "keep", "-n", ns).get("status") or {}).get("topicId")
-    sub.kubectl("scale", *deployment, "--replicas=1")
+    sub.kubectl("scale", *deployment, f"--replicas={instances}")
     wait_until(lambda: operator_ready(sub, OPERATOR_NAMESPACE), 180, "the operator back")
     wait_cluster_ready(sub, ns, timeout_s=300)
     wait_topic_ready(sub, ns, "keep", timeout_s=180)

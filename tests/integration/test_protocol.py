@@ -207,15 +207,6 @@ async def test_acks_zero_gets_no_response(broker, topic_name):
     await conn.close()
 
 
-async def test_transactions_are_refused_clearly(broker):
-    conn = await connect(broker)
-    resp = await conn.request(make(request_class(22, 4), transactional_id="tx",
-                                   transaction_timeout=datetime.timedelta(seconds=60),
-                                   producer_id=-1, producer_epoch=-1))
-    assert resp.error_code == ErrorCode.transactional_id_authorization_failed
-    await conn.close()
-
-
 async def test_offset_for_leader_epoch(broker, topic_name):
     conn = await connect(broker)
     await create(conn, topic_name)

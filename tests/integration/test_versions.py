@@ -10,6 +10,7 @@ from dm_broker.protocol.apis import SPECS
 from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kio.schema.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,7 +48,7 @@ async def test_api_versions_list_offsets_init_producer_describe_cluster_every_ve
         cls = request_class(2, v)
         part = make(nested(cls, "ListOffsetsPartition"), partition_index=0, timestamp=-1, current_leader_epoch=-1,
                     max_num_offsets=1)
-        req = make(cls, replica_id=-1, isolation_level=0,
+        req = make(cls, replica_id=-1, isolation_level=0, timeout=datetime.timedelta(seconds=5),
                    topics=(make(nested(cls, "ListOffsetsTopic"), name=topic_name, partitions=(part,)),))
         resp = await conn.request(req)
         assert resp.topics[0].partitions[0].error_code == ErrorCode.none, v
@@ -57,10 +58,53 @@ async def test_api_versions_list_offsets_init_producer_describe_cluster_every_ve
                                        producer_epoch=-1))
         assert resp.error_code == ErrorCode.none and resp.producer_id >= 0, v
     for v in versions(60):
-        resp = await conn.request(make(request_class(60, v), include_cluster_authorized_operations=False))
+        resp = await conn.request(make(request_class(60, v), include_cluster_authorized_operations=False,
+                                       endpoint_type=1, include_fenced_brokers=True))
         assert resp.error_code == ErrorCode.none, v
     for v in versions(10):
         cls = request_class(10, v)
         resp = await conn.request(make(cls, key="versions-group", key_type=0, coordinator_keys=("versions-group",)))
         assert resp is not None, v
     await conn.close()
+
+
+# What Apache Kafka 4.0 answers to ApiVersions, as kafka-python recorded it from a 4.0 broker (its
+# broker_version_data.py): dm claims that release for every API it implements.
+KAFKA_4_0 = BROKER_API_VERSIONS[(4, 0)]
+# 4.0's APIs dm does not implement, with why (docs/protocol.md lists them).
+NOT_IMPLEMENTED = {
+    17: "SaslHandshake (issue 22)", 29: "DescribeAcls (issue 22)", 30: "CreateAcls (issue 22)",
+    31: "DeleteAcls (issue 22)", 36: "SaslAuthenticate (issue 22)", 38: "CreateDelegationToken",
+    39: "RenewDelegationToken", 40: "ExpireDelegationToken", 41: "DescribeDelegationToken",
+    48: "DescribeClientQuotas", 49: "AlterClientQuotas", 50: "DescribeUserScramCredentials (issue 22)",
+    51: "AlterUserScramCredentials (issue 22)", 55: "DescribeQuorum (KRaft)", 57: "UpdateFeatures",
+    64: "UnregisterBroker (KRaft)", 68: "ConsumerGroupHeartbeat (KIP-848)", 69: "ConsumerGroupDescribe (KIP-848)",
+    74: "ListClientMetricsResources", 75: "DescribeTopicPartitions", 80: "AddRaftVoter (KRaft)",
+    81: "RemoveRaftVoter (KRaft)",
+}
+
+# Later versions dm serves as well (they add what dm already does).
+NEWER = {45: 1}  # AlterPartitionReassignments v1 (Kafka 4.1: allow_replication_factor_change)
+
+
+def test_api_versions_are_kafka_4_0s_for_what_dm_implements():
+    ours = {s.key: (s.advertised_min if s.advertised_min is not None else s.min_version, s.max_version)
+            for s in SPECS}
+    for key, (low, high) in KAFKA_4_0.items():
+        if key in NOT_IMPLEMENTED:
+            assert key not in ours, f"API {key} is implemented now: take it off NOT_IMPLEMENTED"
+            continue
+        assert key in ours, f"Kafka 4.0 serves API {key}; dm neither serves it nor says why not"
+        assert ours[key][1] == NEWER.get(key, high), f"API {key}: dm serves up to v{ours[key][1]}, Kafka 4.0 v{high}"
+        assert ours[key][0] <= low, f"API {key}: dm starts at v{ours[key][0]}, Kafka 4.0 at v{low}"
+    assert set(ours) <= set(KAFKA_4_0), f"dm serves APIs 4.0 does not: {set(ours) - set(KAFKA_4_0)}"
+
+
+def test_kafka_python_infers_kafka_4_0(broker):
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert admin._client.check_version() == (4, 0)
+    finally:
+        admin.close()

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from dm_broker.log.records import build_batch
 from dm_broker.protocol.client import decode_response
 from dm_broker.protocol.fetch_encoder import PartitionResult, TopicResult, encode_fetch_response
 
+ALPHA, BETA = uuid.uuid4(), uuid.uuid4()
 
-@pytest.mark.parametrize("version", range(4, 13))
+
+@pytest.mark.parametrize("version", range(4, 18))
 def test_kio_decodes_every_version(version):
     big = build_batch([(b"k", b"v" * 9000, [("h", b"1")])], timestamp_ms=5)
     small = build_batch([(None, b"s", [])], timestamp_ms=6)
     topics = [
-        TopicResult("alpha", [
+        TopicResult("alpha", topic_id=ALPHA.bytes, partitions=[
             PartitionResult(0, 0, 10, 10, 0, big, aborted=None),
             PartitionResult(1, 1, -1, -1, -1, None, aborted=[(7, 3)]),
             PartitionResult(2, 0, 5, 4, 2, small, aborted=[], diverging_epoch=(3, 40), current_leader=(1, 3)),
         ]),
-        TopicResult("beta", []),
+        TopicResult("beta", [], topic_id=BETA.bytes),
     ]
     chunks = encode_fetch_response(version, 42, 0, 0, topics)
     frame = b"".join(bytes(c) for c in chunks)
@@ -26,7 +30,10 @@ def test_kio_decodes_every_version(version):
     correlation, resp = decode_response(1, version, frame[4:])
     assert correlation == 42
     alpha, beta = resp.responses
-    assert alpha.topic == "alpha" and beta.topic == "beta" and beta.partitions == ()
+    if version >= 13:
+        assert alpha.topic_id == ALPHA and beta.topic_id == BETA and beta.partitions == ()
+    else:
+        assert alpha.topic == "alpha" and beta.topic == "beta" and beta.partitions == ()
     p0, p1, p2 = alpha.partitions
     assert (p0.partition_index, p0.high_watermark, bytes(p0.records)) == (0, 10, big)
     assert p1.error_code.value == 1 and p1.records is None

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..log.records import build_batch, decode_records
+from ..log.producer_state import InvalidProducerEpochError, InvalidTxnStateError
+from ..log.records import NO_PRODUCER_ID, TRANSACTIONAL_BIT, build_batch, control_marker, decode_records, parse_header
 from ..partitioners import murmur2_partition
 from ..tasks import stop_tasks
 from .group import Group, GroupState, JoinResult, Member
@@ -111,13 +112,28 @@ class GroupCoordinator:
                 return
             loaded: dict[str, Group] = {}
             plog = part.log
-            for batch in plog.read_batches(plog.log_start_offset, part.high_watermark, 1 << 62):
+            # The whole log of the new leader (what followers do not have yet they will take from it).
+            # Offsets of transactions not ended yet: applied at their COMMIT marker, dropped at ABORT.
+            pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+            for batch in plog.read_batches(plog.log_start_offset, part.log.log_end_offset, 1 << 62):
+                header = parse_header(batch)
+                if header.is_control:
+                    committed, _ = control_marker(batch)
+                    for key, value in pending.pop(header.producer_id, []) if committed else []:
+                        self._replay(loaded, key, value)
+                    continue
                 for record in decode_records(batch):
                     try:
-                        self._replay(loaded, record.key, record.value)
+                        if header.is_transactional:
+                            pending.setdefault(header.producer_id, []).append((record.key, record.value))
+                        else:
+                            self._replay(loaded, record.key, record.value)
                     except (RecordFormatError, UnicodeDecodeError) as exc:
                         log.warning("skipping unreadable %s-%d record at %d: %s", OFFSETS_TOPIC, partition,
                                     record.offset, exc)
+            for pid, records in pending.items():
+                for key_bytes, value in records:
+                    self._replay_pending(loaded, pid, key_bytes, value)
             deadline = time.monotonic()
             for group in loaded.values():
                 for member in group.members.values():
@@ -164,6 +180,15 @@ class GroupCoordinator:
         if meta.state_timestamp >= 0:
             group.state_timestamp = meta.state_timestamp
 
+    def _replay_pending(self, groups: dict[str, Group], producer_id: int, key_bytes: bytes | None,
+                        value: bytes | None) -> None:
+        if key_bytes is None or value is None:
+            return
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetKey):
+            group = groups.setdefault(key.group, Group(key.group))
+            group.pending_txn.setdefault(producer_id, {})[(key.topic, key.partition)] = decode_offset(value)
+
     def unload(self, partition: int) -> None:
         """Leadership of the partition moved away: drop its groups, fail waiting members."""
         self.owned.discard(partition)
@@ -179,16 +204,26 @@ class GroupCoordinator:
 
     # -- persistence -----------------------------------------------------------------------
 
-    async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+    async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]],
+                     producer: tuple[int, int] | None = None) -> ErrorCode:
+        """Appends records to the group's partition (acks=all); `producer`: as a transactional batch
+        of that producer id and epoch (without a sequence: the broker writes it, not the client)."""
         partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
         if partition is None or self.partition_for(group_id) not in self.owned:
             return E.not_coordinator
-        batch = bytearray(build_batch([(k, v, []) for k, v in records], timestamp_ms=now_ms()))
+        pid, epoch = producer if producer is not None else (NO_PRODUCER_ID, -1)
+        batch = bytearray(build_batch([(k, v, []) for k, v in records], timestamp_ms=now_ms(), producer_id=pid,
+                                      producer_epoch=epoch,
+                                      attributes_extra=TRANSACTIONAL_BIT if producer is not None else 0))
         try:
             await partition.append_internal(batch)
         except TimeoutError:
             log.warning("group %s: the ISR of %s did not confirm the write in time", group_id, OFFSETS_TOPIC)
             return E.request_timed_out
+        except InvalidProducerEpochError:
+            return E.producer_fenced
+        except InvalidTxnStateError:
+            return E.invalid_txn_state
         except Exception as exc:  # not leader any more, or the log refused it: the client retries
             log.warning("cannot write group %s to %s: %s", group_id, OFFSETS_TOPIC, exc)
             return E.not_coordinator
@@ -611,6 +646,65 @@ class GroupCoordinator:
         if partitions is None:
             return E.none.value, dict(committed)
         return E.none.value, {tp: committed.get(tp) for tp in partitions}
+
+    def unstable(self, group_id: str, partitions: list[tuple[str, int]] | None) -> set[tuple[str, int]]:
+        """Partitions with offsets committed in a transaction that has not ended (require_stable)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        pending = {tp for offsets in group.pending_txn.values() for tp in offsets}
+        return pending if partitions is None else pending & set(partitions)
+
+    # -- offsets committed in transactions ---------------------------------------------------------
+
+    async def commit_txn(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                         member_id: str, instance_id: str | None,
+                         offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: the offsets are written as a transactional batch of the producer and count
+        only once its transaction commits (the marker on this partition, complete_txn)."""
+        def all_error(code: ErrorCode) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(offsets, code.value)
+
+        error = self.error_for(group_id)
+        if error is not None:
+            return all_error(error)
+        group = self.groups.get(group_id)
+        if group is not None and generation >= 0 and member_id:
+            # KIP-447: a zombie consumer of an older generation cannot commit in a transaction either.
+            error = self._member_error(group, member_id, instance_id, generation)
+            if error is not None:
+                return all_error(error)
+        results: dict[tuple[str, int], int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        values: dict[tuple[str, int], OffsetValue] = {}
+        timestamp = now_ms()
+        for (topic, partition), (offset, epoch, metadata) in offsets.items():
+            topic_info = self.broker.topic(topic)
+            if topic_info is None or not 0 <= partition < len(topic_info.partitions):
+                results[(topic, partition)] = E.unknown_topic_or_partition.value
+                continue
+            if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:
+                results[(topic, partition)] = E.offset_metadata_too_large.value
+                continue
+            value = OffsetValue(offset, epoch, metadata or "", timestamp)
+            values[(topic, partition)] = value
+            records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
+        if records:
+            stored = await self._write(group_id, records, producer=(producer_id, producer_epoch))
+            if stored == E.none:
+                group = self.groups.setdefault(group_id, Group(group_id))
+                group.pending_txn.setdefault(producer_id, {}).update(values)
+            results.update(dict.fromkeys(values, stored.value))
+        return results
+
+    def complete_txn(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A marker for the producer was written on this __consumer_offsets partition."""
+        for group_id, group in self.groups.items():
+            if self.partition_for(group_id) != partition:
+                continue
+            offsets = group.pending_txn.pop(producer_id, None)
+            if offsets and committed:
+                group.offsets.update(offsets)
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                              ) -> tuple[int, dict[tuple[str, int], int]]:

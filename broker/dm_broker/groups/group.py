@@ -83,6 +83,9 @@ class Group:
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
     # commits written but not yet confirmed by the ISR; offset expiry leaves these partitions alone
     pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
+    # Offsets committed in a transaction (TxnOffsetCommit), by producer id: applied when its COMMIT
+    # marker is written here, dropped at ABORT; until then OffsetFetch with require_stable waits.
+    pending_txn: dict[int, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
     state_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
     rebalance_deadline: asyncio.TimerHandle | None = None
     initial_delay_until: float | None = None

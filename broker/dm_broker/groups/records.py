@@ -8,8 +8,9 @@ tombstone: the offset or group was deleted, and compaction eventually drops it.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
+
+from ..binary import FormatError, Reader, Writer
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -17,70 +18,7 @@ OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
 
-class RecordFormatError(ValueError):
-    pass
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i16(self, v: int) -> _Writer:
-        self.buf += struct.pack(">h", v)
-        return self
-
-    def i32(self, v: int) -> _Writer:
-        self.buf += struct.pack(">i", v)
-        return self
-
-    def i64(self, v: int) -> _Writer:
-        self.buf += struct.pack(">q", v)
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.i16(-1)
-        data = v.encode()
-        self.i16(len(data))
-        self.buf += data
-        return self
-
-    def bytes_(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.i32(-1)
-        self.i32(len(v))
-        self.buf += v
-        return self
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError("truncated __consumer_offsets record")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def i16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
-
-    def i32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
-
-    def i64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
-
-    def string(self) -> str | None:
-        n = self.i16()
-        return None if n < 0 else self._take(n).decode()
-
-    def bytes_(self) -> bytes | None:
-        n = self.i32()
-        return None if n < 0 else self._take(n)
+RecordFormatError = FormatError
 
 
 @dataclass(frozen=True)
@@ -127,12 +65,12 @@ class GroupValue:
 
 def encode_key(key: OffsetKey | GroupKey) -> bytes:
     if isinstance(key, OffsetKey):
-        return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(key.group).string(key.topic).i32(key.partition).buf)
-    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(key.group).buf)
+        return bytes(Writer().i16(OFFSET_KEY_VERSION).string(key.group).string(key.topic).i32(key.partition).buf)
+    return bytes(Writer().i16(GROUP_KEY_VERSION).string(key.group).buf)
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if version in (0, 1):
         group, topic = r.string(), r.string()
@@ -143,12 +81,12 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
 
 
 def encode_offset(value: OffsetValue) -> bytes:
-    w = _Writer().i16(OFFSET_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
+    w = Writer().i16(OFFSET_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
     return bytes(w.string(value.metadata).i64(value.commit_timestamp).buf)
 
 
 def decode_offset(data: bytes) -> OffsetValue:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     offset = r.i64()
     epoch = r.i32() if version >= 3 else -1
@@ -158,7 +96,7 @@ def decode_offset(data: bytes) -> OffsetValue:
 
 
 def encode_group(value: GroupValue) -> bytes:
-    w = _Writer().i16(GROUP_VALUE_VERSION).string(value.protocol_type).i32(value.generation)
+    w = Writer().i16(GROUP_VALUE_VERSION).string(value.protocol_type).i32(value.generation)
     w.string(value.protocol).string(value.leader).i64(value.state_timestamp).i32(len(value.members))
     for m in value.members:
         w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
@@ -167,7 +105,7 @@ def encode_group(value: GroupValue) -> bytes:
 
 
 def decode_group(data: bytes) -> GroupValue:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if version > GROUP_VALUE_VERSION:
         raise RecordFormatError(f"unknown group metadata version {version}")
@@ -186,7 +124,7 @@ def decode_group(data: bytes) -> GroupValue:
 def subscribed_topics(subscription: bytes) -> set[str]:
     """Topics in a consumer protocol subscription (ConsumerProtocolSubscription, any version)."""
     try:
-        r = _Reader(subscription)
+        r = Reader(subscription)
         r.i16()
         return {t for t in (r.string() for _ in range(r.i32())) if t}
     except (RecordFormatError, UnicodeDecodeError):

@@ -13,6 +13,7 @@ import bisect
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +21,15 @@ from pathlib import Path
 from ..config import TopicSettings
 from .checkpoints import atomic_write, fsync_dir
 from .leader_epochs import LeaderEpochCache
-from .producer_state import CachedBatch, ProducerStateManager
-from .records import STAMPED_PREFIX, BatchHeader, decode_records, iter_batches, stamp_batch
+from .producer_state import CachedBatch, CompletedTxn, ProducerStateManager
+from .records import STAMPED_PREFIX, BatchHeader, control_marker, decode_records, iter_batches, stamp_batch
 from .segment import FileSlice, Segment
+from .txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
+MAX_UNREPLICATED = 10_000
 LOG_START_FILE = "log-start-offset"
 
 
@@ -75,6 +78,10 @@ class PartitionLog:
         self._dir_dirty = False
         self._start = 0  # DeleteRecords may put the log start inside the first segment
         self.moving = False  # being copied to another log directory: no retention, no compaction
+        # Transactions completed whose marker may not be replicated yet (the leader prunes them as
+        # its high watermark passes their markers), and markers written per producer.
+        self.unreplicated_txns: deque[CompletedTxn] = deque()
+        self.marker_counts: dict[int, int] = {}
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -127,23 +134,47 @@ class PartitionLog:
         self._rebuild_producer_state()
 
     def _rebuild_producer_state(self) -> None:
-        start = self.producers.load()
-        if start is None or start > self.log_end_offset or start < self.log_start_offset:
+        """The producer state at the log end: the latest snapshot at or below it, then the batches
+        after it (markers end transactions again and index the aborted ones again)."""
+        start = self.producers.load(upto=self.log_end_offset)
+        if start is None or start < self.log_start_offset:
             self.producers.clear()
             start = self.log_start_offset
-        for header in self.batch_headers_from(start):
-            self.producers.update(header, header.base_offset)
+        for seg in self.segments:
+            if seg.next_offset > start:
+                seg.txn_index.truncate_from(start)
+        for seg, position, header in self._batches_from(start):
+            marker = control_marker(seg.read_batch(position, header)) if header.is_control else None
+            self._index_completed(seg, self.producers.update(header, header.base_offset, marker))
+
+    def _batches_from(self, offset: int):
+        """(segment, position, header) of every batch holding an offset >= `offset`."""
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self.segments[i:]:
+            start = 0
+            if seg.base_offset <= offset:
+                found = seg.find(offset)
+                if found is None:
+                    continue
+                start = found[0]
+            for position, header in seg.headers_from(start):
+                yield seg, position, header
+
+    def _index_completed(self, seg: Segment, completed: CompletedTxn | None) -> None:
+        if completed is None:
+            return
+        self.unreplicated_txns.append(completed)
+        if len(self.unreplicated_txns) > MAX_UNREPLICATED:
+            self.unreplicated_txns.popleft()  # a follower never prunes: keep the recent ones only
+        if completed.aborted:
+            unstable = self.producers.first_unstable_offset()
+            lso = completed.last_offset + 1 if unstable is None else min(unstable, completed.last_offset + 1)
+            seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso))
 
     def batch_headers_from(self, offset: int):
         """Headers of every batch holding an offset >= `offset`."""
-        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
-        for seg in self.segments[i:]:
-            found = seg.find(offset) if seg.base_offset <= offset else None
-            start = found[0] if found else 0
-            if seg.base_offset <= offset and found is None:
-                continue
-            for _, header in seg.headers_from(start):
-                yield header
+        for _, _, header in self._batches_from(offset):
+            yield header
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -194,7 +225,10 @@ class PartitionLog:
         chunks: list[bytes | bytearray | memoryview] = []
         view = memoryview(data)
         pos = 0
+        markers: dict[int, tuple[bool, int]] = {}
         for header in headers:
+            if header.is_control:
+                markers[offset] = control_marker(bytes(view[pos:pos + header.size]))
             if append_time is None:
                 prefix = bytearray(view[pos:pos + STAMPED_PREFIX])
                 stamp_batch(prefix, 0, offset, leader_epoch, None)
@@ -209,7 +243,7 @@ class PartitionLog:
             located.append((pos, header))
             offset = header.next_offset
             pos += header.size
-        self._write(chunks, located, leader_epoch)
+        self._write(chunks, located, leader_epoch, markers)
         return AppendResult(base, offset - 1, append_time if append_time is not None else -1)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> int:
@@ -221,14 +255,17 @@ class PartitionLog:
             return end_offset
         start = located[0][0]
         end = located[-1][0] + located[-1][1].size
-        for _, header in located:
+        markers = {}
+        for pos, header in located:
             if header.partition_leader_epoch >= 0:
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-        self._write([memoryview(data)[start:end]], [(pos - start, h) for pos, h in located], None)
+            if header.is_control:
+                markers[header.base_offset] = control_marker(bytes(memoryview(data)[pos:pos + header.size]))
+        self._write([memoryview(data)[start:end]], [(pos - start, h) for pos, h in located], None, markers)
         return self.log_end_offset
 
     def _write(self, chunks: list[bytes | bytearray | memoryview], located: list[tuple[int, BatchHeader]],
-               leader_epoch: int | None) -> None:
+               leader_epoch: int | None, markers: dict[int, tuple[bool, int]]) -> None:
         first = located[0][1]
         if leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first.base_offset)
@@ -237,7 +274,10 @@ class PartitionLog:
         self.active.append(chunks, size, located)
         messages = 0
         for _, header in located:
-            self.producers.update(header, header.base_offset)
+            if header.is_control:
+                self.marker_counts[header.producer_id] = self.marker_counts.get(header.producer_id, 0) + 1
+            completed = self.producers.update(header, header.base_offset, markers.get(header.base_offset))
+            self._index_completed(self.active, completed)
             messages += header.records_count
         self.unflushed_messages += messages
         if self.first_unflushed_ms is None:
@@ -263,6 +303,8 @@ class PartitionLog:
         self.segments.append(new)
         self._bases.append(new.base_offset)
         self._dir_dirty = True
+        # As Kafka: a snapshot at every roll bounds what opening or truncating the log rescans.
+        self.producers.save(new.base_offset)
 
     # -- flushing --------------------------------------------------------------------------
 
@@ -440,8 +482,9 @@ class PartitionLog:
         self.active.truncate_to_offset(offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.producers.clear()
-        self._rebuild_producer_state_from_log()
+        self.producers.drop_snapshots_after(self.log_end_offset)
+        self.unreplicated_txns.clear()
+        self._rebuild_producer_state()
 
     def reset_to(self, offset: int) -> None:
         """Drops the whole log and starts empty at `offset` (a replica that fell behind the
@@ -455,11 +498,20 @@ class PartitionLog:
         self.recovery_point = offset
         self.leader_epochs.truncate_from_end(0)
         self.producers.clear()
+        self.producers.drop_snapshots_after(-1)
+        self.unreplicated_txns.clear()
         self._dir_dirty = True
 
-    def _rebuild_producer_state_from_log(self) -> None:
-        for header in self.batch_headers_from(self.log_start_offset):
-            self.producers.update(header, header.base_offset)
+    # -- transactions ------------------------------------------------------------------------
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start, end): their markers are at or after `start`,
+        so only the segments from the one holding `start` are looked at."""
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        out: list[AbortedTxn] = []
+        for seg in self.segments[i:]:
+            out += seg.txn_index.overlapping(start, end)
+        return out
 
     def checkpoint_producers(self) -> None:
         # The snapshot covers exactly the batches below the current end offset; on start it is

@@ -1,22 +1,33 @@
-"""Idempotent-producer state of one partition: the last batches of every producer id.
+"""Producer state of one partition: for every producer id its epoch, its last batches (idempotence)
+and its ongoing transaction (transactions).
 
-A retried batch (same producer id, epoch and sequence range as one of the last five appended)
-is answered with its original offset instead of being appended again; a gap or an older epoch
-is refused. The state is rebuilt on start from a snapshot plus the batch headers after it.
+A retried batch (same producer id, epoch and sequence range as one of the last five appended) is
+answered with its original offset instead of being appended again; a gap or an older epoch is refused.
+A transactional batch from a producer with no ongoing transaction starts one at its offset; a marker
+(control batch) ends it — and takes its epoch, which fences any later write of an older epoch (KIP-890's
+epoch bump at each transaction end). The ongoing transactions give the last stable offset; an aborted
+one goes to the transaction index of the segment holding its marker.
+
+The state is checkpointed in snapshots (`producer-state-<offset>.json`, the state after every batch
+below that offset) at each segment roll and log-manager checkpoint, so opening or truncating a log
+rescans only the batches after the latest usable snapshot, not the whole log.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .checkpoints import atomic_write
-from .records import NO_PRODUCER_ID, BatchHeader
+from .records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 MAX_CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
-SNAPSHOT_NAME = "producer-state.json"
+LEGACY_SNAPSHOT = "producer-state.json"
+SNAPSHOT = re.compile(r"producer-state-(\d+)\.json")
+SNAPSHOTS_KEPT = 3
 
 
 class OutOfOrderSequenceError(Exception):
@@ -25,6 +36,14 @@ class OutOfOrderSequenceError(Exception):
 
 class InvalidProducerEpochError(Exception):
     pass
+
+
+class InvalidTxnStateError(Exception):
+    """A non-transactional write from a producer in a transaction (INVALID_TXN_STATE)."""
+
+
+class CoordinatorFencedError(Exception):
+    """A marker from a transaction coordinator older than one already seen (TRANSACTION_COORDINATOR_FENCED)."""
 
 
 @dataclass(slots=True)
@@ -40,6 +59,16 @@ class ProducerEntry:
     epoch: int
     last_timestamp: int
     batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    txn_first_offset: int | None = None  # the first offset of its ongoing transaction
+    coordinator_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
 
 
 def _next_seq(seq: int) -> int:
@@ -48,11 +77,14 @@ def _next_seq(seq: int) -> int:
 
 class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
-        self.path = directory / SNAPSHOT_NAME
+        self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its ongoing transaction
+
+    # -- validation ------------------------------------------------------------------------------
 
     def check(self, header: BatchHeader) -> CachedBatch | None:
-        """Returns the cached batch when `header` is a retry of it; raises when out of order."""
+        """Returns the cached batch when `header` is a retry of it; raises when it may not be appended."""
         if header.producer_id == NO_PRODUCER_ID:
             return None
         entry = self.producers.get(header.producer_id)
@@ -62,6 +94,11 @@ class ProducerStateManager:
             raise InvalidProducerEpochError(
                 f"producer {header.producer_id} epoch {header.producer_epoch} < current {entry.epoch}"
             )
+        if entry.txn_first_offset is not None and not header.is_transactional:
+            raise InvalidTxnStateError(f"producer {header.producer_id} wrote a non-transactional batch during its "
+                                       f"transaction (started at offset {entry.txn_first_offset})")
+        if header.base_sequence == NO_SEQUENCE:
+            return None  # written by the broker itself (transactional offset commits): no sequence
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
                 raise OutOfOrderSequenceError(
@@ -79,33 +116,90 @@ class ProducerStateManager:
             )
         return None
 
-    def update(self, header: BatchHeader, first_offset: int) -> None:
-        if header.producer_id == NO_PRODUCER_ID:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """A transaction marker may be written: its epoch is not older than the producer's, its
+        coordinator not older than the last one that wrote a marker for it."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
             return
-        entry = self.producers.get(header.producer_id)
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(f"marker of producer {producer_id} at epoch {producer_epoch} < current "
+                                            f"{entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise CoordinatorFencedError(f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch} "
+                                         f"< {entry.coordinator_epoch}")
+
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """The producer has an ongoing transaction in this partition at this epoch."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset is not None and entry.epoch == producer_epoch
+
+    # -- updates ------------------------------------------------------------------------------------
+
+    def update(self, header: BatchHeader, first_offset: int,
+               marker: tuple[bool, int] | None = None) -> CompletedTxn | None:
+        """Records an appended batch (`marker`: (committed, coordinator epoch) of a control batch).
+        Returns the transaction a marker completed."""
+        if header.producer_id == NO_PRODUCER_ID:
+            return None
+        pid = header.producer_id
+        entry = self.producers.get(pid)
+        if header.is_control:
+            if entry is None:
+                entry = self.producers[pid] = ProducerEntry(header.producer_epoch, header.max_timestamp)
+            completed = None
+            if entry.txn_first_offset is not None:
+                committed = marker[0] if marker is not None else True
+                completed = CompletedTxn(pid, entry.txn_first_offset, first_offset, aborted=not committed)
+                entry.txn_first_offset = None
+                self.ongoing.pop(pid, None)
+            if header.producer_epoch != entry.epoch:
+                entry.epoch = header.producer_epoch
+                entry.batches.clear()
+            if marker is not None:
+                entry.coordinator_epoch = max(entry.coordinator_epoch, marker[1])
+            entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+            return completed
         if entry is None or header.producer_epoch != entry.epoch:
-            entry = ProducerEntry(header.producer_epoch, header.max_timestamp)
-            self.producers[header.producer_id] = entry
+            carried = entry.txn_first_offset if entry is not None else None
+            entry = ProducerEntry(header.producer_epoch, header.max_timestamp, txn_first_offset=carried,
+                                  coordinator_epoch=entry.coordinator_epoch if entry is not None else -1)
+            self.producers[pid] = entry
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
-        entry.batches.append(
-            CachedBatch(
-                header.base_sequence, header.last_sequence, first_offset,
-                first_offset + header.last_offset_delta,
-            )
-        )
+        if header.base_sequence != NO_SEQUENCE:
+            entry.batches.append(CachedBatch(header.base_sequence, header.last_sequence, first_offset,
+                                             first_offset + header.last_offset_delta))
+        if header.is_transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = first_offset
+            self.ongoing[pid] = first_offset
+        return None
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest ongoing transaction (None when none is open)."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     def expire(self, now_ms: int, expiration_ms: int) -> None:
-        stale = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]
+        stale = [pid for pid, e in self.producers.items()
+                 if now_ms - e.last_timestamp > expiration_ms and e.txn_first_offset is None]
         for pid in stale:
             del self.producers[pid]
 
     def clear(self) -> None:
         self.producers.clear()
+        self.ongoing.clear()
 
     # -- persistence -----------------------------------------------------------------------
 
+    def snapshots(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.glob("producer-state-*.json"):
+            m = SNAPSHOT.fullmatch(path.name)
+            if m:
+                found.append((int(m.group(1)), path))
+        return sorted(found)
+
     def save(self, offset: int) -> None:
-        """Snapshot of the state after every batch below `offset`."""
+        """Snapshot of the state after every batch below `offset`; the oldest beyond a few go."""
         doc = {
             "offset": offset,
             "producers": {
@@ -113,19 +207,44 @@ class ProducerStateManager:
                     "epoch": e.epoch,
                     "last_timestamp": e.last_timestamp,
                     "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches],
+                    "txn_first_offset": e.txn_first_offset,
+                    "coordinator_epoch": e.coordinator_epoch,
                 }
                 for pid, e in self.producers.items()
             },
         }
-        atomic_write(self.path, json.dumps(doc).encode())
+        atomic_write(self.directory / f"producer-state-{offset}.json", json.dumps(doc).encode())
+        for _, old in self.snapshots()[:-SNAPSHOTS_KEPT]:
+            old.unlink(missing_ok=True)
+        (self.directory / LEGACY_SNAPSHOT).unlink(missing_ok=True)
 
-    def load(self) -> int | None:
-        """Loads the snapshot; returns the offset it covers, or None when there is none."""
+    def drop_snapshots_after(self, offset: int) -> None:
+        """Snapshots past a truncation point describe batches that are gone."""
+        for at, path in self.snapshots():
+            if at > offset:
+                path.unlink(missing_ok=True)
+
+    def load(self, upto: int | None = None) -> int | None:
+        """Loads the latest snapshot at or below `upto` (any, if None); returns the offset it covers,
+        or None when there is none (the state is then empty)."""
+        candidates = [(o, p) for o, p in self.snapshots() if upto is None or o <= upto]
+        legacy = self.directory / LEGACY_SNAPSHOT
+        paths = [p for _, p in reversed(candidates)] + ([legacy] if legacy.exists() else [])
+        for path in paths:
+            loaded = self._read(path)
+            if loaded is not None and (upto is None or loaded <= upto):
+                return loaded
+        self.clear()
+        return None
+
+    def _read(self, path: Path) -> int | None:
         try:
-            doc = json.loads(self.path.read_text())
+            doc = json.loads(path.read_text())
             producers: dict[int, ProducerEntry] = {}
             for pid, e in doc["producers"].items():
-                entry = ProducerEntry(int(e["epoch"]), int(e["last_timestamp"]))
+                entry = ProducerEntry(int(e["epoch"]), int(e["last_timestamp"]),
+                                      txn_first_offset=e.get("txn_first_offset"),
+                                      coordinator_epoch=int(e.get("coordinator_epoch", -1)))
                 for b in e["batches"]:
                     entry.batches.append(CachedBatch(*map(int, b)))
                 producers[int(pid)] = entry
@@ -133,4 +252,5 @@ class ProducerStateManager:
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None
         self.producers = producers
+        self.ongoing = {pid: e.txn_first_offset for pid, e in producers.items() if e.txn_first_offset is not None}
         return offset

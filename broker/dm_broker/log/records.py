@@ -375,3 +375,40 @@ def rebuild_batch(original: bytes, kept: list[Record]) -> bytes:
     out += payload
     struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transaction markers: a control batch holds one record whose key is (version 0, type ABORT=0 or
+# COMMIT=1) and whose value is (version 0, the coordinator epoch that wrote it).
+
+MARKER_ABORT = 0
+MARKER_COMMIT = 1
+MARKER = struct.Struct(">hh")
+MARKER_VALUE = struct.Struct(">hi")
+
+
+def build_marker_batch(producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+                       timestamp_ms: int) -> bytes:
+    key = MARKER.pack(0, MARKER_COMMIT if committed else MARKER_ABORT)
+    return build_batch([(key, MARKER_VALUE.pack(0, coordinator_epoch), [])], timestamp_ms=timestamp_ms,
+                       producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE,
+                       attributes_extra=TRANSACTIONAL_BIT | CONTROL_BIT)
+
+
+def decode_marker(key: bytes | None, value: bytes | None) -> tuple[bool, int]:
+    """(committed, coordinator epoch) of a control record."""
+    if key is None or len(key) < MARKER.size:
+        raise InvalidRecordError("a control record without its key")
+    _, kind = MARKER.unpack_from(key)
+    if kind not in (MARKER_ABORT, MARKER_COMMIT):
+        raise InvalidRecordError(f"unknown control record type {kind}")
+    epoch = MARKER_VALUE.unpack_from(value)[1] if value is not None and len(value) >= MARKER_VALUE.size else -1
+    return kind == MARKER_COMMIT, epoch
+
+
+def control_marker(batch: bytes) -> tuple[bool, int]:
+    """(committed, coordinator epoch) of a control batch."""
+    records = decode_records(batch)
+    if not records:
+        return True, -1  # emptied by compaction
+    return decode_marker(records[0].key, records[0].value)

@@ -1,4 +1,4 @@
-"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`."""
+"""One log segment: `<base offset>.log` with its `.index`, `.timeindex` and `.txnindex`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import crc32c
 
 from .index import OffsetIndex, TimeIndex
 from .records import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, BatchHeader, parse_header
+from .txn_index import TransactionIndex
 
 SCAN_CHUNK = 8 << 20
 
@@ -55,6 +56,7 @@ class Segment:
         self.size = os.fstat(self.fd).st_size
         self.index = OffsetIndex(directory / f"{name}.index", base_offset)
         self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)
+        self.txn_index = TransactionIndex(directory / f"{name}.txnindex")
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -93,6 +95,7 @@ class Segment:
     def flush(self, fsync: bool) -> None:
         self.index.flush(fsync)
         self.time_index.flush(fsync)
+        self.txn_index.flush(fsync)
         if fsync:
             os.fsync(self.fd)
 
@@ -204,6 +207,7 @@ class Segment:
         self.size = position
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(offset)
+        self.txn_index.truncate_from(offset)
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp = None
@@ -222,7 +226,7 @@ class Segment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.path, self.index.file.path, self.time_index.file.path):
+        for path in (self.path, self.index.file.path, self.time_index.file.path, self.txn_index.path):
             try:
                 path.unlink()
             except FileNotFoundError:

@@ -3,7 +3,9 @@
 As leader it appends, tracks every follower's log end offset (reported by its fetches), advances
 the high watermark to what the whole ISR has, and completes acks=all produce requests waiting for
 that (the purgatory). As follower it only appends what the leader sends and takes the leader's
-high watermark. Consumers never read past the high watermark.
+high watermark. Consumers never read past the high watermark, and read_committed consumers not
+past the last stable offset: the first offset of the oldest transaction still open here, or of one
+whose marker the ISR does not have yet.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..log.partition_log import AppendResult, PartitionLog
-from ..log.records import BatchHeader, validate_batches
+from ..log.records import BatchHeader, build_marker_batch, validate_batches
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -64,7 +66,26 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark  # no transactions: nothing is ever pending
+        hw = self.high_watermark
+        unstable = [o for o in (self.log.producers.first_unstable_offset(),) if o is not None]
+        pending = self.log.unreplicated_txns
+        while pending and pending[0].last_offset < hw:
+            pending.popleft()  # its marker is replicated: the transaction is stable
+        unstable += [t.first_offset for t in pending]
+        return min([hw, *unstable])
+
+    def marker_count(self, producer_id: int) -> int:
+        """How many markers were written here for the producer (a verification is valid only until
+        the next one: KIP-890's verification guard)."""
+        return self.log.marker_counts.get(producer_id, 0)
+
+    async def append_marker(self, producer_id: int, producer_epoch: int, committed: bool,
+                            coordinator_epoch: int, timestamp_ms: int) -> AppendResult:
+        """Ends the producer's transaction here with a COMMIT or ABORT marker (as leader). Raises the
+        producer-state errors: an older producer epoch, an older coordinator."""
+        self.log.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        data = bytearray(build_marker_batch(producer_id, producer_epoch, committed, coordinator_epoch, timestamp_ms))
+        return await self.append_as_leader(data, validate_batches(data, 1 << 20))
 
     def close(self) -> None:
         """The partition is gone from this broker (topic deleted or reassigned)."""

@@ -21,6 +21,7 @@ from ...config import (
 from ...errors import KafkaError
 from ..build import ZERO, make, nested, nested_optional
 from ..dispatch import RequestContext
+from .transactions import init_transactional_producer
 
 log = logging.getLogger(__name__)
 NULL_UUID = uuid.UUID(int=0)
@@ -343,9 +344,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     if req.transactional_id is not None:
-        # Transactions are not implemented; this error makes clients fail clearly, not hang.
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.transactional_id_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
+        return await init_transactional_producer(ctx, req)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < 32766:

@@ -1,9 +1,9 @@
 """Fetch: long-poll until min_bytes are available or max_wait passes, then return raw batches.
 
 Batches go out exactly as stored; the last one may be cut at max_bytes (clients drop a partial
-trailing batch, as with Kafka). Reads never go past the high watermark (or the last stable
-offset for read_committed, which is the same without transactions). Fetch sessions (KIP-227)
-are not kept: session id 0 tells clients to send full fetches.
+trailing batch, as with Kafka). Reads never go past the high watermark, and for read_committed not
+past the last stable offset, with the aborted transactions in the range listed for the client to
+drop. Fetch sessions (KIP-227) are not kept: session id 0 tells clients to send full fetches.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ...replication.partition import Partition
 from ...replication.throttle import ByteRateQuota
 from ..codec import EncodedResponse
 from ..dispatch import RequestContext
-from ..fetch_encoder import PartitionResult, TopicResult, encode_fetch_response
+from ..fetch_encoder import TOPIC_IDS_FROM, PartitionResult, TopicResult, encode_fetch_response
 
 READ_COMMITTED = 1
 
@@ -95,23 +95,30 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                                                      ErrorCode.fetch_session_id_not_found.value, 0, []))
 
     reads: list[list[_PartitionRead]] = []
+    names: list[str] = []
     for topic in req.topics:
         topic_reads = []
+        # From v13 on a topic is named by its id: an id the metadata does not know is UNKNOWN_TOPIC_ID.
+        name = topic.topic if ctx.version < TOPIC_IDS_FROM else getattr(broker.topic_by_id(topic.topic_id), "name", "")
+        names.append(name)
         for p in topic.partitions:
-            part = broker.partition(topic.topic, p.partition)
+            part = broker.partition(name, p.partition) if name else None
             if part is None:
-                topic_reads.append(_PartitionRead(p, None, broker.missing_partition_error(topic.topic, p.partition)))
+                error = ErrorCode.unknown_topic_id if not name else broker.missing_partition_error(name, p.partition)
+                topic_reads.append(_PartitionRead(p, None, error))
                 continue
             error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
             topic_reads.append(_PartitionRead(p, part, error))
         reads.append(topic_reads)
 
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    replica = req.replica_id >= 0
+    # A follower says who it is in replica_id, or from v15 on in the replica_state tagged field.
+    replica_id = req.replica_id if hasattr(req, "replica_id") else req.replica_state.replica_id
+    replica = replica_id >= 0
     # Throttling only matters under a rate limit: without one no partition is looked at for it.
     quota = broker.leader_quota if replica and not broker.leader_quota.unlimited() else None
     if replica:
-        _track_follower(broker, req.replica_id, reads, quota is not None)
+        _track_follower(broker, replica_id, reads, quota is not None)
     total = _read_all(reads, max_bytes, committed, replica, quota)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + req.max_wait.total_seconds()
@@ -124,25 +131,32 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
 
     metrics = broker.metrics
     topics = []
-    for topic, topic_reads in zip(req.topics, reads, strict=True):
-        result = TopicResult(topic.topic)
+    for topic, name, topic_reads in zip(req.topics, names, reads, strict=True):
+        topic_id = topic.topic_id.bytes if ctx.version >= TOPIC_IDS_FROM and topic.topic_id else bytes(16)
+        result = TopicResult(name, topic_id=topic_id)
         for r in topic_reads:
             part = r.partition
             hw = lso = start = -1
             if part is not None and r.error == ErrorCode.none:
                 hw, lso, start = part.high_watermark, part.last_stable_offset, part.log.log_start_offset
             if r.size and replica:
-                metrics.replication_bytes_out.labels(topic.topic).inc(r.size)
+                metrics.replication_bytes_out.labels(name).inc(r.size)
                 if r.throttled:
                     quota.record(r.size)
             elif r.size:
-                metrics.bytes_out.labels(topic.topic).inc(r.size)
-                metrics.messages_out.labels(topic.topic).inc(sum(s.record_count() for s in r.slices))
+                metrics.bytes_out.labels(name).inc(r.size)
+                metrics.messages_out.labels(name).inc(sum(s.record_count() for s in r.slices))
             elif r.error != ErrorCode.none:
                 metrics.request_errors.labels("fetch", r.error.name).inc()
+            aborted = None
+            if committed:
+                # read_committed: the aborted transactions with records in what is returned, so the
+                # client drops them (it reads up to the last stable offset, control batches included).
+                aborted = [(t.producer_id, t.first_offset)
+                           for t in part.log.aborted_transactions(r.request.fetch_offset, lso)] \
+                    if part is not None and r.size else []
             result.partitions.append(PartitionResult(
-                r.request.partition, r.error.value, hw, lso, start, r.slices,
-                aborted=[] if committed else None,
+                r.request.partition, r.error.value, hw, lso, start, r.slices, aborted=aborted,
             ))
         topics.append(result)
     return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, 0, topics))

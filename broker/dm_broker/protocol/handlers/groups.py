@@ -8,24 +8,29 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...groups.coordinator import OFFSETS_TOPIC
+from ...txn.coordinator import TXN_TOPIC
 from ..build import ZERO, has, make, nested
 from ..dispatch import RequestContext
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, Any]:
     broker = ctx.broker
-    if key_type != KEY_TYPE_GROUP:
-        return ErrorCode.invalid_request, "dm coordinates consumer groups only (no transactions or share groups)", None
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type} (dm has no share groups)", None
     if not key:
-        return ErrorCode.invalid_request, "empty group id", None
-    topic = broker.topic(OFFSETS_TOPIC)
+        return ErrorCode.invalid_request, "empty group id" if key_type == KEY_TYPE_GROUP else \
+            "empty transactional id", None
+    name, coordinator = (OFFSETS_TOPIC, broker.coordinator) if key_type == KEY_TYPE_GROUP else \
+        (TXN_TOPIC, broker.txn_coordinator)
+    topic = broker.topic(name)
     if topic is None:
-        return ErrorCode.coordinator_not_available, "__consumer_offsets is being created", None
-    partition = broker.coordinator.partition_for(key)
+        return ErrorCode.coordinator_not_available, f"{name} is being created", None
+    partition = coordinator.partition_for(key)
     leader = topic.partitions[partition].leader
-    if leader == broker.node_id and partition not in broker.coordinator.owned:
+    if leader == broker.node_id and partition not in coordinator.owned:
         return ErrorCode.coordinator_not_available, "the coordinator is loading", None
     endpoint = next((e for e in broker.endpoints() if e.node_id == leader), None)
     if endpoint is None:
@@ -35,8 +40,11 @@ def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[Erro
 
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
-    await ctx.broker.ensure_offsets_topic()
     key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
+    if key_type == KEY_TYPE_TRANSACTION:
+        await ctx.broker.ensure_txn_topic()
+    else:
+        await ctx.broker.ensure_offsets_topic()
     if has(type(req), "coordinator_keys"):
         coordinator_cls = nested(cls, "Coordinator")
         results = []
@@ -131,15 +139,19 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
 
 
 def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type, part_cls: type,
-                   topic_field: str = "partition_indexes") -> tuple[ErrorCode, tuple[Any, ...]]:
+                   topic_field: str = "partition_indexes",
+                   require_stable: bool = False) -> tuple[ErrorCode, tuple[Any, ...]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in getattr(t, topic_field)]
     code, offsets = ctx.broker.coordinator.fetch_offsets(group_id, wanted)
+    # KIP-447: offsets committed in a transaction still open are not stable; the client asks again.
+    unstable = ctx.broker.coordinator.unstable(group_id, wanted) if require_stable else set()
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), value in offsets.items():
+        error = ErrorCode.unstable_offset_commit if (topic, partition) in unstable else ErrorCode.none
         by_topic.setdefault(topic, []).append(make(
-            part_cls, partition_index=partition, committed_offset=value.offset if value else -1,
-            committed_leader_epoch=value.leader_epoch if value else -1, metadata=value.metadata if value else "",
-            error_code=ErrorCode.none))
+            part_cls, partition_index=partition, committed_offset=value.offset if value and not error else -1,
+            committed_leader_epoch=value.leader_epoch if value and not error else -1,
+            metadata=value.metadata if value and not error else "", error_code=error))
     if code != ErrorCode.none.value and topics is not None:
         for t in topics:
             by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
@@ -156,12 +168,14 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
         part_cls = nested(cls, "OffsetFetchResponsePartitions")
         groups = []
         for g in req.groups:
-            code, topics = _offset_topics(ctx, g.group_id, g.topics, topic_cls, part_cls)
+            code, topics = _offset_topics(ctx, g.group_id, g.topics, topic_cls, part_cls,
+                                          require_stable=getattr(req, "require_stable", False))
             groups.append(group_cls(group_id=g.group_id, topics=topics, error_code=code))
         return make(cls, throttle_time=ZERO, groups=tuple(groups))
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     part_cls = nested(cls, "OffsetFetchResponsePartition")
-    code, topics = _offset_topics(ctx, req.group_id, req.topics, topic_cls, part_cls)
+    code, topics = _offset_topics(ctx, req.group_id, req.topics, topic_cls, part_cls,
+                                  require_stable=getattr(req, "require_stable", False))
     return make(cls, throttle_time=ZERO, topics=topics, error_code=code)
 
 

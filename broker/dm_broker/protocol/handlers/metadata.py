@@ -91,7 +91,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     brokers = tuple(make(broker_cls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                     for e in broker.listed_endpoints())
     return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
-                controller_id=broker.controller_id, topics=tuple(topics))
+                controller_id=broker.controller_id, topics=tuple(topics), error_code=ErrorCode.none)
 
 
 async def handle_describe_cluster(ctx: RequestContext, req: Any) -> Any:
@@ -102,7 +102,11 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> Any:
                     error_message="dm brokers only describe broker endpoints", endpoint_type=req.endpoint_type,
                     cluster_id=broker.cluster_id, controller_id=-1, brokers=())
     broker_cls = nested(cls, "DescribeClusterBroker")
-    brokers = tuple(make(broker_cls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=False)
-                    for e in broker.endpoints())
+    brokers = [make(broker_cls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=False)
+               for e in broker.endpoints()]
+    if getattr(req, "include_fenced_brokers", False) and broker.metadata is not None:
+        brokers += [make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack, is_fenced=True)
+                    for b in broker.metadata.brokers if b.fenced]
+    brokers = tuple(brokers)
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                 cluster_id=broker.cluster_id, controller_id=broker.controller_id, brokers=brokers)

@@ -15,6 +15,7 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5  # tiered storage (KIP-1023): dm keeps every segment local, none waits for upload
 
 
 async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
@@ -42,6 +43,8 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
                     offset = part.last_stable_offset if committed else part.high_watermark
                 elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                     offset = log.log_start_offset
+                elif p.timestamp == EARLIEST_PENDING_UPLOAD:
+                    offset = -1
                 elif p.timestamp == MAX_TIMESTAMP:
                     found = log.max_timestamp_offset(part.high_watermark)
                     if found is not None:

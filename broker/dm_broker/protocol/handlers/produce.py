@@ -9,7 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaError
-from ...log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
+from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
 from ...log.records import (
     CorruptRecordError,
     InvalidRecordError,
@@ -21,6 +21,8 @@ from ...replication.partition import NotLeaderError, Partition
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
+
+TV2_PRODUCE = 12  # Produce from this version on: the client sends no AddPartitionsToTxn (KIP-890)
 
 
 @dataclass(slots=True)
@@ -70,8 +72,6 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     broker = ctx.broker
     outcome = _Outcome(pdata.index)
     try:
-        if req.transactional_id is not None:
-            raise KafkaError(ErrorCode.transactional_id_authorization_failed, "transactions are not supported by dm")
         if req.acks not in (0, 1, -1):
             raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {req.acks}")
         part = broker.partition(topic, pdata.index)
@@ -90,8 +90,16 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
         headers = validate_batches(records, settings["max.message.bytes"])
         if len(headers) != 1:
             raise KafkaError(ErrorCode.invalid_record, "a produce request carries exactly one batch per partition")
-        if headers[0].is_transactional or headers[0].is_control:
-            raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by dm")
+        header = headers[0]
+        if header.is_control:
+            raise KafkaError(ErrorCode.invalid_record, "clients cannot write control batches (transaction markers)")
+        if (req.transactional_id is not None) != header.is_transactional:
+            raise KafkaError(ErrorCode.invalid_record, "transactional batches come with a transactional id, and only "
+                                                       "they do")
+        if header.is_transactional:
+            if header.producer_id < 0:
+                raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
+            await _verify(ctx, req.transactional_id, topic, part, header)
         if settings.compacted and any(r.key is None for r in decode_records(records)):
             raise KafkaError(ErrorCode.invalid_record, "compacted topics only accept records with a key")
         if req.acks == -1 and len(part.isr) < settings["min.insync.replicas"]:
@@ -109,6 +117,29 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     except Exception as exc:
         _fail(ctx, outcome, exc, batch_error_cls)
     return outcome
+
+
+async def _verify(ctx: RequestContext, tid: str, topic: str, part: Partition, header: Any) -> None:
+    """KIP-890: the first write of a transaction in this partition belongs to the producer's ongoing
+    transaction, as its coordinator says (which adds the partition for a client of Produce v12+)."""
+    broker = ctx.broker
+    pid, epoch = header.producer_id, header.producer_epoch
+    if part.log.producers.in_transaction(pid, epoch) or not broker.dynamic("transaction.partition.verification.enable"):
+        return
+    guard = part.marker_count(pid)
+    error = await broker.txn_verifier.check(tid, pid, epoch, topic, part.index, add=ctx.version >= TV2_PRODUCE)
+    if error == ErrorCode.none and part.marker_count(pid) != guard:
+        error = ErrorCode.transaction_abortable  # a marker ended a transaction of the producer meanwhile
+    if error == ErrorCode.none:
+        return
+    if error in (ErrorCode.transaction_abortable, ErrorCode.invalid_producer_id_mapping):
+        code = ErrorCode.transaction_abortable if ctx.version >= TV2_PRODUCE else ErrorCode.invalid_txn_state
+        raise KafkaError(code, f"producer {pid} epoch {epoch} has no ongoing transaction with {topic}-{part.index}")
+    if error == ErrorCode.producer_fenced:
+        raise KafkaError(ErrorCode.invalid_producer_epoch, f"producer {pid} epoch {epoch} is fenced")
+    # The coordinator could not answer (moving, loading, busy): a retriable error the producer knows.
+    raise KafkaError(ErrorCode.not_enough_replicas, f"the transaction coordinator cannot verify the write yet: "
+                                                    f"{error.name}")
 
 
 def _fail(ctx: RequestContext, outcome: _Outcome, exc: BaseException, batch_error_cls: type | None) -> None:
@@ -133,6 +164,8 @@ def _fail(ctx: RequestContext, outcome: _Outcome, exc: BaseException, batch_erro
         outcome.error, outcome.message = ErrorCode.out_of_order_sequence_number, str(exc)
     elif isinstance(exc, InvalidProducerEpochError):
         outcome.error, outcome.message = ErrorCode.invalid_producer_epoch, str(exc)
+    elif isinstance(exc, InvalidTxnStateError):
+        outcome.error, outcome.message = ErrorCode.invalid_txn_state, str(exc)
     else:
         raise exc
     outcome.base_offset = outcome.append_time = outcome.log_start = -1

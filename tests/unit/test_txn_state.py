@@ -1,0 +1,203 @@
+"""Transactions, pure parts: the coordinator's state transitions, the records of __transaction_state
+and of markers, and a partition's producer state and aborted-transaction index (on real files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dm_broker.config import BrokerConfig, TopicSettings
+from dm_broker.log.partition_log import PartitionLog
+from dm_broker.log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, ProducerStateManager
+from dm_broker.log.records import (
+    TRANSACTIONAL_BIT,
+    build_batch,
+    build_marker_batch,
+    control_marker,
+    parse_header,
+    validate_batches,
+)
+from dm_broker.txn import metadata as txn
+from dm_broker.txn.metadata import TxnError, TxnMetadata
+from dm_broker.txn.records import TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value
+from kio.schema.errors import ErrorCode as E
+
+# -- the coordinator's transitions -------------------------------------------------------------------
+
+
+def fresh(pid: int = 7) -> TxnMetadata:
+    return TxnMetadata("t", pid, txn.NO_EPOCH, 60_000, TxnState.EMPTY)
+
+
+def test_a_new_id_gets_epoch_zero_and_every_init_bumps_it():
+    meta = txn.prepare_init(fresh(), 30_000, None, now=1, new_producer_id=None)
+    assert (meta.producer_id, meta.producer_epoch, meta.state, meta.timeout_ms) == (7, 0, TxnState.EMPTY, 30_000)
+    again = txn.prepare_init(meta, 30_000, None, now=2, new_producer_id=None)
+    assert again.producer_epoch == 1 and again.last_producer_epoch == 0
+
+
+def test_init_during_an_open_transaction_aborts_it_with_a_bumped_epoch():
+    meta = txn.prepare_add(txn.prepare_init(fresh(), 30_000, None, 1, None), 7, 0, {("a", 0)}, now=2)
+    assert meta.state == TxnState.ONGOING
+    fenced = txn.prepare_init(meta, 30_000, None, 3, None)
+    assert fenced.state == TxnState.PREPARE_ABORT and fenced.producer_epoch == 1 and fenced.fenced
+    with pytest.raises(TxnError) as refused:  # the old instance's next step
+        txn.prepare_add(fenced, 7, 0, {("a", 1)}, now=4)
+    assert refused.value.code == E.producer_fenced
+
+
+def test_an_exhausted_epoch_moves_to_a_new_producer_id():
+    meta = fresh()
+    meta.producer_epoch = txn.MAX_EPOCH - 1
+    rotated = txn.prepare_init(meta, 30_000, None, 1, new_producer_id=99)
+    assert (rotated.producer_id, rotated.producer_epoch, rotated.previous_producer_id) == (99, 0, 7)
+
+
+def test_kip_360_an_unknown_producer_is_fenced():
+    meta = txn.prepare_init(fresh(), 30_000, None, 1, None)
+    with pytest.raises(TxnError) as refused:
+        txn.prepare_init(meta, 30_000, (123, 0), 2, None)
+    assert refused.value.code == E.producer_fenced
+    assert txn.prepare_init(meta, 30_000, (7, 0), 2, None).producer_epoch == 1
+
+
+def test_end_commit_then_a_retry_is_answered_as_then():
+    meta = txn.prepare_add(txn.prepare_init(fresh(), 30_000, None, 1, None), 7, 0, {("a", 0)}, now=2)
+    prepared = txn.prepare_end(meta, 7, 0, commit=True, now=3, client_version=0)
+    assert prepared.state == TxnState.PREPARE_COMMIT and prepared.producer_epoch == 0
+    with pytest.raises(TxnError) as busy:  # markers not written yet
+        txn.prepare_end(prepared, 7, 0, commit=True, now=4, client_version=0)
+    assert busy.value.code == E.concurrent_transactions
+    done = txn.complete(prepared, now=5)
+    assert done.state == TxnState.COMPLETE_COMMIT and not done.partitions
+    assert txn.prepare_end(done, 7, 0, commit=True, now=6, client_version=0) is None
+    with pytest.raises(TxnError) as wrong:
+        txn.prepare_end(done, 7, 0, commit=False, now=6, client_version=0)
+    assert wrong.value.code == E.invalid_txn_state
+
+
+def test_transaction_version_2_bumps_the_epoch_at_every_end():
+    meta = txn.prepare_add(txn.prepare_init(fresh(), 30_000, None, 1, None), 7, 0, {("a", 0)}, now=2,
+                           client_version=txn.TV2)
+    prepared = txn.prepare_end(meta, 7, 0, commit=True, now=3, client_version=txn.TV2)
+    assert prepared.producer_epoch == 1 and prepared.last_producer_epoch == 0
+    assert txn.end_result(prepared) == (7, 1)
+    done = txn.complete(prepared, now=4)
+    assert txn.prepare_end(done, 7, 0, commit=True, now=5, client_version=txn.TV2) is None  # retried EndTxn
+    with pytest.raises(TxnError):  # the old epoch cannot start the next transaction
+        txn.prepare_add(done, 7, 0, {("a", 0)}, now=6, client_version=txn.TV2)
+    assert txn.prepare_add(done, 7, 1, {("a", 0)}, now=6, client_version=txn.TV2).state == TxnState.ONGOING
+
+
+def test_end_without_a_transaction_and_with_the_wrong_producer():
+    meta = txn.prepare_init(fresh(), 30_000, None, 1, None)
+    with pytest.raises(TxnError) as empty:
+        txn.prepare_end(meta, 7, 0, commit=True, now=2, client_version=0)
+    assert empty.value.code == E.invalid_txn_state
+    with pytest.raises(TxnError) as mapping:
+        txn.prepare_end(meta, 8, 0, commit=True, now=2, client_version=0)
+    assert mapping.value.code == E.invalid_producer_id_mapping
+    with pytest.raises(TxnError) as none:
+        txn.prepare_end(None, 7, 0, commit=True, now=2, client_version=0)
+    assert none.value.code == E.invalid_producer_id_mapping
+
+
+def test_verification_answers():
+    meta = txn.prepare_add(txn.prepare_init(fresh(), 30_000, None, 1, None), 7, 0, {("a", 0)}, now=2)
+    assert txn.verify(meta, 7, 0, ("a", 0)) == E.none
+    assert txn.verify(meta, 7, 0, ("a", 1)) == E.transaction_abortable
+    assert txn.verify(meta, 7, 1, ("a", 0)) == E.invalid_producer_epoch or txn.verify(meta, 7, 1, ("a", 0)) \
+        == E.producer_fenced
+    assert txn.verify(txn.complete(txn.prepare_end(meta, 7, 0, True, 3, 0), 4), 7, 0, ("a", 0)) \
+        == E.transaction_abortable
+
+
+def test_a_timed_out_transaction_is_aborted_with_a_bumped_epoch():
+    meta = txn.prepare_add(txn.prepare_init(fresh(), 1_000, None, 0, None), 7, 0, {("a", 0)}, now=10)
+    assert txn.prepare_timeout_abort(meta, now=500) is None
+    aborted = txn.prepare_timeout_abort(meta, now=1_011)
+    assert aborted.state == TxnState.PREPARE_ABORT and aborted.producer_epoch == 1
+
+
+# -- records ------------------------------------------------------------------------------------------
+
+
+def test_transaction_log_records_round_trip():
+    value = TxnLogValue(5, 3, 60_000, TxnState.ONGOING, {"a": [0, 2], "b": [1]}, 111, 100,
+                        previous_producer_id=4, next_producer_id=-1, client_version=2)
+    back = decode_value(encode_value(value))
+    assert back == value
+    assert decode_key(encode_key("my-txn")) == "my-txn"
+
+
+def test_markers_are_control_batches():
+    batch = build_marker_batch(9, 2, committed=False, coordinator_epoch=4, timestamp_ms=1)
+    header = parse_header(batch)
+    assert header.is_control and header.is_transactional and header.producer_id == 9
+    assert control_marker(batch) == (False, 4)
+
+
+# -- a partition's producer state ------------------------------------------------------------------------
+
+
+def txn_batch(pid: int, epoch: int, seq: int, values: int = 1, transactional: bool = True) -> bytearray:
+    return bytearray(build_batch([(None, b"v", [])] * values, timestamp_ms=1, producer_id=pid, producer_epoch=epoch,
+                                 base_sequence=seq, attributes_extra=TRANSACTIONAL_BIT if transactional else 0))
+
+
+def test_producer_state_tracks_open_transactions(tmp_path: Path):
+    state = ProducerStateManager(tmp_path)
+    state.update(parse_header(txn_batch(1, 0, 0)), 10)
+    state.update(parse_header(txn_batch(2, 0, 0)), 11)
+    assert state.first_unstable_offset() == 10 and state.in_transaction(1, 0)
+    with pytest.raises(InvalidTxnStateError):
+        state.check(parse_header(txn_batch(1, 0, 1, transactional=False)))
+    completed = state.update(parse_header(bytearray(build_marker_batch(1, 0, True, 0, 1))), 12, (True, 0))
+    assert (completed.first_offset, completed.last_offset, completed.aborted) == (10, 12, False)
+    assert state.first_unstable_offset() == 11
+    state.save(13)
+    other = ProducerStateManager(tmp_path)
+    assert other.load() == 13 and other.first_unstable_offset() == 11 and not other.in_transaction(1, 0)
+
+
+def test_a_marker_with_a_bumped_epoch_fences_the_old_one(tmp_path: Path):
+    state = ProducerStateManager(tmp_path)
+    state.update(parse_header(txn_batch(1, 0, 0)), 0)
+    state.update(parse_header(bytearray(build_marker_batch(1, 1, True, 0, 1))), 1, (True, 0))
+    with pytest.raises(InvalidProducerEpochError):  # a late write of the ended transaction
+        state.check(parse_header(txn_batch(1, 0, 1)))
+    assert state.check(parse_header(txn_batch(1, 1, 0))) is None
+
+
+def settings() -> TopicSettings:
+    return TopicSettings(BrokerConfig.build({"log.index.interval.bytes": 200}, environ={}), {"segment.bytes": "1024"})
+
+
+def append(plog: PartitionLog, data: bytearray) -> int:
+    return plog.append(data, validate_batches(data, 1 << 20), 0).base_offset
+
+
+def test_aborted_transactions_are_indexed_and_survive_reopening_and_truncation(tmp_path: Path):
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    plog.open()
+    first = append(plog, txn_batch(1, 0, 0, values=3))
+    for i in range(8):  # other producers' data rolls segments meanwhile
+        append(plog, bytearray(build_batch([(None, b"x" * 150, [])], timestamp_ms=1, producer_id=50 + i,
+                                           producer_epoch=0, base_sequence=0)))
+    marker = append(plog, bytearray(build_marker_batch(1, 0, False, 0, 1)))
+    committed_first = append(plog, txn_batch(2, 0, 0))
+    append(plog, bytearray(build_marker_batch(2, 0, True, 0, 1)))
+    assert len(plog.segments) > 2
+    aborted = plog.aborted_transactions(0, plog.log_end_offset)
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(1, first, marker)]
+    assert plog.aborted_transactions(marker + 1, plog.log_end_offset) == []
+    assert committed_first > marker
+    plog.close()
+
+    reopened = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    reopened.open()
+    assert [(t.producer_id, t.first_offset) for t in reopened.aborted_transactions(0, 1 << 40)] == [(1, first)]
+    reopened.truncate_to(marker)  # the abort marker is gone: the transaction is open again
+    assert reopened.aborted_transactions(0, 1 << 40) == []
+    assert reopened.producers.first_unstable_offset() == first
+    reopened.close()
