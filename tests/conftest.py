@@ -28,3 +28,12 @@ def topic_name() -> str:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from measurements import NOTED
+
+    if NOTED:
+        terminalreporter.section("measurements")
+        for line in NOTED:
+            terminalreporter.write_line(line)

@@ -143,8 +143,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=1, topic_name="index.interval.bytes"),
         Property("log.message.timestamp.type", "choice", "CreateTime", "Timestamp stored with records.",
                  choices=("CreateTime", "LogAppendTime"), topic_name="message.timestamp.type"),
-        Property("log.cleanup.policy", "choice", "delete", "Segment clean-up policy.",
-                 choices=("delete", "compact", "compact,delete", "delete,compact"),
+        Property("log.cleanup.policy", "choice", "delete",
+                 "Segment clean-up policy: delete (retention), compact, both, or empty (\"\": neither — every record "
+                 "is kept for good, as Kafka does with an empty policy).",
+                 choices=("delete", "compact", "compact,delete", "delete,compact", ""),
                  topic_name="cleanup.policy"),
         Property("min.insync.replicas", "int", 1, "Replicas that must have a batch for acks=all.", minimum=1,
                  topic_name="min.insync.replicas"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -30,15 +31,39 @@ class _LogCollector(Collector):
         start = GaugeMetricFamily("dm_log_start_offset", "Log start offset", labels=["topic", "partition"])
         hw = GaugeMetricFamily("dm_high_watermark", "High watermark", labels=["topic", "partition"])
         size = GaugeMetricFamily("dm_log_size_bytes", "Bytes on disk", labels=["topic", "partition"])
+        unstable = GaugeMetricFamily("dm_unstable_offsets", "High watermark minus last stable offset: offsets "
+                                     "read_committed consumers wait for (open transactions), partitions led here",
+                                     labels=["topic", "partition"])
         for (topic, index), part in list(self.broker.partitions.items()):
             labels = [topic, str(index)]
             end.add_metric(labels, part.log.log_end_offset)
             start.add_metric(labels, part.log.log_start_offset)
             hw.add_metric(labels, part.high_watermark)
             size.add_metric(labels, part.log.size_bytes)
-        yield from (end, start, hw, size)
+            if part.is_leader:
+                unstable.add_metric(labels, part.high_watermark - part.last_stable_offset)
+        yield from (end, start, hw, size, unstable)
         yield from self._strays()
         yield from self._groups()
+        yield from self._transactions()
+
+    def _transactions(self) -> Iterator[GaugeMetricFamily]:
+        coordinator = self.broker.txn_coordinator
+        count = GaugeMetricFamily("dm_transactions", "Transactional ids this broker coordinates, by state",
+                                  labels=["state"])
+        oldest = GaugeMetricFamily("dm_transaction_oldest_open_seconds",
+                                   "Age of the oldest open transaction this broker coordinates (0: none)")
+        states: dict[str, int] = {}
+        now = time.time() * 1000
+        age = 0.0
+        for meta in list(coordinator.txns.values()):
+            states[meta.state.kafka_name] = states.get(meta.state.kafka_name, 0) + 1
+            if meta.state.kafka_name == "Ongoing" and meta.start_ms > 0:
+                age = max(age, (now - meta.start_ms) / 1000)
+        for state, n in sorted(states.items()):
+            count.add_metric([state], n)
+        oldest.add_metric([], age)
+        yield from (count, oldest)
 
     def _strays(self) -> Iterator[GaugeMetricFamily]:
         """Logs kept aside because no recorded decision allows deleting them (ADR 0017)."""

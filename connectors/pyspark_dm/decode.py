@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from dm_broker.log.records import HEADER_SIZE, LOG_OVERHEAD, crc_matches, decompress, iter_batches
+from dm_broker.log.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    control_marker,
+    crc_matches,
+    decompress,
+    iter_batches,
+)
 
 from .schema import HEADERS_TYPE, kafka_schema
 
@@ -28,14 +36,20 @@ class Decoded:
 
 
 def decode_records(data: bytes | memoryview, topic: str, partition: int, start: int, end: int,
-                   include_headers: bool) -> Decoded:
+                   include_headers: bool, aborted: list[tuple[int, int]] | None = None) -> Decoded:
     """Rows with start <= offset < end from the record batches in `data` (a fetch response's
-    records; a trailing partial batch is ignored). Control batches (transaction markers) are skipped."""
+    records; a trailing partial batch is ignored). Control batches (transaction markers) are skipped.
+    `aborted` is a read_committed fetch's (producer id, first offset) list: those transactions'
+    batches are skipped up to their abort marker, as Kafka's consumer does."""
     sections: list[bytes | memoryview] = []
     counts, base_offsets, first_ts, max_ts, log_append = [], [], [], [], []
     next_offset = start
     view = memoryview(data)
+    pending = sorted(aborted or (), key=lambda a: a[1])
+    aborting: set[int] = set()  # producers whose batches belong to an aborted transaction here
     for pos, header in iter_batches(data):
+        while pending and pending[0][1] <= header.last_offset:
+            aborting.add(pending.pop(0)[0])
         if header.last_offset < start:
             continue
         if header.base_offset >= end:
@@ -43,7 +57,11 @@ def decode_records(data: bytes | memoryview, topic: str, partition: int, start: 
         if not crc_matches(data, pos, header):
             raise ValueError(f"{topic}-{partition}: CRC mismatch in the batch at offset {header.base_offset}")
         next_offset = header.next_offset
-        if header.is_control or header.records_count == 0:
+        if header.is_control:
+            if header.producer_id in aborting and not _committed(data, pos, header):
+                aborting.discard(header.producer_id)
+            continue
+        if header.records_count == 0 or (header.is_transactional and header.producer_id in aborting):
             continue
         body = view[pos + HEADER_SIZE: pos + LOG_OVERHEAD + header.batch_length]
         codec = header.compression
@@ -97,6 +115,10 @@ def decode_records(data: bytes | memoryview, topic: str, partition: int, start: 
     arrays[2] = pa.repeat(pa.scalar(topic, pa.string()), rows)
     arrays[3] = pa.repeat(pa.scalar(partition, pa.int32()), rows)
     return Decoded(pa.RecordBatch.from_arrays(arrays, schema=kafka_schema(include_headers)), next_offset)
+
+
+def _committed(data: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
+    return control_marker(bytes(memoryview(data)[pos: pos + header.size]))[0]
 
 
 def empty_batch(include_headers: bool) -> pa.RecordBatch:

@@ -22,7 +22,12 @@ READ_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "su
                 "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
                 "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minPartitions", "includeHeaders",
                 "failOnDataLoss", "fetchMaxBytes", "timeoutMs")
-WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "timeoutMs")
+WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "timeoutMs", "deliveryGuarantee",
+                 "transactionalIdPrefix", "commitLogTopic")
+DEFAULT_COMMIT_LOG_TOPIC = "dm-spark-sink-commits"
+# The brokers' default transaction.max.timeout.ms: the longest a batch, or a driver outage in the
+# middle of a commit, may last before the coordinator aborts the open transactions.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 
@@ -50,6 +55,7 @@ class ReadOptions(Options):
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = 8 << 20
+    read_committed: bool = False  # kafka.isolation.level, as Spark's Kafka source (read_uncommitted by default)
 
     def topics_wanted(self, all_topics: list[str]) -> list[str]:
         """The topics this query reads, among `all_topics` (pattern subscriptions match again each time)."""
@@ -63,6 +69,10 @@ class ReadOptions(Options):
 
 class WriteOptions(Options):
     topic: str | None = None
+    exactly_once: bool = False
+    transactional_id_prefix: str | None = None
+    commit_log_topic: str = DEFAULT_COMMIT_LOG_TOPIC
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -193,7 +203,11 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     if strategy not in ("error", "latest"):
         raise DmSourceError(f"option startingOffsetsByTimestampStrategy: 'error' or 'latest', got {strategy!r}")
     fetch_max = _int(options, "fetchMaxBytes", minimum=1024)
+    isolation = (_get(options, "kafka.isolation.level") or "read_uncommitted").strip().lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise DmSourceError(f"option kafka.isolation.level: read_uncommitted or read_committed, got {isolation!r}")
     return ReadOptions(
+        read_committed=isolation == "read_committed",
         include_headers=include_headers(options),
         **_common(options),
         subscribe=topics, subscribe_pattern=pattern, assign=assign,
@@ -215,4 +229,23 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = _get(options, "topic")
     if topic is not None and not topic.strip():
         raise DmSourceError("option topic is empty")
-    return WriteOptions(**_common(options), topic=topic.strip() if topic else None)
+    common = _common(options)
+    guarantee = (_get(options, "deliveryGuarantee") or "at-least-once").strip().lower()
+    if guarantee not in ("at-least-once", "exactly-once"):
+        raise DmSourceError(f"option deliveryGuarantee: at-least-once or exactly-once, got {guarantee!r}")
+    prefix = (_get(options, "transactionalIdPrefix") or "").strip() or None
+    config = common["producer_config"]
+    if "transactional.id" in config:
+        raise DmSourceError("option kafka.transactional.id: the sink names its transactions itself; set "
+                            "deliveryGuarantee=exactly-once and transactionalIdPrefix instead")
+    if guarantee == "exactly-once" and prefix is None:
+        raise DmSourceError("deliveryGuarantee=exactly-once needs the option transactionalIdPrefix: a name unique "
+                            "to this query (or job) that stays the same when it restarts")
+    if guarantee != "exactly-once" and prefix is not None:
+        raise DmSourceError("option transactionalIdPrefix is for deliveryGuarantee=exactly-once")
+    timeout = config.get("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
+    if not timeout.strip().isdigit() or int(timeout) < 1000:
+        raise DmSourceError(f"option kafka.transaction.timeout.ms: a number of milliseconds >= 1000, got {timeout!r}")
+    return WriteOptions(**common, topic=topic.strip() if topic else None, exactly_once=guarantee == "exactly-once",
+                        transactional_id_prefix=prefix, transaction_timeout_ms=int(timeout),
+                        commit_log_topic=(_get(options, "commitLogTopic") or DEFAULT_COMMIT_LOG_TOPIC).strip())

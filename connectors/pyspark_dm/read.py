@@ -32,13 +32,14 @@ class OffsetRange(InputPartition):
     fail_on_data_loss: bool
     fetch_max_bytes: int
     timeout_s: float
+    read_committed: bool = False
 
 
 def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Fetches [start, end) from the leader, following leader moves, one Arrow batch per fetch."""
     tp = (r.topic, r.partition)
     pos = r.start
-    with DmClient(r.bootstrap, timeout=r.timeout_s) as client:
+    with DmClient(r.bootstrap, timeout=r.timeout_s, read_committed=r.read_committed) as client:
         stalled_since: float | None = None
         while pos < r.end:
             res = client.fetch(r.topic, r.partition, pos, r.fetch_max_bytes)
@@ -57,7 +58,7 @@ def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
                 return
             if res.error != ErrorCode.none:
                 raise DmSourceError(f"fetching {r.topic}-{r.partition} at offset {pos}: {res.error.name}")
-            decoded = decode_records(res.records, r.topic, r.partition, pos, r.end, r.include_headers)
+            decoded = decode_records(res.records, r.topic, r.partition, pos, r.end, r.include_headers, res.aborted)
             if decoded.batch.num_rows:
                 yield decoded.batch
             if decoded.next_offset > pos:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -22,12 +23,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .errors import DmSourceError
+from .exactly_once import Committer
 from .offsets import Offsets, discover, from_json, rate_limit, resolve, split, to_json
 from .options import ReadOptions, include_headers, read_options, write_options
 from .read import OffsetRange, read_range
 from .schema import spark_schema
 from .wire import EARLIEST, LATEST, DmClient
-from .write import ArrowProducerWriter, check_write_schema
+from .write import ArrowProducerWriter, check_write_schema, transactions_of
 
 
 class DmDataSource(DataSource):
@@ -51,11 +53,16 @@ class DmDataSource(DataSource):
             raise DmSourceError("save mode overwrite is not supported: a topic is append-only (use append)")
         opts = write_options(self.options)
         check_write_schema(schema, opts)
-        return DmBatchWriter(opts, schema)
+        if opts.exactly_once:
+            Committer(opts).recover()
+        return DmBatchWriter(opts, schema, write_id=str(uuid.uuid4()))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DmStreamWriter:
         opts = write_options(self.options)
         check_write_schema(schema, opts)
+        if opts.exactly_once:
+            # Spark makes the writer before any task of a batch runs (and again for each commit).
+            Committer(opts).recover()
         return DmStreamWriter(opts, schema)
 
 
@@ -71,7 +78,8 @@ def _ranges(opts: ReadOptions, start: Offsets, end: Offsets) -> list[OffsetRange
     pieces = split([(tp, start[tp], end[tp]) for tp in sorted(end) if tp in start], opts.min_partitions)
     return [OffsetRange(topic=t, partition=p, start=a, end=b, bootstrap=opts.bootstrap,
                         include_headers=opts.include_headers, fail_on_data_loss=opts.fail_on_data_loss,
-                        fetch_max_bytes=opts.fetch_max_bytes, timeout_s=opts.timeout_s)
+                        fetch_max_bytes=opts.fetch_max_bytes, timeout_s=opts.timeout_s,
+                        read_committed=opts.read_committed)
             for (t, p), a, b in pieces]
 
 
@@ -81,7 +89,7 @@ class DmBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        with DmClient(opts.bootstrap, timeout=opts.timeout_s) as client:
+        with DmClient(opts.bootstrap, timeout=opts.timeout_s, read_committed=opts.read_committed) as client:
             tps = discover(client, opts)
             start = resolve(client, tps, opts.starting or "earliest", opts.starting_timestamp,
                             "startingTimestamp" if opts.starting_timestamp is not None else "startingOffsets",
@@ -111,7 +119,8 @@ class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> DmClient:
         if self._client is None:
-            self._client = DmClient(self.opts.bootstrap, timeout=self.opts.timeout_s)
+            self._client = DmClient(self.opts.bootstrap, timeout=self.opts.timeout_s,
+                                    read_committed=self.opts.read_committed)
         return self._client
 
     def initialOffset(self) -> dict:
@@ -186,15 +195,31 @@ class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class DmBatchWriter(ArrowProducerWriter):
-    pass
+    def commit(self, messages: list) -> None:
+        """Exactly-once: the tasks' transactions commit together (at-least-once: records were
+        acknowledged in write(), nothing is left to do)."""
+        if self.opts.exactly_once:
+            query, _, handles = transactions_of(messages)
+            Committer(self.opts).commit(query or self.write_id, 0, handles)
+
+    def abort(self, messages: list) -> None:
+        if self.opts.exactly_once:
+            Committer(self.opts).abort(transactions_of(messages)[2])
 
 
 class DmStreamWriter(ArrowProducerWriter, DataSourceStreamArrowWriter):
     def commit(self, messages: list, batchId: int) -> None:
-        """Records were flushed and acknowledged in write(); nothing is left to commit."""
+        """Exactly-once: commits the batch's transactions (once, even when Spark replays the batch
+        after a crash). At-least-once: records were acknowledged in write(); nothing is left."""
+        if self.opts.exactly_once:
+            query, _, handles = transactions_of(messages)
+            Committer(self.opts).commit(query, batchId, handles)
 
     def abort(self, messages: list, batchId: int) -> None:
-        """Acknowledged records cannot be taken back (at-least-once, as Spark's Kafka sink)."""
+        """Exactly-once: the batch's transactions are aborted, so read_committed readers move on at
+        once. At-least-once: acknowledged records cannot be taken back (as Spark's Kafka sink)."""
+        if self.opts.exactly_once:
+            Committer(self.opts).abort(transactions_of(messages)[2])
 
 
 DefaultSource = DmDataSource

@@ -107,14 +107,17 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview
+    aborted: list[tuple[int, int]] | None = None  # read_committed: (producer id, first offset)
 
 
 class DmClient:
     """Metadata, offsets and fetches against a dm (or any Kafka) cluster; reconnects and retries
     retriable errors (leader moves) until `timeout` seconds have passed."""
 
-    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "pyspark-dm") -> None:
+    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "pyspark-dm",
+                 read_committed: bool = False) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.read_committed = read_committed  # isolation.level=read_committed for offsets and fetches
         self.bootstrap_text = bootstrap
         self.timeout = timeout
         self.client_id = client_id
@@ -189,7 +192,7 @@ class DmClient:
     # -- offsets -------------------------------------------------------------------------------
     def list_offsets(self, queries: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Offset per partition for a timestamp (ms), EARLIEST or LATEST; -1 where no record has a
-        timestamp at or after the one asked for."""
+        timestamp at or after the one asked for. Read committed, LATEST is the last stable offset."""
         cls = request_class(2, LIST_OFFSETS_VERSION)
         topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
         results: dict[TopicPartition, int] = {}
@@ -208,7 +211,7 @@ class DmClient:
                 for topic, partition in tps:
                     topics.setdefault(topic, []).append(part_cls(partition_index=partition, current_leader_epoch=-1,
                                                                  timestamp=pending[(topic, partition)]))
-                req = make(cls, replica_id=-1, isolation_level=0,
+                req = make(cls, replica_id=-1, isolation_level=int(self.read_committed),
                            topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in topics.items()))
                 try:
                     resp = self._send(address, req)
@@ -235,11 +238,12 @@ class DmClient:
     # -- fetch ---------------------------------------------------------------------------------
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 500) -> FetchResult:
         """One fetch from the partition leader; retriable errors and lost connections are retried
-        against the current leader until the client timeout."""
+        against the current leader until the client timeout. Read committed, it stops at the last
+        stable offset and lists the aborted transactions of the range."""
         cls = request_class(1, FETCH_VERSION)
         topic_cls, part_cls = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
         req = make(cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
-                   max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                   max_bytes=max_bytes, isolation_level=int(self.read_committed), session_id=0, session_epoch=-1,
                    topics=(topic_cls(topic=topic, partitions=(make(
                        part_cls, partition=partition, current_leader_epoch=-1, fetch_offset=offset,
                        last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes),)),),
@@ -263,7 +267,7 @@ class DmClient:
                         code = ErrorCode(data.error_code)
                         if code not in RETRIABLE:
                             return FetchResult(code, data.high_watermark, data.log_start_offset,
-                                               data.records if data.records is not None else b"")
+                                               data.records if data.records is not None else b"", data.aborted)
                         problem = code.name
             if time.monotonic() > deadline:
                 raise DmSourceError(f"fetching {topic}-{partition} at offset {offset} failed for "

@@ -1,7 +1,9 @@
 """Executor side of writes: Arrow batches → an idempotent confluent-kafka producer.
 
-At-least-once, like Spark's Kafka sink: a task returns only once every record it sent is
-acknowledged (acks=all); a retried task or a replayed micro-batch may write records again.
+At-least-once by default, like Spark's Kafka sink: a task returns only once every record it sent
+is acknowledged (acks=all); a retried task or a replayed micro-batch may write records again.
+With deliveryGuarantee=exactly-once each task writes in a transaction it leaves open for the
+driver to commit (exactly_once.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from .errors import DmSourceError
 from .options import WriteOptions
+from .txn_client import TxnHandle
 
 TEXT_OR_BYTES = (StringType, BinaryType)
 
@@ -49,12 +52,16 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
 @dataclass
 class Written(WriterCommitMessage):
     records: int
+    txn: TxnHandle | None = None  # exactly-once: the task's open transaction, for the driver to commit
+    query: str = ""
+    batch: int = 0
 
 
 class ArrowProducerWriter(DataSourceArrowWriter):
-    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+    def __init__(self, opts: WriteOptions, schema: StructType, write_id: str = "") -> None:
         self.opts = opts
         self.columns = {f.name.lower(): f.name for f in schema.fields}
+        self.write_id = write_id  # a batch write's own id: its transactions' "query" in the commit log
 
     def _producer(self) -> Any:
         from confluent_kafka import Producer
@@ -77,10 +84,30 @@ class ArrowProducerWriter(DataSourceArrowWriter):
         return column.to_pylist()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        if not self.opts.exactly_once:
+            producer = self._producer()
+            count = self._send(producer, iterator)
+            return Written(count)
+        from .exactly_once import open_transaction, task_identity
+
+        query, batch, partition = task_identity()
+        producer, handle = open_transaction(self.opts, partition)
+        try:
+            count = self._send(producer, iterator)
+        except BaseException:
+            producer.abort_transaction(self.opts.timeout_s)
+            raise
+        if count == 0:
+            producer.abort_transaction(self.opts.timeout_s)  # nothing sent: nothing for the driver to end
+            return Written(0, query=query or self.write_id, batch=batch)
+        # Left open on purpose: the driver commits it together with the other tasks' transactions.
+        return Written(count, handle, query or self.write_id, batch)
+
+    def _send(self, producer: Any, iterator: Iterator[pa.RecordBatch]) -> int:
+        """Sends every row; returns how many once all are acknowledged (acks=all)."""
         from dm_broker.tools.client import produce_waiting
         from dm_broker.tools.produce import topic_partitioner
 
-        producer = self._producer()
         errors: list[str] = []
         partitioners: dict[str, Any] = {}
 
@@ -124,4 +151,14 @@ class ArrowProducerWriter(DataSourceArrowWriter):
         remaining = producer.flush(self.opts.timeout_s)
         if errors or remaining:
             raise DmSourceError(f"{len(errors) + remaining} record(s) were not acknowledged: {errors[:3]}")
-        return Written(count)
+        return count
+
+
+def transactions_of(messages: list) -> tuple[str, int, list[TxnHandle]]:
+    """(query, batch, open transactions) of a batch's commit messages (None for failed tasks)."""
+    written = [m for m in messages if isinstance(m, Written)]
+    queries = {m.query for m in written}
+    if len(queries) > 1:
+        raise DmSourceError(f"the commit messages of one batch name several queries: {sorted(queries)}")
+    return (queries.pop() if queries else "", written[0].batch if written else 0,
+            [m.txn for m in written if m.txn is not None])

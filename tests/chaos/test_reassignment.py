@@ -13,6 +13,7 @@ from chaos_tools import FAST_FAILURE, assert_nothing_lost, sequence_load, verify
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
 from harness import Cluster, run_dm
+from measurements import note
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -112,7 +113,7 @@ def test_moves_under_load_survive_a_sigkilled_broker(tmp_path: Path):
                 assert not (cluster.brokers[b].data_dir / f"{topic}-{p}").exists(), f"{topic}-{p} left on {b}"
         for topic, load, partitions in (("shift", shift_load, 2), ("grow", grow_load, 1)):
             result = verify(cluster.bootstrap, topic, load, partitions, other_records=filled[topic])
-            print(f"\n[{topic}] {result}")
+            note(f"[{topic}] {result}")
             assert_nothing_lost(result, load)
 
 

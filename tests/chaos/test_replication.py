@@ -22,6 +22,7 @@ from chaos_tools import (
 from clients import ConfluentClient, Rec
 from group_clients import wait_for
 from harness import Cluster, netns_available
+from measurements import note
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -33,7 +34,7 @@ def report(name: str, result: dict, failovers: list[float]) -> None:
     if failovers:
         extra = (f", kill→next ack: median {statistics.median(failovers):.2f}s, max {max(failovers):.2f}s over "
                  f"{len(failovers)} kills")
-    print(f"\n[{name}] acknowledged {result['acked']}, lost {result['lost']}, duplicated {result['duplicated']}, "
+    note(f"[{name}] acknowledged {result['acked']}, lost {result['lost']}, duplicated {result['duplicated']}, "
           f"reordered {result['reordered']}, misplaced {result['misplaced']}{extra}")
 
 

@@ -28,6 +28,7 @@ from dm import (
     verdict,
     wait_topic_ready,
 )
+from measurements import note
 from support import apply, get_json, get_or_none, pod_ready, wait_until
 
 pytestmark = pytest.mark.timeout(1800)
@@ -137,9 +138,9 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
     outputs = f"(outputs kept in {producer.kept.parent})"
     first_acks = {how: [x for x in (first_ack_after(result, t, p) for t, p in times) if x is not None]
                   for how, times in kills.items()}
-    print(f"\n[{sub.name}] {result.summary()}")
+    note(f"[{sub.name}] {result.summary()}")
     for how, values in first_acks.items():
-        print(f"[{sub.name}] leader {how}: -> new leader in the Topic status {median_ms(status_lag[how])}; "
+        note(f"[{sub.name}] leader {how}: -> new leader in the Topic status {median_ms(status_lag[how])}; "
               f"-> first acknowledged write produced after it {median_ms(values)}")
     assert result.acked > 1000
     assert result.ok, f"{result.summary()}: lost {result.lost[:10]} duplicated {result.duplicated[:10]} " \

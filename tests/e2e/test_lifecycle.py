@@ -22,6 +22,7 @@ from dm import (
     wait_cluster_ready,
     wait_topic_ready,
 )
+from measurements import note
 from support import apply, create_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
 
 pytestmark = pytest.mark.timeout(900)
@@ -67,7 +68,7 @@ def test_rolling_restart_under_load_restarts_one_broker_at_a_time(e2e_namespace,
         "new pods, not crashed containers"
     time.sleep(3)
     result = verdict(producer.stop(), consumer.stop())
-    print(f"\n[{sub.name}] rolling restart under load: {result.summary()}")
+    note(f"[{sub.name}] rolling restart under load: {result.summary()}")
     assert result.acked > 500 and result.ok, result.summary()
     events = sub.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.kind=DMCluster",
                          "-o", "jsonpath={.items[*].reason}").stdout.split()

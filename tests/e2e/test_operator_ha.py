@@ -21,6 +21,7 @@ from dm import (
     verdict,
     wait_topic_ready,
 )
+from measurements import note
 from support import apply, get_json, wait_until
 
 pytestmark = pytest.mark.timeout(1200)
@@ -94,8 +95,8 @@ def test_the_standby_operator_takes_over_while_brokers_keep_serving(e2e_namespac
     reader.wait_for("REC", 90)
     result = verdict(produced, reader.stop())
     for how, values in takeovers.items():
-        print(f"\n[{sub.name}] operator leader pod {how}: -> the standby's controller answering {median_ms(values)}")
-    print(f"[{sub.name}] {result.summary()}")
+        note(f"[{sub.name}] operator leader pod {how}: -> the standby's controller answering {median_ms(values)}")
+    note(f"[{sub.name}] {result.summary()}")
     assert result.ok, f"{result.summary()}: lost {result.lost[:10]}"
     # While no controller answered (longest after a SIGKILL: the Lease expires), writes were acknowledged.
     longest = max(windows, key=lambda w: w[1] - w[0])

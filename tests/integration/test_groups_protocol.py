@@ -192,10 +192,39 @@ def test_compacted_topic_keeps_latest_value_per_key(gbroker, topic_name):
 
 
 async def test_compacted_topic_refuses_keyless_records(gbroker, topic_name):
-    from wire import batch, produce_request
+    from dm_broker.log.records import build_batch
+    from wire import produce_request
 
     ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1, {"cleanup.policy": "compact"})
     conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
-    resp = await conn.request(produce_request(topic_name, 0, batch([b"no key"])))
-    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+    mixed = build_batch([(b"k0", b"a", []), (None, b"b", []), (b"k2", b"c", []), (None, b"d", [])],
+                        timestamp_ms=int(time.time() * 1000))
+    resp = await conn.request(produce_request(topic_name, 0, mixed))
+    partition = resp.responses[0].partition_responses[0]
+    assert partition.error_code == ErrorCode.invalid_record
+    # KIP-467 (Produce v8+): the records that made the batch fail, by index, each with a reason
+    assert [e.batch_index for e in partition.record_errors] == [1, 3]
+    assert all("without key" in e.batch_index_error_message for e in partition.record_errors)
+    assert "without key" in partition.error_message
     await conn.close()
+
+
+def test_librdkafka_fails_only_the_keyless_records_of_a_batch(gbroker, topic_name):
+    """librdkafka reads the per-record errors: the keyless records fail with INVALID_RECORD, their
+    batch-mates with _INVALID_DIFFERENT_RECORD, and nothing of the batch is written."""
+    from confluent_kafka import KafkaError as CKError
+    from confluent_kafka import Producer
+
+    ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": gbroker.bootstrap, "linger.ms": 500, "retries": 0})
+    errors: dict[int, int] = {}
+
+    def delivered(err, msg) -> None:
+        errors[int(msg.value())] = err.code() if err else 0
+
+    for i in range(20):
+        producer.produce(topic_name, b"%d" % i, key=None if i % 5 == 0 else b"k%d" % i, on_delivery=delivered)
+    assert producer.flush(15) == 0
+    assert {i for i, code in errors.items() if code == CKError.INVALID_RECORD} == {0, 5, 10, 15}
+    assert all(code == CKError._INVALID_DIFFERENT_RECORD for i, code in errors.items() if i % 5)
+    assert ConfluentClient(gbroker.bootstrap).consume(topic_name, 1, timeout=2) == []

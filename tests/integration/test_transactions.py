@@ -205,6 +205,11 @@ def test_a_second_instance_fences_the_first(broker: BrokerProcess, topic_name: s
     assert read_all(b, topic_name, "read_committed") == [b"live"]
 
 
+def metric_value(text: str, name: str) -> float:
+    line = next(line for line in text.splitlines() if line.startswith(name + " "))
+    return float(line.split()[1])
+
+
 def test_a_hung_transaction_is_aborted_at_its_timeout(tmp_path: Path):
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}
     with BrokerProcess(tmp_path / "data", overrides) as broker:
@@ -217,8 +222,16 @@ def test_a_hung_transaction_is_aborted_at_its_timeout(tmp_path: Path):
         after = Producer({"bootstrap.servers": b})
         after.produce("hung", b"after")
         after.flush(15)
+        # what an operator alerting on hung transactions sees meanwhile
+        metrics = broker.http_get("/metrics")[1]
+        assert 'dm_transactions{state="Ongoing"} 1.0' in metrics
+        assert 'dm_unstable_offsets{partition="0",topic="hung"} 2.0' in metrics
+        assert metric_value(metrics, "dm_transaction_oldest_open_seconds") > 0
         time.sleep(3.5)  # the coordinator aborts it: the last stable offset moves past it
         assert read_all(b, "hung", "read_committed") == [b"after"]
+        metrics = broker.http_get("/metrics")[1]
+        assert 'dm_unstable_offsets{partition="0",topic="hung"} 0.0' in metrics
+        assert metric_value(metrics, "dm_transaction_oldest_open_seconds") == 0
         with pytest.raises(KafkaException):
             p.commit_transaction(10)
 

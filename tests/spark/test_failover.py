@@ -10,6 +10,7 @@ import pytest
 from chaos_tools import FAST_FAILURE, create_topic, fully_replicated, sequence_load
 from group_clients import wait_for
 from harness import Cluster
+from measurements import note
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -49,4 +50,4 @@ def test_streaming_read_through_leader_kills(spark, tmp_path: Path) -> None:
     acked = {(p, o, v) for p, o, v, _ in producer.acked}
     assert len(got) == len(set(got)), "a record was written twice"
     assert acked <= set(got), f"{len(acked - set(got))} acknowledged records missing"
-    print(f"\n[spark failover] {len(acked)} acknowledged, {len(got)} read, 2 leader kills")
+    note(f"[spark failover] {len(acked)} acknowledged, {len(got)} read, 2 leader kills")

@@ -66,6 +66,34 @@ def test_control_batches_are_skipped_but_advance_the_position() -> None:
     assert decoded.next_offset == 2
 
 
+def test_read_committed_skips_aborted_transactions_up_to_their_marker() -> None:
+    """A fetch's aborted list (producer id, first offset) hides that producer's transactional
+    batches from the first offset to its abort marker, and no others (Kafka's consumer rule)."""
+    from dm_broker.log.records import MARKER, MARKER_ABORT, MARKER_COMMIT, MARKER_VALUE, TRANSACTIONAL_BIT
+
+    def txn(offset: int, pid: int, value: bytes) -> bytes:
+        return build_batch([(None, value, [])], base_offset=offset, timestamp_ms=1, producer_id=pid,
+                           producer_epoch=0, base_sequence=offset, attributes_extra=TRANSACTIONAL_BIT)
+
+    def marker(offset: int, pid: int, committed: bool) -> bytes:
+        key = MARKER.pack(0, MARKER_COMMIT if committed else MARKER_ABORT)
+        return build_batch([(key, MARKER_VALUE.pack(0, 0), [])], base_offset=offset, timestamp_ms=1, producer_id=pid,
+                           producer_epoch=0, attributes_extra=TRANSACTIONAL_BIT | CONTROL_BIT)
+
+    data = (txn(0, 7, b"aborted-1") + txn(1, 8, b"committed-1") + build_batch([(None, b"plain", [])], base_offset=2,
+                                                                               timestamp_ms=1)
+            + txn(3, 7, b"aborted-2") + marker(4, 7, committed=False) + marker(5, 8, committed=True)
+            + txn(6, 7, b"committed-2") + marker(7, 7, committed=True))
+    committed = decode_arrow(data, "t", 0, 0, 100, include_headers=False, aborted=[(7, 0)])
+    assert committed.batch.column("value").to_pylist() == [b"committed-1", b"plain", b"committed-2"]
+    assert committed.next_offset == 8
+    everything = decode_arrow(data, "t", 0, 0, 100, include_headers=False)
+    assert len(everything.batch) == 5
+    # a fetch starting inside the aborted transaction gets the same answer for the rest
+    later = decode_arrow(data[len(txn(0, 7, b"aborted-1")):], "t", 0, 1, 100, include_headers=False, aborted=[(7, 0)])
+    assert later.batch.column("value").to_pylist() == [b"committed-1", b"plain", b"committed-2"]
+
+
 def test_a_trailing_partial_batch_is_left_for_the_next_fetch() -> None:
     first = build_batch([(b"a", b"1", [])], base_offset=0, timestamp_ms=1)
     second = build_batch([(b"b", b"2", [])], base_offset=1, timestamp_ms=2)

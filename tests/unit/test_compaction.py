@@ -112,3 +112,43 @@ async def test_uncommitted_swap_is_dropped(tmp_path):
     (tmp_path / "c-0" / "00000000000000000000.log.cleaned").write_bytes(b"partial")
     again = make_log(tmp_path / "c-0")
     assert contents(again) == before
+
+
+async def test_transactions_are_compacted_as_kafka_does(tmp_path):
+    from dm_broker.log.records import TRANSACTIONAL_BIT, build_marker_batch, parse_header
+
+    plog = make_log(tmp_path / "c-0", **{"delete.retention.ms": "1000"})
+    old = int(time.time() * 1000) - 60_000
+
+    def txn_put(pid: int, seq: int, key: bytes, value: bytes) -> int:
+        data = bytearray(build_batch([(key, value + b"." * 100, [])], timestamp_ms=old, producer_id=pid,
+                                     producer_epoch=0, base_sequence=seq, attributes_extra=TRANSACTIONAL_BIT))
+        return plog.append(data, validate_batches(data, 1 << 20), 0).base_offset
+
+    def marker(pid: int, committed: bool) -> int:
+        data = bytearray(build_marker_batch(pid, 0, committed, 0, old))
+        return plog.append(data, validate_batches(data, 1 << 20), 0).base_offset
+
+    txn_put(1, 0, b"a", b"committed-a")
+    txn_put(1, 1, b"b", b"committed-b")
+    marker(1, committed=True)
+    txn_put(2, 0, b"a", b"aborted-a")  # newer than the committed value: it must not shadow it
+    marker(2, committed=False)
+    txn_put(3, 0, b"b", b"committed-b2")  # supersedes b: the first transaction keeps one record (a)
+    marker(3, committed=True)
+    for i in range(12):  # enough plain records to close the segments above
+        put(plog, b"filler-%d" % i, b"x" * 100)
+    open_at = txn_put(4, 0, b"a", b"open-a")  # an open transaction: nothing from here on is cleaned
+    put(plog, b"after-open", b"x" * 100)
+    cleaner = LogCleaner({("c", 0): plog}, 1000)
+    await cleaner.clean(("c", 0), plog)
+    rows = contents(plog)
+    values = {value[:14] for _, _, value in rows if value}
+    assert any(v.startswith(b"committed-a") for v in values) and any(v.startswith(b"committed-b2") for v in values)
+    assert not any(v.startswith(b"aborted-a") for v in values)
+    assert any(v.startswith(b"open-a") for v in values) and open_at in {o for o, _, _ in rows}
+    batches = [parse_header(b) for b in plog.read_batches(plog.log_start_offset, plog.log_end_offset, 1 << 62)]
+    markers = {h.producer_id for h in batches if h.is_control}
+    # The aborted transaction's marker and the fully superseded one's are gone (old enough); the first
+    # commit still has a record (a), so its marker stays.
+    assert 1 in markers and 2 not in markers and 3 in markers

@@ -48,6 +48,9 @@ def test_reads_what_kio_reads(topics, correlation_id):
             theirs.partition_index, theirs.error_code.value, theirs.high_watermark, theirs.last_stable_offset,
             theirs.log_start_offset)
         assert (None if mine.records is None else bytes(mine.records)) == theirs.records
+        expected_aborted = (None if theirs.aborted_transactions is None else
+                            [(a.producer_id, a.first_offset) for a in theirs.aborted_transactions])
+        assert mine.aborted == expected_aborted
 
 
 def test_records_are_views_into_the_frame_not_copies():

@@ -60,6 +60,32 @@ def test_write_options_keep_producer_settings() -> None:
         write_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
 
 
+def test_exactly_once_write_options() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "topic": "t"}
+    assert not write_options(base).exactly_once
+    opts = write_options({**base, "deliveryGuarantee": "Exactly-Once", "transactionalIdPrefix": " orders "})
+    assert opts.exactly_once and opts.transactional_id_prefix == "orders"
+    assert opts.transaction_timeout_ms == 900_000 and opts.commit_log_topic == "dm-spark-sink-commits"
+    opts = write_options({**base, "deliveryGuarantee": "exactly-once", "transactionalIdPrefix": "p",
+                          "kafka.transaction.timeout.ms": "60000", "commitLogTopic": "mine"})
+    assert opts.transaction_timeout_ms == 60_000 and opts.commit_log_topic == "mine"
+    for bad, message in (({"deliveryGuarantee": "exactly-once"}, "needs the option transactionalIdPrefix"),
+                         ({"deliveryGuarantee": "at-most-once"}, "at-least-once or exactly-once"),
+                         ({"transactionalIdPrefix": "p"}, "is for deliveryGuarantee=exactly-once"),
+                         ({"kafka.transactional.id": "x"}, "names its transactions itself"),
+                         ({"deliveryGuarantee": "exactly-once", "transactionalIdPrefix": "p",
+                           "kafka.transaction.timeout.ms": "soon"}, "transaction.timeout.ms")):
+        with pytest.raises(DmSourceError, match=message):
+            write_options({**base, **bad})
+
+
+def test_isolation_level_read_option() -> None:
+    assert not read_options(BASE, streaming=False).read_committed
+    assert read_options({**BASE, "kafka.isolation.level": "read_committed"}, streaming=True).read_committed
+    with pytest.raises(DmSourceError, match="read_uncommitted or read_committed"):
+        read_options({**BASE, "kafka.isolation.level": "committed"}, streaming=False)
+
+
 def test_rate_limit_shares_in_proportion_like_spark() -> None:
     start = {("a", 0): 0, ("a", 1): 100}
     latest = {("a", 0): 900, ("a", 1): 200}

@@ -5,6 +5,11 @@ Keeps the latest record of every key; a tombstone (null value) is kept for
 Only closed segments are cleaned; the active segment is read to learn the latest offsets but never
 rewritten. Cleaned segments are merged up to `segment.bytes`, written to `.cleaned` files, fsynced
 and swapped in with a rename. Offsets never change: a compacted log has gaps, as in Kafka.
+
+Transactions: nothing at or past the first offset of an open transaction is cleaned; records of
+aborted transactions go (and never count as a key's latest value); an ABORT marker goes once older
+than `delete.retention.ms`, a COMMIT marker once, in addition, none of its transaction's records is
+left (a transactional batch without its marker would look open when the producer state is rebuilt).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pathlib import Path
 from ..tasks import stop_tasks
 from .checkpoints import atomic_write, fsync_dir
 from .partition_log import PartitionLog
-from .records import decode_records, rebuild_batch
+from .records import control_marker, decode_records, parse_header, rebuild_batch
 from .segment import Segment
 
 log = logging.getLogger(__name__)
@@ -73,10 +78,14 @@ class LogCleaner:
         return dirty > 0 and dirty / total >= float(plog.settings["min.cleanable.dirty.ratio"])
 
     async def clean(self, key: tuple[str, int], plog: PartitionLog) -> CleanResult | None:
+        unstable = plog.producers.first_unstable_offset()
         closed = plog.segments[:-1]
+        if unstable is not None:
+            closed = [s for s in closed if s.next_offset <= unstable]  # a prefix: segments are in order
         if not closed:
             return None
-        end_offset = plog.log_end_offset
+        # A value written in a transaction still open must not make the values before it obsolete.
+        end_offset = plog.log_end_offset if unstable is None else min(plog.log_end_offset, unstable)
         horizon = int(time.time() * 1000) - plog.settings["delete.retention.ms"]
         max_bytes = plog.settings["segment.bytes"]
         loop = asyncio.get_running_loop()
@@ -119,8 +128,17 @@ class LogCleaner:
 def _build_cleaned_files(plog: PartitionLog, closed: list[Segment], end_offset: int, horizon: int,
                          max_bytes: int) -> tuple[list[tuple[Path, int]], int] | None:
     """Runs in a worker thread: reads, never modifies, the live segments."""
+    aborted = {(t.producer_id, t.first_offset, t.last_offset) for s in plog.segments for t in s.txn_index.entries}
+
+    def in_aborted(header) -> bool:
+        return header.is_transactional and not header.is_control and any(
+            pid == header.producer_id and first <= header.base_offset <= last for pid, first, last in aborted)
+
     latest: dict[bytes, int] = {}
     for batch in plog.read_batches(plog.log_start_offset, end_offset, 1 << 62):
+        header = parse_header(batch)
+        if header.is_control or in_aborted(header):
+            continue
         for record in decode_records(batch):
             if record.key is not None:
                 latest[record.key] = record.offset
@@ -129,12 +147,23 @@ def _build_cleaned_files(plog: PartitionLog, closed: list[Segment], end_offset: 
     current: tuple[Path, int] | None = None
     fd = -1
     size = 0
+    kept_in_txn: dict[int, int] = {}  # producer id -> records of its current transaction kept so far
     try:
         for seg in closed:
             for position, header in seg.headers_from(0):
                 batch = seg.read_batch(position, header)
                 records = decode_records(batch)
-                kept = [r for r in records if _keep(r, latest, header.max_timestamp, horizon)]
+                if header.is_control:
+                    committed, _ = control_marker(batch)
+                    left = kept_in_txn.pop(header.producer_id, 0)
+                    old = header.max_timestamp < horizon
+                    kept = [] if old and (not committed or left == 0) else records
+                elif in_aborted(header):
+                    kept = []
+                else:
+                    kept = [r for r in records if _keep(r, latest, header.max_timestamp, horizon)]
+                    if header.is_transactional:
+                        kept_in_txn[header.producer_id] = kept_in_txn.get(header.producer_id, 0) + len(kept)
                 removed += len(records) - len(kept)
                 if not kept:
                     continue
@@ -178,12 +207,12 @@ def _apply_swap(directory: Path, outputs: list[tuple[str, int]], replaced: list[
     for base in replaced:
         if base in output_bases and base not in pending:
             continue  # already renamed: this .log is the cleaned one
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
     for name, base in outputs:
         source = directory / name
         if source.exists():
-            for suffix in (".index", ".timeindex"):
+            for suffix in (".index", ".timeindex", ".txnindex"):
                 (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
             os.replace(source, directory / f"{base:020d}.log")
     fsync_dir(directory)

@@ -40,10 +40,14 @@ class BrokerChannels:
             return conn
 
     async def request(self, node_id: int, body: Any, timeout: float = 30) -> Any:
-        conn = await self._connection(node_id)
+        try:
+            conn = await self._connection(node_id)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionError(f"cannot connect to broker {node_id}: {exc!r}") from None
         try:
             return await conn.request(body, timeout)
-        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, RuntimeError) as exc:
+            # RuntimeError: the transport was closed under the connection (the broker went away).
             await self._drop(node_id, conn)
             raise ConnectionError(f"request to broker {node_id} failed: {exc!r}") from None
 

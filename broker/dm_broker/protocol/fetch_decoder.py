@@ -19,7 +19,7 @@ VERSION = 12
 PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, last stable offset, log start
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
-ABORTED_ENTRY = 16  # producer id, first offset
+ABORTED_ENTRY = struct.Struct(">qq")  # producer id, first offset
 
 
 class _Cursor:
@@ -72,9 +72,10 @@ def _partitions(cur: _Cursor) -> Iterator[tuple[str, PartitionResult]]:
         topic = str(cur.buf[start:cur.pos], "utf-8")
         for _ in range(max(cur.compact_length(), 0)):
             index, error, high_watermark, last_stable, log_start = cur.unpack(PARTITION_HEAD)
-            aborted = cur.compact_length()
-            for _ in range(max(aborted, 0)):
-                cur.take(ABORTED_ENTRY)
+            count = cur.compact_length()
+            aborted = None if count < 0 else []
+            for _ in range(max(count, 0)):
+                aborted.append(cur.unpack(ABORTED_ENTRY))  # a read_committed fetch's aborted transactions
                 cur.skip_tagged_fields()
             cur.take(4)  # preferred read replica
             size = cur.compact_length()
@@ -83,6 +84,6 @@ def _partitions(cur: _Cursor) -> Iterator[tuple[str, PartitionResult]]:
                 start = cur.take(size)
                 records = cur.buf[start:cur.pos]
             cur.skip_tagged_fields()
-            yield topic, PartitionResult(index, error, high_watermark, last_stable, log_start, records)
+            yield topic, PartitionResult(index, error, high_watermark, last_stable, log_start, records, aborted)
         cur.skip_tagged_fields()
     cur.skip_tagged_fields()

@@ -38,6 +38,9 @@ TXN_TOPIC = "__transaction_state"
 MarkerWriter = Callable[[TxnMetadata, int, set[TopicPartition]], Awaitable[Outcome]]
 
 
+SETTLE_WAIT_S = 0.5  # longest a request waits for the previous transaction's markers (then: retry later)
+
+
 @dataclass
 class TxnSettings:
     partitions: int = 50
@@ -180,6 +183,7 @@ class TransactionCoordinator:
         error = self.error_for(tid)
         if error is not None:
             return error, -1, -1
+        await self._settled(tid)
         meta = self.txns.get(tid)
         if meta is None:
             meta = TxnMetadata(tid, await self.broker.allocate_producer_id(), txn.NO_EPOCH, timeout_ms,
@@ -205,6 +209,16 @@ class TransactionCoordinator:
         log.info("%s: producer id %d, epoch %d", tid, target.producer_id, target.producer_epoch)
         return E.none, target.producer_id, target.producer_epoch
 
+    async def _settled(self, tid: str) -> None:
+        """Waits (briefly) for the id's previous transaction to finish completing. A producer starts
+        its next transaction as soon as EndTxn is answered, while the markers are still being
+        written; answering CONCURRENT_TRANSACTIONS then costs it a retry backoff (librdkafka:
+        about 20 ms), which on a replicated cluster is most of a short transaction's time."""
+        task = self._completions.get(tid)
+        if task is not None and not task.done():
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), SETTLE_WAIT_S)
+
     async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: set[TopicPartition],
                              client_version: int = 0) -> E:
         if not tid:
@@ -212,6 +226,7 @@ class TransactionCoordinator:
         error = self.error_for(tid)
         if error is not None:
             return error
+        await self._settled(tid)
         meta = self.txns.get(tid)
         try:
             target = txn.prepare_add(meta, producer_id, epoch, partitions, now_ms(), client_version)
@@ -295,7 +310,11 @@ class TransactionCoordinator:
             if meta.pending is None:
                 if remaining is None:
                     remaining = set(meta.partitions)
-                outcome = await self.write_markers(meta, self.coordinator_epoch(tid), remaining)
+                try:
+                    outcome = await self.write_markers(meta, self.coordinator_epoch(tid), remaining)
+                except Exception:  # whatever went wrong, the transaction must still complete: retry
+                    log.exception("%s: writing the markers failed; retrying", tid)
+                    outcome = Outcome.RETRY
                 if outcome == Outcome.STALE:
                     return
                 if outcome == Outcome.DONE:

@@ -309,9 +309,8 @@ def _incremental_topic_configs(broker: Any, topic: Any, changes: Any) -> dict[st
             if not _is_list(c.name):
                 raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply to list configs only")
             current = configs.get(c.name, TOPIC_PROPERTIES[c.name].render(settings[c.name]))
+            # An empty list is a value too (cleanup.policy="": neither retention nor compaction), as in Kafka.
             configs[c.name] = _list_op(current, c.value or "", c.config_operation == OP_APPEND)
-            if not configs[c.name] and c.name == "cleanup.policy":
-                raise KafkaError(ErrorCode.invalid_config, "cleanup.policy cannot become empty")
         else:
             raise KafkaError(ErrorCode.invalid_request, f"unknown operation {c.config_operation}")
     return configs

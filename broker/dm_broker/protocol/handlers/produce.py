@@ -100,8 +100,12 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             if header.producer_id < 0:
                 raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
             await _verify(ctx, req.transactional_id, topic, part, header)
-        if settings.compacted and any(r.key is None for r in decode_records(records)):
-            raise KafkaError(ErrorCode.invalid_record, "compacted topics only accept records with a key")
+        if settings.compacted:
+            keyless = [i for i, r in enumerate(decode_records(records)) if r.key is None]
+            if keyless:
+                # KIP-467: which records were refused, so the client fails those and sends the others again.
+                message = f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}."
+                raise KafkaError(ErrorCode.invalid_record, message, [(i, message) for i in keyless])
         if req.acks == -1 and len(part.isr) < settings["min.insync.replicas"]:
             raise KafkaError(ErrorCode.not_enough_replicas, f"ISR {part.isr} is smaller than min.insync.replicas="
                              f"{settings['min.insync.replicas']}")
@@ -147,6 +151,9 @@ def _fail(ctx: RequestContext, outcome: _Outcome, exc: BaseException, batch_erro
     and propagates."""
     if isinstance(exc, KafkaError):
         outcome.error, outcome.message = exc.code, exc.message
+        if exc.record_errors and batch_error_cls is not None:
+            outcome.record_errors = tuple(batch_error_cls(batch_index=i, batch_index_error_message=m)
+                                          for i, m in exc.record_errors)
     elif isinstance(exc, TimeoutError):
         outcome.error = ErrorCode.request_timed_out
         outcome.message = "the ISR did not confirm the batch in time; it may still be committed"
