@@ -76,8 +76,10 @@ class BrokerProcess:
     def command(self) -> list[str]:
         # An explicit log.dirs (several directories, JBOD) replaces --data-dir.
         dirs = [] if "log.dirs" in self.overrides else ["--data-dir", str(self.data_dir)]
+        # With Kafka's `listeners` the ports are in there (self.port is then the first listener's).
+        port = [] if "listeners" in self.overrides else ["--port", str(self.port)]
         cmd = [*self.prefix, sys.executable, "-m", "dm_broker.cli", "broker", "--host", self.host, *dirs,
-               "--port", str(self.port), "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
+               *port, "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
         if self.controller_url:
             cmd += ["--controller", self.controller_url]
         for key, value in self.overrides.items():

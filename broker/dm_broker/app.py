@@ -17,7 +17,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from .broker import Broker, embedded_controller
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
 from .controller.client import HttpControllerClient, LocalControllerClient
 from .dirlock import DirectoryInUse, DirectoryLock
 from .http.app import make_app
@@ -134,7 +134,11 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         embedded = await embedded_controller(config)
         embedded.start()
         client = LocalControllerClient(embedded)
-    broker = Broker(config, client)
+    try:
+        broker = Broker(config, client)
+    except ConfigError as exc:
+        await client.close()
+        raise SystemExit(f"dm: invalid configuration: {exc}") from None
 
     runner: web.AppRunner | None = None
     http_port = config["http.port"]
@@ -145,7 +149,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         await site.start()
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    server = KafkaServer(broker.dispatcher, config["socket.request.max.bytes"], config["connections.max.idle.ms"])
+    servers = [KafkaServer(broker.dispatcher, listener, broker.security, config["socket.request.max.bytes"],
+                           config["connections.max.idle.ms"]) for listener in broker.security.listeners.listeners]
     try:
         # Whose data is this? Asked before a single log is read or written (ADR 0017).
         await until_stopped(broker.check_identity(), stop)
@@ -168,10 +173,17 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
             with contextlib.suppress(RecoveryAborted):
                 await recovery
             raise
-        broker.port = await server.start(config["listener.host"], config["listener.port"])
+        for server in servers:
+            try:
+                broker.bound_ports[server.listener.name] = await server.start()
+            except OSError as exc:
+                raise SystemExit(f"dm: broker {broker.node_id}: listener {server.listener.name} cannot bind "
+                                 f"{server.listener.host or '*'}:{server.listener.port}: {exc.strerror}") from None
+        broker.port = broker.bound_ports[broker.security.listeners.inter_broker]
         await until_stopped(broker.start(), stop)
     except (Stopped, IdentityError) as exc:
-        await server.close()
+        for server in servers:
+            await server.close()
         await broker.close()
         if runner is not None:
             await runner.cleanup()
@@ -179,8 +191,11 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
             raise SystemExit(f"dm: broker {broker.node_id} cannot join: {exc}") from None
         log.info("broker %d stopped during start-up", broker.node_id)
         return
-    listeners = {"kafka": f"{config.advertised_host}:{config['advertised.port'] or broker.port}",
-                 "http_port": http_port, "node_id": broker.node_id}
+    endpoints = broker.registration().listeners
+    first = broker.security.listeners.listeners[0].name
+    listeners = {"kafka": f"{endpoints[first].host}:{endpoints[first].port}", "http_port": http_port,
+                 "node_id": broker.node_id,
+                 "listeners": {name: f"{e.host}:{e.port}" for name, e in endpoints.items()}}
     atomic_write(config.data_dir / "__dm_meta" / "listeners.json", json.dumps(listeners).encode())
     log.info("dm broker %d ready: kafka %s, http %s", broker.node_id, listeners["kafka"], http_port)
     if banner:
@@ -195,7 +210,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     await stop_tasks(loop_watch)
     if embedded is None and not broker.fatal:
         await broker.controlled_shutdown()
-    await server.close()
+    for server in servers:
+        await server.close()
     await broker.close()
     if runner is not None:
         with contextlib.suppress(Exception):

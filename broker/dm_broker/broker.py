@@ -15,7 +15,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,11 +33,13 @@ from .controller.models import (
     CreateTopicRequest,
     ElectLeadersRequest,
     HeartbeatRequest,
+    ListenerEndpoint,
     PartitionResult,
     ReassignmentRequest,
     RegisterRequest,
     TopicDoc,
 )
+from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
@@ -54,6 +55,8 @@ from .protocol.dispatch import Dispatcher
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
+from .security.scram import ScramCredential
+from .security.setup import SecuritySetup
 from .tasks import stop_tasks
 from .txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
 from .txn.markers import MarkerWriter
@@ -69,14 +72,6 @@ SESSION_OPEN_WAIT_S = 5.0
 HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
-@dataclass(frozen=True)
-class BrokerEndpoint:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, controller: ControllerClient) -> None:
         self.config = config
@@ -87,7 +82,9 @@ class Broker:
         self.metrics = BrokerMetrics(self)
         self.ready = False
         self.started = False
-        self.port = config["listener.port"]
+        self.security = SecuritySetup(config, self.scram_credential)
+        self.port = self.security.listeners.inter_broker_listener.port
+        self.bound_ports: dict[str, int] = {}  # listener name -> port it listens on
         self.dispatcher = Dispatcher(self, SPECS)
         self.coordinator = GroupCoordinator(self, CoordinatorSettings(
             partitions=config["offsets.topic.num.partitions"],
@@ -227,8 +224,13 @@ class Broker:
 
     def registration(self) -> RegisterRequest:
         """What this broker tells the controller it is and holds (ADR 0017)."""
-        return RegisterRequest(node_id=self.node_id, host=self.config.advertised_host,
-                               port=self.config["advertised.port"] or self.port, rack=self.config["rack"] or None,
+        inter = self.security.listeners.inter_broker_listener
+        listeners = {li.name: ListenerEndpoint(host=li.advertised_host,
+                                               port=li.advertised_port or self.bound_ports.get(li.name, li.port),
+                                               security_protocol=li.security_protocol)
+                     for li in self.security.listeners.listeners}
+        return RegisterRequest(node_id=self.node_id, host=listeners[inter.name].host, port=listeners[inter.name].port,
+                               listeners=listeners, rack=self.config["rack"] or None,
                                incarnation=self.incarnation, cluster_id=self.cluster_id_on_disk,
                                holdings=holdings.holdings(self.logs.logs),
                                topics={n: t for n, t in holdings.read_cache(self._cache_path).items() if t.topic_id},
@@ -347,6 +349,7 @@ class Broker:
                 self._suspected.pop(b.node_id, None)  # the controller's word on it is newer
         self.metadata = md
         self._rates = {}
+        self.security.set_acls(md.acls)
         hosted: set[tuple[str, int]] = set()
         for name, topic in md.topics.items():
             settings = TopicSettings(self.config, topic.configs)
@@ -493,13 +496,20 @@ class Broker:
         topic = self.topic(name)
         return None if topic is None else TopicSettings(self.config, topic.configs)
 
-    def endpoints(self) -> list[BrokerEndpoint]:
-        """Brokers serving now: registered and not fenced."""
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        if self.metadata is None:
+            return None
+        return self.metadata.scram.get(user, {}).get(mechanism)
+
+    def endpoints(self, listener: str | None = None) -> list[BrokerEndpoint]:
+        """Brokers serving now: registered and not fenced; with `listener`, their endpoints on that
+        listener (brokers without it are left out, as Kafka does), otherwise the inter-broker ones."""
         if not self.metadata:
             return []
-        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack) for b in self.metadata.brokers if not b.fenced]
+        found = (endpoint_on(b, listener) for b in self.metadata.brokers if not b.fenced)
+        return [e for e in found if e is not None]
 
-    def listed_endpoints(self) -> list[BrokerEndpoint]:
+    def listed_endpoints(self, listener: str | None = None) -> list[BrokerEndpoint]:
         """The broker list of Metadata responses: serving brokers, and for FENCED_LISTING_S those
         just fenced. A client (librdkafka) that sees a broker vanish in the same response that moves
         its partitions sends them through an internal no-leader state and re-queries only a second
@@ -507,8 +517,9 @@ class Broker:
         if not self.metadata:
             return []
         now = time.monotonic()
-        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack) for b in self.metadata.brokers
-                if not b.fenced or now - self._fenced_since.get(b.node_id, now) < FENCED_LISTING_S]
+        found = (endpoint_on(b, listener) for b in self.metadata.brokers
+                 if not b.fenced or now - self._fenced_since.get(b.node_id, now) < FENCED_LISTING_S)
+        return [e for e in found if e is not None]
 
     def suspect(self, node_id: int) -> None:
         """This broker's replication connection to `node_id` failed: its process may have died, and

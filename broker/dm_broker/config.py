@@ -50,6 +50,7 @@ class Property:
     topic_name: str | None = None  # per-topic override that falls back to this broker property
     dynamic: bool = False  # a broker property that AlterConfigs may change at run time
     applied: bool = True  # False: a Kafka topic config dm accepts, stores and returns but does not act on
+    secret: bool = False  # a password or key: DescribeConfigs returns it as null (sensitive), as Kafka does
 
     def parse(self, raw: Any) -> Any:
         try:
@@ -99,6 +100,79 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("advertised.port", "int", 0, "Port advertised in metadata (0: the listener's port).", minimum=0),
         Property("http.port", "int", 8080, "Port of the HTTP side port (0 picks a free one, -1 disables).",
                  minimum=-1),
+        # -- listeners and security (Kafka's names; docs/security.md) --------------------------------
+        Property("listeners", "str", "",
+                 "Kafka listeners, NAME://host:port comma-separated (an empty host binds every interface), e.g. "
+                 "PLAINTEXT://:9092,SASL_SSL://:9093. Empty: one PLAINTEXT listener on listener.host:listener.port."),
+        Property("advertised.listeners", "str", "",
+                 "What clients are told to connect to, per listener name (default: the listeners, with "
+                 "advertised.host where a listener's host is empty)."),
+        Property("listener.security.protocol.map", "str",
+                 "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+                 "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."),
+        Property("inter.broker.listener.name", "str", "",
+                 "The listener brokers use to reach each other (default: the one whose security protocol is "
+                 "security.inter.broker.protocol)."),
+        Property("security.inter.broker.protocol", "choice", "PLAINTEXT",
+                 "Security protocol between brokers when inter.broker.listener.name is not set.",
+                 choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        Property("ssl.keystore.type", "choice", "PEM",
+                 "Format of the broker's key and certificate: PEM (files or inline) or PKCS12 (JKS: convert with "
+                 "keytool -importkeystore -deststoretype PKCS12).", choices=("PEM", "PKCS12", "JKS")),
+        Property("ssl.keystore.location", "str", "",
+                 "PEM: a file with the private key and the certificate chain (or the chain only, with the key in "
+                 "ssl.keystore.key); PKCS12: the keystore. Re-read when it changes (rotation without a restart)."),
+        Property("ssl.keystore.password", "str", "", "Password of a PKCS12 keystore.", secret=True),
+        Property("ssl.key.password", "str", "", "Password of an encrypted PEM private key.", secret=True),
+        Property("ssl.keystore.certificate.chain", "str", "",
+                 "The certificate chain in PEM, inline (instead of ssl.keystore.location)."),
+        Property("ssl.keystore.key", "str", "", "The private key in PEM, inline (with ssl.keystore.certificate.chain).",
+                 secret=True),
+        Property("ssl.truststore.type", "choice", "PEM", "Format of the trusted certificates: PEM or PKCS12.",
+                 choices=("PEM", "PKCS12", "JKS")),
+        Property("ssl.truststore.location", "str", "",
+                 "CA certificates trusted for client certificates (mTLS) and, between brokers, for the other "
+                 "brokers' certificates. Re-read when it changes."),
+        Property("ssl.truststore.password", "str", "", "Password of a PKCS12 truststore.", secret=True),
+        Property("ssl.truststore.certificates", "str", "", "Trusted CA certificates in PEM, inline."),
+        Property("ssl.client.auth", "choice", "none",
+                 "Client certificates on SSL listeners: none, requested (verified when given) or required (mTLS).",
+                 choices=("none", "requested", "required")),
+        Property("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3",
+                 "TLS versions accepted (TLSv1.2 and TLSv1.3; older ones are refused)."),
+        Property("ssl.protocol", "str", "TLSv1.3",
+                 "Accepted for compatibility; the versions are ssl.enabled.protocols."),
+        Property("ssl.cipher.suites", "list", "",
+                 "Cipher suites for TLS 1.2, in OpenSSL or IANA names (empty: OpenSSL's secure defaults)."),
+        Property("ssl.endpoint.identification.algorithm", "str", "https",
+                 "Between brokers: https checks that a broker's certificate names its host; empty turns it off."),
+        Property("ssl.principal.mapping.rules", "str", "DEFAULT",
+                 "How an mTLS client's certificate subject becomes its principal: Kafka's RULE:pattern/replacement/"
+                 "[LU] list, then DEFAULT (the whole subject, e.g. CN=app,O=example)."),
+        Property("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                 "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and "
+                 "OAUTHBEARER are not supported)."),
+        Property("sasl.mechanism.inter.broker.protocol", "str", "PLAIN",
+                 "SASL mechanism brokers authenticate with when the inter-broker listener uses SASL."),
+        Property("sasl.jaas.config", "str", "",
+                 "JAAS configuration of the SASL mechanisms (Kafka's PlainLoginModule / ScramLoginModule "
+                 "syntax): PLAIN's user_<name>=\"<password>\" entries, and username/password this broker uses "
+                 "to authenticate to others. Usually per listener and mechanism: "
+                 "listener.name.<listener>.<mechanism>.sasl.jaas.config.", secret=True),
+        Property("sasl.server.max.receive.size", "int", 524288,
+                 "Largest SASL token accepted before authentication; larger ones close the connection.", minimum=64),
+        Property("connections.max.reauth.ms", "int", 0,
+                 "SASL sessions expire after this long (KIP-368): the client re-authenticates on the same connection "
+                 "or is disconnected at its next request. 0: sessions do not expire.", minimum=0),
+        Property("connection.failed.authentication.delay.ms", "int", 100,
+                 "A failed authentication is answered this much later (slows password guessing).", minimum=0),
+        Property("authorizer.class.name", "str", "",
+                 "Empty: no authorization (every request allowed). org.apache.kafka.metadata.authorizer."
+                 "StandardAuthorizer, kafka.security.authorizer.AclAuthorizer or dm.StandardAuthorizer: Kafka's ACLs."),
+        Property("super.users", "str", "",
+                 "Principals allowed everything, semicolon-separated (User:admin;User:CN=broker-0)."),
+        Property("allow.everyone.if.no.acl.found", "bool", False,
+                 "With an authorizer: allow access to a resource that no ACL names at all."),
         Property("log.dirs", "str", "./data",
                  "Directories holding the partition logs, comma-separated (JBOD: new partitions go to the one "
                  "with the fewest; AlterReplicaLogDirs moves them). The first also holds the broker's own state."),
@@ -293,6 +367,7 @@ class BrokerConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
     values: dict[str, Any] = Field(default_factory=dict)
     explicit: frozenset[str] = frozenset()  # properties set by the operator (DescribeConfigs source)
+    scoped: dict[str, Any] = Field(default_factory=dict)  # listener.name.<listener>.<property>, lower-cased
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -331,21 +406,71 @@ class BrokerConfig(BaseModel):
                 raw[name] = env[key]
         raw.update(overrides or {})
         values = {name: prop.default for name, prop in BROKER_PROPERTIES.items()}
+        scoped: dict[str, Any] = {}
         for name, value in raw.items():
+            if name.startswith(LISTENER_PREFIX):
+                scoped[name.lower()] = _listener_scoped(name).parse(value)
+                continue
             prop = BROKER_PROPERTIES.get(name)
             if prop is None:
                 raise ConfigError(f"unknown broker property {name!r}")
             values[name] = prop.parse(value)
-        return cls(values=values, explicit=frozenset(raw))
+        return cls(values=values, explicit=frozenset(raw), scoped=scoped)
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """A property as it applies to one listener: listener.name.<listener>.<name> over <name>."""
+        key = f"{LISTENER_PREFIX}{listener.lower()}.{name}"
+        return self.scoped[key] if key in self.scoped else self.values[name]
+
+    def jaas_config(self, listener: str, mechanism: str) -> str:
+        """The JAAS configuration of `mechanism` on `listener` (Kafka's lookup order)."""
+        key = f"{LISTENER_PREFIX}{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        return self.scoped.get(key) or self.for_listener(listener, "sasl.jaas.config")
+
+
+LISTENER_PREFIX = "listener.name."
+# Properties a listener may override with listener.name.<listener>.<property>, as in Kafka.
+LISTENER_SCOPED = ("ssl.", "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.server.max.receive.size",
+                   "connections.max.reauth.ms")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _listener_scoped(name: str) -> Property:
+    """The property a listener.name.<listener>.<...> key sets; ConfigError when it is not one."""
+    rest = name[len(LISTENER_PREFIX):]
+    listener, dot, suffix = rest.partition(".")
+    if not listener or not dot:
+        raise ConfigError(f"{name}: expected listener.name.<listener>.<property>")
+    mechanism, _, jaas = suffix.partition(".")
+    if jaas == "sasl.jaas.config" and mechanism.upper() in (*SASL_MECHANISMS, "GSSAPI", "OAUTHBEARER"):
+        return Property(name, "str", "", "JAAS configuration of one mechanism on one listener.", secret=True)
+    prop = BROKER_PROPERTIES.get(suffix)
+    if prop is None or not suffix.startswith(LISTENER_SCOPED):
+        raise ConfigError(f"unknown broker property {name!r} ({suffix!r} cannot be set per listener)")
+    return Property(name, prop.kind, prop.default, prop.doc, prop.minimum, prop.choices, secret=prop.secret)
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Reads a Java-style .properties file (key=value, # comments)."""
+    """Reads a Java-style .properties file (key=value or key: value, # and ! comments, a line ending
+    in a backslash continues on the next, as JAAS configurations usually do)."""
     out: dict[str, str] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    logical: list[tuple[int, str]] = []
+    pending = ""
+    start = 0
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         stripped = line.strip()
-        if not stripped or stripped.startswith(("#", "!")):
+        if not pending and (not stripped or stripped.startswith(("#", "!"))):
             continue
+        if not pending:
+            start = number
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            pending += stripped[:-1]
+            continue
+        logical.append((start, (pending + stripped).strip()))
+        pending = ""
+    if pending:
+        logical.append((start, pending.strip()))
+    for lineno, stripped in logical:
         sep = min((i for i in (stripped.find("="), stripped.find(":")) if i > 0), default=-1)
         if sep < 0:
             raise ConfigError(f"{path}:{lineno}: expected key=value")

@@ -118,6 +118,12 @@ class BrokerMetrics:
         )
         self.closed_bad_frames = Counter("dm_connections_closed_bad_input",
                                          "Connections closed for malformed or oversized frames", registry=r)
+        self.authentications = Counter("dm_authentications", "Authentications by listener, mechanism (SSL for TLS "
+                                       "handshakes) and result (success, failure)",
+                                       ["listener", "mechanism", "result"], registry=r)
+        self.authorization_denials = Counter("dm_authorization_denials",
+                                             "Requests (or parts of them) refused by the authorizer, by API",
+                                             ["api"], registry=r)
         r.register(_LogCollector(broker))
 
     def forget_topic(self, topic: str) -> None:

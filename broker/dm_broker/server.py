@@ -14,12 +14,17 @@ import logging
 import os
 import socket
 import time
+import weakref
 from typing import Any
 
 from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
 from .protocol.framing import FrameProtocol, FrameSizeError
+from .security.listeners import Listener
+from .security.session import Session
+from .security.setup import SecuritySetup
+from .security.tls import RELOAD_CHECK_S, ReloadingContext, peer_subject
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
@@ -27,6 +32,17 @@ MIN_FRAME = 8  # api key, api version, correlation id
 WRITE_BUFFER_LIMIT = 1 << 20
 MAX_PIPELINED = 5  # requests of one connection in progress at once (librdkafka sends up to 5)
 IDLE_SWEEP_SECONDS = 30
+TLS_HANDSHAKE_TIMEOUT_S = 10
+
+
+def _handshake_outcome(connected: list[bool], listener: str, metrics: Any) -> None:
+    """Runs when a TLS listener's protocol object goes away: if it never got a connection, the
+    handshake failed (an untrusted, missing or expired client certificate, plaintext, an old TLS
+    version) or the client left before finishing it."""
+    if not connected[0]:
+        metrics.authentications.labels(listener, "SSL", "failure").inc()
+        log.info("listener %s: a TLS handshake failed (the client's certificate, CA or TLS version was refused, "
+                 "or it spoke plaintext)", listener)
 
 
 def _release(ordered: asyncio.Future[None], _: asyncio.Task[Any]) -> None:
@@ -35,8 +51,13 @@ def _release(ordered: asyncio.Future[None], _: asyncio.Task[Any]) -> None:
 
 
 class KafkaServer:
-    def __init__(self, dispatcher: Dispatcher, max_request_bytes: int, idle_ms: int) -> None:
+    """One Kafka listener."""
+
+    def __init__(self, dispatcher: Dispatcher, listener: Listener, security: SecuritySetup, max_request_bytes: int,
+                 idle_ms: int) -> None:
         self.dispatcher = dispatcher
+        self.listener = listener
+        self.security = security
         self.metrics = dispatcher.broker.metrics
         self.max_request_bytes = max_request_bytes
         self.idle_seconds = idle_ms / 1000
@@ -44,14 +65,40 @@ class KafkaServer:
         self._connections: dict[FrameProtocol, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self._reloader: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self) -> int:
         loop = asyncio.get_running_loop()
+        tls = self.security.tls.get(self.listener.name)
         self._server = await loop.create_server(
-            lambda: FrameProtocol(MIN_FRAME, self.max_request_bytes, on_connect=self._accepted), host, port,
-            backlog=1024)
+            self._protocol, self.listener.host or None, self.listener.port, backlog=1024,
+            ssl=tls.context if tls is not None else None,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None)
         self._sweeper = asyncio.create_task(self._sweep_idle())
+        if tls is not None:
+            self._reloader = asyncio.create_task(self._reload_tls(tls))
         return self._server.sockets[0].getsockname()[1]
+
+    def _protocol(self) -> FrameProtocol:
+        if not self.listener.tls:
+            return FrameProtocol(MIN_FRAME, self.max_request_bytes, on_connect=self._accepted)
+        # The TLS handshake runs before the protocol hears of the connection, and one that fails never
+        # reaches it: it is counted when the protocol object is dropped without having connected.
+        connected = [False]
+        conn = FrameProtocol(MIN_FRAME, self.max_request_bytes,
+                             on_connect=functools.partial(self._accepted_tls, connected))
+        weakref.finalize(conn, _handshake_outcome, connected, self.listener.name, self.metrics)
+        return conn
+
+    def _accepted_tls(self, connected: list[bool], conn: FrameProtocol) -> None:
+        connected[0] = True
+        self._accepted(conn)
+
+    async def _reload_tls(self, tls: ReloadingContext) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_CHECK_S)
+            with contextlib.suppress(Exception):
+                tls.check()
 
     def _accepted(self, conn: FrameProtocol) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(conn))
@@ -59,7 +106,7 @@ class KafkaServer:
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        await stop_tasks(self._sweeper)
+        await stop_tasks(self._sweeper, self._reloader)
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
@@ -80,8 +127,10 @@ class KafkaServer:
 
     def _write(self, transport: asyncio.Transport, chunks: list) -> None:
         """Writes a response; record data in FileSlices goes out with sendfile(2) while the
-        socket takes it directly (nothing queued before it), and through pread otherwise."""
+        socket takes it directly (nothing queued before it), and through pread otherwise. Never
+        sendfile under TLS: the kernel would put plaintext into the encrypted stream."""
         pending: list = []
+        zero_copy = not self.listener.tls
         for chunk in chunks:
             if not isinstance(chunk, FileSlice):
                 pending.append(chunk)
@@ -90,7 +139,7 @@ class KafkaServer:
                 transport.writelines(pending)
                 pending = []
             sent = 0
-            if transport.get_write_buffer_size() == 0:
+            if zero_copy and transport.get_write_buffer_size() == 0:
                 sent = self._sendfile(transport, chunk)
             if sent < chunk.size:
                 transport.write(os.pread(chunk.fd, chunk.size - sent, chunk.position + sent))
@@ -131,6 +180,12 @@ class KafkaServer:
         self.metrics.connections.inc()
         self._connections[conn] = time.monotonic()
         loop = asyncio.get_running_loop()
+        session = await self._open_session(conn, peername[0] if peername else "")
+        if session is None:
+            self.metrics.connections.dec()
+            self._connections.pop(conn, None)
+            conn.abort()
+            return
         answers: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue(MAX_PIPELINED)
         responder = loop.create_task(self._respond(conn, answers, peer))
         try:
@@ -138,12 +193,18 @@ class KafkaServer:
                 frame = await conn.read_frame()
                 self._connections[conn] = time.monotonic()
                 ordered = loop.create_future()
-                task = loop.create_task(self.dispatcher.handle(frame, peer, ordered))
+                task = loop.create_task(self.dispatcher.handle(frame, peer, ordered, session))
                 task.add_done_callback(functools.partial(_release, ordered))  # a finished request is ordered too
                 await answers.put(task)
                 await ordered
                 if responder.done() or (task.done() and not task.cancelled() and task.exception() is not None):
                     await responder  # it answers what came before, then logs the failure and closes
+                    return
+                if session.close_after_response:  # failed authentication: answered, then closed
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(answers.join(), 10)
+                    with contextlib.suppress(ConnectionError, TimeoutError):
+                        await asyncio.wait_for(conn.drain(), 5)
                     return
         except BaseException as exc:
             self._log_close(peer, exc)
@@ -170,9 +231,29 @@ class KafkaServer:
                     self._write(transport, response)
                     if transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
                         await conn.drain()
+                answers.task_done()
         except BaseException as exc:
             self._log_close(peer, exc)
             conn.close()
+
+    async def _open_session(self, conn: FrameProtocol, host: str) -> Session | None:
+        """The connection's session, with an mTLS client's principal taken from its certificate
+        (None when the certificate maps to no principal: the connection is refused)."""
+        listener = self.listener
+        session = self.security.session(listener, host)
+        if not listener.tls or conn.transport is None:
+            return session
+        subject = peer_subject(conn.transport.get_extra_info("ssl_object"))
+        session.client_subject = subject
+        if subject is not None and not listener.sasl:
+            try:
+                session.principal = self.security.principal_from_certificate(subject)
+            except ValueError as exc:
+                self.metrics.authentications.labels(listener.name, "SSL", "failure").inc()
+                log.warning("listener %s: refusing %s: %s", listener.name, host, exc)
+                return None
+        self.metrics.authentications.labels(listener.name, "SSL", "success").inc()
+        return session
 
     def _log_close(self, peer: str, exc: BaseException) -> None:
         if isinstance(exc, FrameSizeError):

@@ -185,7 +185,8 @@ class Controller:
         return ClusterMetadata(version=self.version, incarnation=self.incarnation, cluster_id=self.cluster.cluster_id,
                                controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics,
                                broker_configs=self.cluster.broker_configs,
-                               deleted_topics=self.cluster.deleted_topics)
+                               deleted_topics=self.cluster.deleted_topics, acls=self.cluster.acls,
+                               scram=self.cluster.scram)
 
     def cluster_info(self) -> ClusterInfo:
         return ClusterInfo(cluster_id=self.cluster.cluster_id if self.established else None,
@@ -256,8 +257,8 @@ class Controller:
                 # A new process: whatever the old one led may have lost unflushed data.
                 await self._fence(req.node_id, "restarted")
             self.brokers[req.node_id] = BrokerInfo(node_id=req.node_id, host=req.host, port=req.port, rack=rack,
-                                                   incarnation=req.incarnation, epoch=epoch,
-                                                   stray_logs=list(req.stray_logs))
+                                                   listeners=dict(req.listeners), incarnation=req.incarnation,
+                                                   epoch=epoch, stray_logs=list(req.stray_logs))
             self.last_heartbeat[req.node_id] = self.clock()
             self.sessions.pop(req.node_id, None)  # a session belongs to one registration
             log.info("broker %d registered at %s:%d (epoch %d%s)", req.node_id, req.host, req.port, epoch,

@@ -6,14 +6,26 @@ import uuid
 
 from pydantic import BaseModel, Field
 
+from ..security.acls import AclBinding
+from ..security.scram import ScramCredential
+
 NO_LEADER = -1
+
+
+class ListenerEndpoint(BaseModel):
+    """Where clients of one listener reach a broker."""
+
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
 
 
 class BrokerInfo(BaseModel):
     node_id: int
-    host: str
+    host: str  # host and port: the inter-broker listener's advertised endpoint
     port: int
     rack: str | None = None
+    listeners: dict[str, ListenerEndpoint] = Field(default_factory=dict)  # by listener name
     incarnation: str = ""  # changes with every process start
     epoch: int = 0  # broker epoch, bumped at every registration
     fenced: bool = False
@@ -76,6 +88,9 @@ class ClusterDoc(BaseModel):
     broker_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
     # The last topic deletions (oldest first, bounded): what allows a broker to delete a topic's logs.
     deleted_topics: list[DeletedTopic] = Field(default_factory=list)
+    acls: list[AclBinding] = Field(default_factory=list)
+    # SCRAM credentials by user and mechanism: salted, never a password (KIP-554).
+    scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
     version: int = 0
 
 
@@ -90,6 +105,8 @@ class ClusterMetadata(BaseModel):
     topics: dict[str, TopicDoc]
     broker_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
     deleted_topics: list[DeletedTopic] = Field(default_factory=list)
+    acls: list[AclBinding] = Field(default_factory=list)
+    scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
 
 
 class HeldPartition(BaseModel):
@@ -118,6 +135,7 @@ class RegisterRequest(BaseModel):
     host: str
     port: int
     rack: str | None = None
+    listeners: dict[str, ListenerEndpoint] = Field(default_factory=dict)
     incarnation: str
     cluster_id: str | None = None  # from the broker's meta.properties; None for a new data directory
     holdings: list[HeldPartition] = Field(default_factory=list)

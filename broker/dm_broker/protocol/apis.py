@@ -5,7 +5,7 @@ broker's release from its versions (kafka-python) see 4.0. Produce 13 and Fetch 
 from __future__ import annotations
 
 from .dispatch import ApiSpec
-from .handlers import admin, cluster_admin, fetch, groups, metadata, offsets, produce, transactions
+from .handlers import admin, cluster_admin, fetch, groups, metadata, offsets, produce, sasl, transactions
 
 SPECS: list[ApiSpec] = [
     ApiSpec(0, "Produce", 3, 12, produce.handle, advertised_min=0),
@@ -47,4 +47,6 @@ SPECS: list[ApiSpec] = [
     ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
     ApiSpec(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
     ApiSpec(66, "ListTransactions", 0, 1, transactions.handle_list_transactions),
+    ApiSpec(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
+    ApiSpec(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
 ]

@@ -29,6 +29,9 @@ from .codec import (
 if TYPE_CHECKING:
     from ..broker import Broker
 
+from ..security.acls import Operation, ResourceType
+from ..security.session import PRE_AUTH_APIS, Session
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
@@ -41,10 +44,28 @@ class RequestContext:
     response_cls: type
     peer: str
     ordered: asyncio.Future[None] | None = None
+    session: Session | None = None
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (None: a request the broker makes to itself)."""
+        return self.session.listener.name if self.session is not None else None
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether this connection's principal may do `operation` on the resource (always, without
+        an authorizer, and for requests a broker makes to itself)."""
+        if self.session is None:
+            return True
+        return self.broker.security.allowed(self.session, operation, resource_type, name)
+
+    def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        if self.session is None:
+            return True
+        return self.broker.security.allowed_any(self.session, operation, resource_type)
 
     def release_order(self) -> None:
         """The rest of this request does not affect the order of later ones on the connection
@@ -79,14 +100,25 @@ class Dispatcher:
             for s in sorted(self.apis.values(), key=lambda s: s.key)
         ]
 
-    async def handle(self, frame: bytes | memoryview, peer: str,
-                     ordered: asyncio.Future[None] | None = None) -> list[bytes | memoryview] | None:
+    async def handle(self, frame: bytes | memoryview, peer: str, ordered: asyncio.Future[None] | None = None,
+                     session: Session | None = None) -> list[bytes | memoryview] | None:
         """Returns the response frame, or None when the request gets no response (acks=0).
         Raises ProtocolError when the connection must be closed."""
+        if session is not None and session.raw_tokens:
+            from .handlers.sasl import raw_sasl_token
+
+            return await raw_sasl_token(self.broker, session, bytes(frame))
         api_key, version, correlation_id = peek_header(frame)
         spec = self.apis.get(api_key)
         if spec is None:
             raise ProtocolError(f"unsupported API key {api_key}")
+        if session is not None and api_key not in PRE_AUTH_APIS:
+            if not session.authenticated:
+                raise ProtocolError(f"unexpected {spec.name} request during SASL handshake (listener "
+                                    f"{session.listener.name} requires SASL authentication first)")
+            if session.expired():
+                raise ProtocolError(f"the SASL session of {session.principal} expired "
+                                    "(connections.max.reauth.ms) without re-authentication")
         if not spec.min_version <= version <= spec.max_version:
             if api_key == API_VERSIONS_KEY:
                 return self._api_versions_fallback(correlation_id)
@@ -97,7 +129,7 @@ class Dispatcher:
         header, offset = decode_request(frame, req_cls.__flexible__)
         body = decode_body(frame, offset, req_cls)
         resp_cls = response_class(api_key, version)
-        ctx = RequestContext(self.broker, header, resp_cls, peer, ordered)
+        ctx = RequestContext(self.broker, header, resp_cls, peer, ordered, session)
         started = time.perf_counter()
         response = await spec.handler(ctx, body)
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)

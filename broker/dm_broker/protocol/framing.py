@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 import struct
 from collections.abc import Callable
 
@@ -193,7 +194,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         await self._lost
 
 
-async def open_frame_connection(host: str, port: int) -> FrameProtocol:
+async def open_frame_connection(host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> FrameProtocol:
     loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_connection(FrameProtocol, host, port)
+    _, protocol = await loop.create_connection(FrameProtocol, host, port, ssl=ssl_context,
+                                               server_hostname=host if ssl_context is not None else None)
     return protocol

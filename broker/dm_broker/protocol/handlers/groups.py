@@ -32,7 +32,7 @@ def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[Erro
     leader = topic.partitions[partition].leader
     if leader == broker.node_id and partition not in coordinator.owned:
         return ErrorCode.coordinator_not_available, "the coordinator is loading", None
-    endpoint = next((e for e in broker.endpoints() if e.node_id == leader), None)
+    endpoint = next((e for e in broker.endpoints(ctx.listener_name) if e.node_id == leader), None)
     if endpoint is None:
         return ErrorCode.coordinator_not_available, "the coordinator's broker is unknown", None
     return ErrorCode.none, None, endpoint

@@ -8,6 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...controller.models import TopicDoc
+from ...endpoints import endpoint_on as _fenced_endpoint
 from ...errors import KafkaError
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, nested
@@ -89,7 +90,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
             topics.append(_topic_metadata(ctx, topic) if topic else
                           _missing(ctx, name, None, ErrorCode.unknown_topic_or_partition))
     brokers = tuple(make(broker_cls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-                    for e in broker.listed_endpoints())
+                    for e in broker.listed_endpoints(ctx.listener_name))
     return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
                 controller_id=broker.controller_id, topics=tuple(topics), error_code=ErrorCode.none)
 
@@ -103,10 +104,12 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> Any:
                     cluster_id=broker.cluster_id, controller_id=-1, brokers=())
     broker_cls = nested(cls, "DescribeClusterBroker")
     brokers = [make(broker_cls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=False)
-               for e in broker.endpoints()]
+               for e in broker.endpoints(ctx.listener_name)]
     if getattr(req, "include_fenced_brokers", False) and broker.metadata is not None:
-        brokers += [make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack, is_fenced=True)
-                    for b in broker.metadata.brokers if b.fenced]
+        fenced = [e for e in (_fenced_endpoint(b, ctx.listener_name) for b in broker.metadata.brokers if b.fenced)
+                  if e is not None]
+        brokers += [make(broker_cls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=True)
+                    for e in fenced]
     brokers = tuple(brokers)
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                 cluster_id=broker.cluster_id, controller_id=broker.controller_id, brokers=brokers)

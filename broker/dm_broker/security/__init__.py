@@ -1,0 +1,1 @@
+"""Listeners, TLS, SASL, principals and ACLs (ADR 0021)."""

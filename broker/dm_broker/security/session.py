@@ -1,0 +1,45 @@
+"""Who is on the other end of one connection, and how far its authentication got."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .listeners import Listener
+from .principal import ANONYMOUS, Principal
+from .sasl import Authenticator
+
+# Requests a SASL listener answers before authentication (Kafka closes the connection on others).
+PRE_AUTH_APIS = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+@dataclass
+class Session:
+    listener: Listener
+    host: str  # the client's address, as ACLs name hosts
+    principal: Principal = ANONYMOUS
+    authenticated: bool = True
+    authenticator: Authenticator | None = None
+    raw_tokens: bool = False  # after SaslHandshake v0: SASL tokens come as bare size-prefixed frames
+    expires_at: float | None = None  # monotonic; KIP-368 session end
+    reauth_ms: int = 0
+    close_after_response: bool = False
+    client_subject: str | None = None  # an mTLS client's certificate subject
+    mechanism: str = field(default="")
+
+    @classmethod
+    def plain(cls, listener: Listener, host: str) -> Session:
+        return cls(listener, host)
+
+    def expired(self) -> bool:
+        return self.expires_at is not None and time.monotonic() >= self.expires_at
+
+    def start_lifetime(self) -> int:
+        """After a successful authentication: the session lifetime to tell the client (0: none)."""
+        if self.reauth_ms <= 0:
+            self.expires_at = None
+            return 0
+        self.expires_at = time.monotonic() + self.reauth_ms / 1000
+        return self.reauth_ms
