@@ -137,11 +137,14 @@ def refused(bootstrap: str, creds: Credentials, timeout: float = 4) -> str:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **creds.librdkafka(), "log_level": "0"})
+    reported: list[str] = []  # what librdkafka's error callback says (the authentication error itself)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **creds.librdkafka(), "log_level": "0",
+                         "error_cb": lambda err: reported.append(str(err))})
     try:
         admin.list_topics(timeout=timeout)
     except KafkaException as exc:
-        return str(exc)
+        admin.poll(0.5)
+        return "; ".join([str(exc), *reported])
     raise AssertionError(f"{bootstrap} answered a client with {creds}")
 
 

@@ -37,6 +37,8 @@ from .controller.models import (
     PartitionResult,
     ReassignmentRequest,
     RegisterRequest,
+    ScramAlteration,
+    ScramResult,
     TopicDoc,
 )
 from .endpoints import BrokerEndpoint, endpoint_on
@@ -55,6 +57,7 @@ from .protocol.dispatch import Dispatcher
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
+from .security.acls import AclBinding, AclFilter
 from .security.scram import ScramCredential
 from .security.setup import SecuritySetup
 from .tasks import stop_tasks
@@ -695,6 +698,27 @@ class Broker:
                 raise KafkaError(ErrorCode.request_timed_out, f"{topic}-{index}: the low watermark is {low}: not every "
                                                               f"live replica has moved its log start to {offset} yet")
             await asyncio.sleep(0.02)
+
+    # -- ACLs and SCRAM credentials: kept by the controller, applied from the metadata ---------------
+
+    async def create_acls(self, acls: list[AclBinding]) -> list[str | None]:
+        errors = await self._ask_controller(self.controller.create_acls(acls))
+        made = [a for a, e in zip(acls, errors, strict=True) if e is None]
+        await self._until_visible(lambda: self.metadata is not None and all(a in self.metadata.acls for a in made))
+        return errors
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        deleted = await self._ask_controller(self.controller.delete_acls(filters))
+        gone = {a for group in deleted for a in group}
+        await self._until_visible(lambda: self.metadata is not None and not gone & set(self.metadata.acls))
+        return deleted
+
+    async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]:
+        results = await self._ask_controller(self.controller.alter_scram(alterations))
+        done = [a for a, r in zip(alterations, results, strict=True) if r.error is None]
+        await self._until_visible(lambda: all(self.scram_credential(a.user, a.mechanism) == a.credential
+                                              for a in done))
+        return results
 
     async def _ask_controller(self, call: Awaitable[T]) -> T:
         """Runs a controller call; its errors become the Kafka error codes clients expect."""

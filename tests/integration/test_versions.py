@@ -73,11 +73,9 @@ async def test_api_versions_list_offsets_init_producer_describe_cluster_every_ve
 KAFKA_4_0 = BROKER_API_VERSIONS[(4, 0)]
 # 4.0's APIs dm does not implement, with why (docs/protocol.md lists them).
 NOT_IMPLEMENTED = {
-    17: "SaslHandshake (issue 22)", 29: "DescribeAcls (issue 22)", 30: "CreateAcls (issue 22)",
-    31: "DeleteAcls (issue 22)", 36: "SaslAuthenticate (issue 22)", 38: "CreateDelegationToken",
-    39: "RenewDelegationToken", 40: "ExpireDelegationToken", 41: "DescribeDelegationToken",
-    48: "DescribeClientQuotas", 49: "AlterClientQuotas", 50: "DescribeUserScramCredentials (issue 22)",
-    51: "AlterUserScramCredentials (issue 22)", 55: "DescribeQuorum (KRaft)", 57: "UpdateFeatures",
+    38: "CreateDelegationToken", 39: "RenewDelegationToken", 40: "ExpireDelegationToken",
+    41: "DescribeDelegationToken", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
+    55: "DescribeQuorum (KRaft)", 57: "UpdateFeatures",
     64: "UnregisterBroker (KRaft)", 68: "ConsumerGroupHeartbeat (KIP-848)", 69: "ConsumerGroupDescribe (KIP-848)",
     74: "ListClientMetricsResources", 75: "DescribeTopicPartitions", 80: "AddRaftVoter (KRaft)",
     81: "RemoveRaftVoter (KRaft)",

@@ -10,9 +10,14 @@ from typing import Protocol, TypeVar
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
+from ..security.acls import AclBinding, AclFilter
 from ..tasks import cancelling
 from .controller import Controller, ControllerError
 from .models import (
+    AclDeleteRequest,
+    AclDeleteResults,
+    AclResults,
+    AclsRequest,
     AlterConfigsRequest,
     AlterIsrRequest,
     AlterIsrResponse,
@@ -32,6 +37,10 @@ from .models import (
     ReassignmentsRequest,
     RegisterRequest,
     RegisterResponse,
+    ScramAlteration,
+    ScramRequest,
+    ScramResult,
+    ScramResults,
     TopicDoc,
 )
 
@@ -59,6 +68,9 @@ class ControllerClient(Protocol):
     async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]: ...
     async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]: ...
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc: ...
+    async def create_acls(self, acls: list[AclBinding]) -> list[str | None]: ...
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]: ...
+    async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]: ...
     async def close(self) -> None: ...
 
 
@@ -114,6 +126,15 @@ class LocalControllerClient:
 
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
         return await self.controller.alter_broker_configs(req)
+
+    async def create_acls(self, acls: list[AclBinding]) -> list[str | None]:
+        return await self.controller.create_acls(acls)
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        return await self.controller.delete_acls(filters)
+
+    async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]:
+        return await self.controller.alter_scram(alterations)
 
     async def close(self) -> None:
         await self.controller.close()
@@ -207,6 +228,17 @@ class HttpControllerClient:
 
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
         return await self._call("PUT", "/v1/broker-configs", req, answer=ClusterDoc)
+
+    async def create_acls(self, acls: list[AclBinding]) -> list[str | None]:
+        return (await self._call("POST", "/v1/acls", AclsRequest(acls=acls), answer=AclResults)).errors
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        return (await self._call("POST", "/v1/acls/delete", AclDeleteRequest(filters=filters),
+                                 answer=AclDeleteResults)).deleted
+
+    async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]:
+        return (await self._call("POST", "/v1/scram", ScramRequest(alterations=alterations),
+                                 answer=ScramResults)).results
 
     async def hold_session(self, node_id: int, broker_epoch: int, opened: Callable[[], None]) -> None:
         """Keeps the session WebSocket open (`opened` is called once it is); returns when it

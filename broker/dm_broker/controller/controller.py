@@ -30,6 +30,11 @@ from collections.abc import Awaitable, Callable
 from pydantic import BaseModel
 
 from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, BrokerConfig, ConfigError, validate_topic_configs
+from ..security.acls import AclBinding, AclFilter
+from ..security.acls import validate as validate_acl
+from ..security.scram import MAX_ITERATIONS as SCRAM_MAX_ITERATIONS
+from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
+from ..security.scram import MIN_ITERATIONS as SCRAM_MIN_ITERATIONS
 from ..tasks import stop_tasks
 from ..topics import InvalidTopicError, validate_topic_name
 from .models import (
@@ -52,6 +57,8 @@ from .models import (
     ReassignmentRequest,
     RegisterRequest,
     RegisterResponse,
+    ScramAlteration,
+    ScramResult,
     TopicDoc,
 )
 from .placement import PlacementError, assign
@@ -747,6 +754,75 @@ class Controller:
             await self._save_cluster(self.cluster.model_copy(update={"broker_configs": configs}))
             self._bump()
             return self.cluster
+
+    # -- ACLs and SCRAM credentials (ADR 0021) -------------------------------------------------
+
+    async def create_acls(self, acls: list[AclBinding]) -> list[str | None]:
+        """Adds ACLs (one already there is not added twice); per ACL, why it was refused or None."""
+        errors = [validate_acl(acl) for acl in acls]
+        async with self._lock:
+            current = list(self.cluster.acls)
+            known = set(current)
+            for acl, error in zip(acls, errors, strict=True):
+                if error is None and acl not in known:
+                    current.append(acl)
+                    known.add(acl)
+            if len(current) != len(self.cluster.acls):
+                await self._save_cluster(self.cluster.model_copy(update={"acls": current}))
+                self._bump()
+        return errors
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        async with self._lock:
+            matched = [[acl for acl in self.cluster.acls if f.matches(acl)] for f in filters]
+            gone = {acl for group in matched for acl in group}
+            if gone:
+                kept = [acl for acl in self.cluster.acls if acl not in gone]
+                await self._save_cluster(self.cluster.model_copy(update={"acls": kept}))
+                self._bump()
+        return matched
+
+    async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]:
+        """KIP-554's checks and answers; every valid alteration of the request is applied together."""
+        seen: dict[tuple[str, str], int] = {}
+        for a in alterations:
+            seen[(a.user, a.mechanism)] = seen.get((a.user, a.mechanism), 0) + 1
+        async with self._lock:
+            scram = {user: dict(creds) for user, creds in self.cluster.scram.items()}
+            results = []
+            for a in alterations:
+                error = self._scram_refusal(a, scram, seen)
+                if error is not None:
+                    results.append(ScramResult(user=a.user, error=error[0], message=error[1]))
+                    continue
+                if a.credential is None:
+                    scram[a.user].pop(a.mechanism, None)
+                    if not scram[a.user]:
+                        del scram[a.user]
+                else:
+                    scram.setdefault(a.user, {})[a.mechanism] = a.credential
+                results.append(ScramResult(user=a.user))
+            if scram != self.cluster.scram:
+                await self._save_cluster(self.cluster.model_copy(update={"scram": scram}))
+                self._bump()
+        return results
+
+    @staticmethod
+    def _scram_refusal(a: ScramAlteration, scram: dict, seen: dict) -> tuple[str, str] | None:
+        if not a.user:
+            return "unacceptable_credential", "the user name is empty"
+        if a.mechanism not in SCRAM_MECHANISMS:
+            return "unsupported_sasl_mechanism", f"unknown SCRAM mechanism {a.mechanism!r}"
+        if seen[(a.user, a.mechanism)] > 1:
+            return "duplicate_resource", f"{a.user} {a.mechanism} appears more than once in the request"
+        if a.credential is None:
+            if a.mechanism not in scram.get(a.user, {}):
+                return "resource_not_found", f"{a.user} has no {a.mechanism} credential"
+            return None
+        if not SCRAM_MIN_ITERATIONS <= a.credential.iterations <= SCRAM_MAX_ITERATIONS:
+            return ("unacceptable_credential", f"iterations must be between {SCRAM_MIN_ITERATIONS} and "
+                                               f"{SCRAM_MAX_ITERATIONS}, got {a.credential.iterations}")
+        return None
 
     # -- topics ----------------------------------------------------------------------------
 

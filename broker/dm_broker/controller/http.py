@@ -18,6 +18,10 @@ from pydantic import ValidationError
 
 from .controller import Controller, ControllerError
 from .models import (
+    AclDeleteRequest,
+    AclDeleteResults,
+    AclResults,
+    AclsRequest,
     AlterConfigsRequest,
     AlterIsrRequest,
     BrokerConfigsRequest,
@@ -28,6 +32,8 @@ from .models import (
     PartitionResults,
     ReassignmentsRequest,
     RegisterRequest,
+    ScramRequest,
+    ScramResults,
 )
 
 log = logging.getLogger(__name__)
@@ -146,6 +152,18 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     async def cluster(c: Controller, _: web.Request) -> web.Response:
         return reply(c.cluster_info())
 
+    async def create_acls(c: Controller, request: web.Request) -> web.Response:
+        req = AclsRequest.model_validate(await request.json())
+        return reply(AclResults(errors=await c.create_acls(req.acls)))
+
+    async def delete_acls(c: Controller, request: web.Request) -> web.Response:
+        req = AclDeleteRequest.model_validate(await request.json())
+        return reply(AclDeleteResults(deleted=await c.delete_acls(req.filters)))
+
+    async def alter_scram(c: Controller, request: web.Request) -> web.Response:
+        req = ScramRequest.model_validate(await request.json())
+        return reply(ScramResults(results=await c.alter_scram(req.alterations)))
+
     v1 = f"{prefix}/v1"
     app.router.add_post(f"{v1}/brokers/register", route(register))
     app.router.add_post(f"{v1}/brokers/heartbeat", route(heartbeat))
@@ -162,6 +180,9 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_post(f"{v1}/elections", route(elections))
     app.router.add_put(f"{v1}/broker-configs", route(broker_configs))
     app.router.add_get(f"{v1}/cluster", route(cluster))
+    app.router.add_post(f"{v1}/acls", route(create_acls))
+    app.router.add_post(f"{v1}/acls/delete", route(delete_acls))
+    app.router.add_post(f"{v1}/scram", route(alter_scram))
 
 
 def make_app(controller: Controller, token: str = "") -> web.Application:

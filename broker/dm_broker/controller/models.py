@@ -6,7 +6,7 @@ import uuid
 
 from pydantic import BaseModel, Field
 
-from ..security.acls import AclBinding
+from ..security.acls import AclBinding, AclFilter
 from ..security.scram import ScramCredential
 
 NO_LEADER = -1
@@ -245,3 +245,40 @@ class ElectLeadersRequest(BaseModel):
 
 class PartitionResults(BaseModel):
     results: list[PartitionResult]
+
+
+class AclsRequest(BaseModel):
+    acls: list[AclBinding]
+
+
+class AclResults(BaseModel):
+    errors: list[str | None]  # per ACL: why it was refused, or None
+
+
+class AclDeleteRequest(BaseModel):
+    filters: list[AclFilter]
+
+
+class AclDeleteResults(BaseModel):
+    deleted: list[list[AclBinding]]  # per filter: the ACLs it matched, now deleted
+
+
+class ScramAlteration(BaseModel):
+    user: str
+    mechanism: str
+    credential: ScramCredential | None = None  # None: delete the user's credential for the mechanism
+    iterations: int = 0  # as the client asked (checked against Kafka's bounds)
+
+
+class ScramRequest(BaseModel):
+    alterations: list[ScramAlteration]
+
+
+class ScramResult(BaseModel):
+    user: str
+    error: str | None = None  # Kafka's error name, lower-case
+    message: str | None = None
+
+
+class ScramResults(BaseModel):
+    results: list[ScramResult]

@@ -5,7 +5,18 @@ broker's release from its versions (kafka-python) see 4.0. Produce 13 and Fetch 
 from __future__ import annotations
 
 from .dispatch import ApiSpec
-from .handlers import admin, cluster_admin, fetch, groups, metadata, offsets, produce, sasl, transactions
+from .handlers import (
+    admin,
+    cluster_admin,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    sasl,
+    security_admin,
+    transactions,
+)
 
 SPECS: list[ApiSpec] = [
     ApiSpec(0, "Produce", 3, 12, produce.handle, advertised_min=0),
@@ -49,4 +60,9 @@ SPECS: list[ApiSpec] = [
     ApiSpec(66, "ListTransactions", 0, 1, transactions.handle_list_transactions),
     ApiSpec(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
     ApiSpec(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
+    ApiSpec(29, "DescribeAcls", 1, 3, security_admin.handle_describe_acls),
+    ApiSpec(30, "CreateAcls", 1, 3, security_admin.handle_create_acls),
+    ApiSpec(31, "DeleteAcls", 1, 3, security_admin.handle_delete_acls),
+    ApiSpec(50, "DescribeUserScramCredentials", 0, 0, security_admin.handle_describe_user_scram_credentials),
+    ApiSpec(51, "AlterUserScramCredentials", 0, 0, security_admin.handle_alter_user_scram_credentials),
 ]
