@@ -73,6 +73,31 @@ FENCED_LISTING_S = 30
 SUSPICION_S = 1.0
 SESSION_OPEN_WAIT_S = 5.0
 HW_CHECKPOINT = "replication-offset-checkpoint"
+UNREACHABLE_WARN_S = 5.0
+UNREACHABLE_REPEAT_S = 30.0
+
+
+class Unreachable:
+    """The controller's failures are routine for a moment (a failover) and worth a warning when they
+    last: said once they have lasted UNREACHABLE_WARN_S, then every UNREACHABLE_REPEAT_S."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.warned = 0.0
+
+    def failed(self, what: str, exc: Exception) -> None:
+        now = time.monotonic()
+        self.since = self.since or now
+        if now - self.since >= UNREACHABLE_WARN_S and now - self.warned >= UNREACHABLE_REPEAT_S:
+            self.warned = now
+            log.warning("the controller has not answered for %.0fs (%s: %s)", now - self.since, what, exc)
+        else:
+            log.debug("%s failed: %s", what, exc)
+
+    def succeeded(self) -> None:
+        if self.since is not None and self.warned:
+            log.info("the controller answers again after %.0fs", time.monotonic() - self.since)
+        self.since, self.warned = None, 0.0
 
 
 class Broker:
@@ -132,6 +157,7 @@ class Broker:
         self._fenced_since: dict[int, float] = {}
         self._session_open = asyncio.Event()
         self._suspected: dict[int, float] = {}  # node id -> until when its leaderships are not reported
+        self._unreachable = Unreachable()
 
     # -- startup and shutdown ----------------------------------------------------------------
 
@@ -287,13 +313,14 @@ class Broker:
                 resp = await self.controller.heartbeat(HeartbeatRequest(
                     node_id=self.node_id, broker_epoch=self.broker_epoch, stray_logs=self.stray_logs(),
                     reassignment_lag=self.reassignment_lag()))
+                self._unreachable.succeeded()
                 if resp.reregister:
                     log.warning("the controller does not know this broker's epoch; registering again")
                     await self._register()
             except IdentityError:
                 return  # the broker is stopping (fatal)
             except ControllerUnavailable as exc:
-                log.debug("heartbeat failed: %s", exc)
+                self._unreachable.failed("heartbeat", exc)
             except ControllerError as exc:  # this loop must outlive any answer the controller gives
                 log.warning("heartbeat refused: %s", exc.message)
             except Exception:  # and any bug: without heartbeats the broker stays fenced for good
@@ -302,9 +329,11 @@ class Broker:
     async def _fetch_metadata(self, version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
         while True:
             try:
-                return await self.controller.metadata(version, incarnation, wait_s)
+                md = await self.controller.metadata(version, incarnation, wait_s)
+                self._unreachable.succeeded()
+                return md
             except (ControllerUnavailable, ControllerError) as exc:
-                log.debug("metadata poll failed: %s", exc)
+                self._unreachable.failed("metadata poll", exc)
                 await asyncio.sleep(0.5)
 
     async def _metadata_loop(self) -> None:

@@ -152,6 +152,12 @@ class HttpControllerClient:
             self._session = aiohttp.ClientSession(headers=self.headers)
         return self._session
 
+    def _reset(self) -> None:
+        """Drops every connection (the session's requests in flight fail and are retried)."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            asyncio.get_running_loop().create_task(session.close())
+
     async def _call(self, method: str, path: str, body=None, timeout: float | None = None, params=None,
                     answer: type[M] | None = None):
         """The controller's JSON object for a request (parsed as `answer` when given). Anything that is
@@ -163,10 +169,19 @@ class HttpControllerClient:
                 method, self.url + path, json=body.model_dump() if body is not None else None, params=params,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
             ) as resp:
-                data = await resp.json(content_type=None)
+                try:
+                    data = await resp.json(content_type=None)
+                except ValueError:
+                    data = None
+                if resp.status == 401 or not isinstance(data, dict) or resp.status >= 500 or resp.status == 404:
+                    # Not the controller's answer: whoever gave it (a standby operator, a server still
+                    # starting) must not get the next requests too, as the pooled keep-alive connections
+                    # would make it. Without them, the next requests go through the Service again, to
+                    # whoever serves the controller now.
+                    self._reset()
                 if resp.status == 401:
                     raise ControllerUnavailable("the controller refused our token")
-                if not isinstance(data, dict):
+                if not isinstance(data, dict) or resp.status == 404:
                     raise ControllerUnavailable(f"{method} {path}: HTTP {resp.status} without a controller's answer")
                 if resp.status >= 500:
                     raise ControllerUnavailable(f"{method} {path}: {data.get('message', resp.status)}")
