@@ -124,7 +124,8 @@ class Broker:
             offsets_retention_ms=int(config["offsets.retention.minutes"] * 60_000),
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
         ))
-        self.channels = BrokerChannels(self._address, client_id=f"dm-broker-{self.node_id}")
+        self.channels = BrokerChannels(self._address, client_id=f"dm-broker-{self.node_id}",
+                                       security=self.security.client)
         self.markers = MarkerWriter(self, self.channels)
         self.txn_coordinator = TransactionCoordinator(self, TxnSettings(
             partitions=config["transaction.state.log.num.partitions"],

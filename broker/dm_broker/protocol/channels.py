@@ -9,18 +9,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .client import KafkaConnection
+
+if TYPE_CHECKING:
+    from ..security.setup import ClientSecurity
 
 log = logging.getLogger(__name__)
 Endpoint = Callable[[int], tuple[str, int] | None]
 
 
 class BrokerChannels:
-    def __init__(self, endpoint: Endpoint, client_id: str) -> None:
+    def __init__(self, endpoint: Endpoint, client_id: str, security: ClientSecurity | None = None) -> None:
         self.endpoint = endpoint
         self.client_id = client_id
+        self.security = security
         self._conns: dict[int, KafkaConnection] = {}
         self._locks: dict[int, asyncio.Lock] = {}
 
@@ -35,7 +39,8 @@ class BrokerChannels:
                 address = self.endpoint(node_id)
                 if address is None:
                     raise ConnectionError(f"broker {node_id} is not serving")
-                conn = await KafkaConnection.open(*address, client_id=self.client_id, timeout=5)
+                conn = await KafkaConnection.open(*address, client_id=self.client_id, timeout=5,
+                                                  security=self.security)
                 self._conns[node_id] = conn
             return conn
 

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import io
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -21,6 +21,9 @@ from kio.serial import entity_reader, entity_writer
 from . import bounds
 from .codec import API_VERSIONS_KEY, request_class, response_class
 from .framing import FrameProtocol, open_frame_connection
+
+if TYPE_CHECKING:
+    from ..security.setup import ClientSecurity
 
 SIZE = struct.Struct(">i")
 
@@ -66,8 +69,49 @@ class KafkaConnection:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str = "dm", timeout: float = 10) -> KafkaConnection:
-        return cls(await asyncio.wait_for(open_frame_connection(host, port), timeout), client_id)
+    async def open(cls, host: str, port: int, client_id: str = "dm", timeout: float = 10,
+                   security: ClientSecurity | None = None) -> KafkaConnection:
+        """A connection, over TLS and authenticated with SASL when `security` says so (how brokers
+        reach each other's inter-broker listener)."""
+        context = security.ssl_context if security is not None else None
+        conn = cls(await asyncio.wait_for(open_frame_connection(host, port, context), timeout), client_id)
+        if security is not None and security.sasl:
+            try:
+                await asyncio.wait_for(conn._authenticate(security), timeout)
+            except BaseException:
+                await conn.close(0)
+                raise
+        return conn
+
+    async def _authenticate(self, security: ClientSecurity) -> None:
+        from kio.schema.errors import ErrorCode
+
+        from .build import make
+
+        handshake = await self.request(make(request_class(17, 1), mechanism=security.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            raise ConnectionError(f"SASL handshake ({security.mechanism}): {handshake.error_code.name}, offered "
+                                  f"{list(handshake.mechanisms)}")
+        if security.mechanism == "PLAIN":
+            tokens = [f"\0{security.username}\0{security.password}".encode()]
+            client = None
+        else:
+            from scramp import ScramClient
+
+            client = ScramClient([security.mechanism], security.username, security.password)
+            tokens = [client.get_client_first().encode()]
+        step = 0
+        while tokens:
+            token = tokens.pop()
+            resp = await self.request(make(request_class(36, 2), auth_bytes=token))
+            if resp.error_code != ErrorCode.none:
+                raise ConnectionError(f"SASL authentication as {security.username} failed: {resp.error_message}")
+            if client is not None and step == 0:
+                client.set_server_first(bytes(resp.auth_bytes).decode())
+                tokens.append(client.get_client_final().encode())
+            elif client is not None:
+                client.set_server_final(bytes(resp.auth_bytes).decode())  # the server proved it knows us
+            step += 1
 
     async def request(self, body: Any, timeout: float = 30) -> Any:
         frame = await self.request_frame(body, timeout)

@@ -76,7 +76,8 @@ class ReplicaFetcher:
             if endpoint is None:
                 raise ConnectionError(f"leader {self.leader_id} has no known endpoint")
             self._conn = await KafkaConnection.open(endpoint.host, endpoint.port,
-                                                    client_id=f"dm-replica-{self.broker.node_id}")
+                                                    client_id=f"dm-replica-{self.broker.node_id}",
+                                                    security=self.broker.security.client)
         return self._conn
 
     async def _run(self) -> None:

@@ -19,6 +19,7 @@ from ...config import (
     validate_topic_configs,
 )
 from ...errors import KafkaError
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..build import ZERO, make, nested, nested_optional
 from ..dispatch import RequestContext
 from .transactions import init_transactional_producer
@@ -41,12 +42,16 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
     config_cls = nested(cls, "CreatableTopicConfigs") if "configs" in result_cls.__dataclass_fields__ else None
     results = []
     seen: set[str] = set()
+    create_any = ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
     for t in req.topics:
         error, message, info = ErrorCode.none, None, None
         try:
             if t.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} appears twice in the request")
             seen.add(t.name)
+            if not create_any and ctx.denied(Operation.CREATE, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed,
+                                 f"CREATE on the cluster or on topic {t.name} is not allowed")
             partitions, rf, assignments = t.num_partitions, t.replication_factor, None
             if t.assignments:
                 if partitions != -1 or rf != -1:
@@ -64,7 +69,12 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
         except KafkaError as exc:
             error, message = exc.code, exc.message
         configs_out: tuple[Any, ...] = ()
-        if info is not None and config_cls is not None:
+        # A topic's configs are shown to who may describe them (Kafka's DESCRIBE_CONFIGS).
+        config_error = ErrorCode.none
+        if info is not None and config_cls is not None and ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                                                                      t.name):
+            config_error = ErrorCode.topic_authorization_failed
+        if info is not None and config_cls is not None and config_error == ErrorCode.none:
             settings = TopicSettings(broker.config, info.configs)
             configs_out = tuple(
                 make(config_cls, name=k, value=TOPIC_PROPERTIES[k].render(v), read_only=False,
@@ -74,7 +84,7 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
             )
         results.append(make(
             result_cls, name=t.name, topic_id=info.uuid if info and error == ErrorCode.none else NULL_UUID,
-            error_code=error, error_message=message, topic_config_error_code=0,
+            error_code=error, error_message=message, topic_config_error_code=config_error,
             num_partitions=len(info.partitions) if info else -1,
             replication_factor=len(info.partitions[0].replicas) if info else -1, configs=configs_out,
         ))
@@ -97,7 +107,11 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> Any:
                 found = broker.topic_by_id(topic_id) if topic_id else None
                 if found is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
+                if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, found.name):  # its name is not disclosed
+                    raise KafkaError(ErrorCode.topic_authorization_failed, f"topic id {topic_id} is not yours to see")
                 name = found.name
+            if ctx.denied(Operation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, f"DELETE on topic {name} is not allowed")
             info = await broker.delete_topic(name)
             topic_id = info.uuid
         except KafkaError as exc:
@@ -115,6 +129,8 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> Any:
     for t in req.topics:
         error, message = ErrorCode.none, None
         try:
+            if ctx.denied(Operation.ALTER, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, f"ALTER on topic {t.name} is not allowed")
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             await broker.create_partitions(t.name, t.count, req.validate_only, assignments)
         except KafkaError as exc:
@@ -183,7 +199,13 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
     for res in req.resources:
         error, message, entries = ErrorCode.none, None, []
         keys = set(res.configuration_keys) if res.configuration_keys else None
-        if res.resource_type == RESOURCE_TOPIC:
+        if res.resource_type == RESOURCE_TOPIC and ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                                                              res.resource_name):
+            error, message = ErrorCode.topic_authorization_failed, "DESCRIBE_CONFIGS on the topic is not allowed"
+        elif res.resource_type == RESOURCE_BROKER and ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER,
+                                                                 CLUSTER_NAME):
+            error, message = ErrorCode.cluster_authorization_failed, "DESCRIBE_CONFIGS on the cluster is not allowed"
+        elif res.resource_type == RESOURCE_TOPIC:
             topic = broker.topic(res.resource_name)
             settings = broker.topic_settings(res.resource_name)
             if topic is None or settings is None:
@@ -271,6 +293,13 @@ async def _alter_each(ctx: RequestContext, req: Any, alter: Callable[[Any], Awai
         try:
             if res.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
                 raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
+            if res.resource_type == RESOURCE_TOPIC and ctx.denied(Operation.ALTER_CONFIGS, ResourceType.TOPIC,
+                                                                  res.resource_name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, "ALTER_CONFIGS on the topic is not allowed")
+            if res.resource_type == RESOURCE_BROKER and ctx.denied(Operation.ALTER_CONFIGS, ResourceType.CLUSTER,
+                                                                   CLUSTER_NAME):
+                raise KafkaError(ErrorCode.cluster_authorization_failed,
+                                 "ALTER_CONFIGS on the cluster is not allowed")
             await alter(res)
         except KafkaError as exc:
             error, message = exc.code, exc.message
@@ -343,7 +372,16 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     if req.transactional_id is not None:
+        if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+            return make(cls, throttle_time=ZERO, error_code=ErrorCode.transactional_id_authorization_failed,
+                        producer_id=-1, producer_epoch=-1)
         return await init_transactional_producer(ctx, req)
+    # Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+    if not ctx.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) and \
+            not ctx.allowed_any(Operation.WRITE, ResourceType.TOPIC):
+        ctx.broker.metrics.authorization_denials.labels(ctx.api).inc()
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed, producer_id=-1,
+                    producer_epoch=-1)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < 32766:

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...controller.models import PartitionResult, ReassignmentRequest
 from ...errors import KafkaError
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 
@@ -46,6 +47,8 @@ async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
     async def one(name: str, p: Any) -> Any:
         error, low = ErrorCode.none, -1
         try:
+            if ctx.denied(Operation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, f"DELETE on topic {name} is not allowed")
             start = broker.delete_records(name, p.partition_index, p.offset)
             low = await broker.wait_low_watermark(name, p.partition_index, start, timeout_s)
         except KafkaError as exc:
@@ -66,6 +69,9 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
     election = getattr(req, "election_type", ELECTION_PREFERRED)
     if election not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
         return make(cls, throttle_time=ZERO, error_code=ErrorCode.invalid_request, replica_election_results=())
+    if ctx.denied(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
+                    replica_election_results=())
     partitions = None if req.topic_partitions is None else [
         (t.topic, p) for t in req.topic_partitions for p in t.partitions]
     try:
@@ -82,6 +88,9 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
     cls = ctx.response_cls
     topic_cls = nested(cls, "ReassignableTopicResponse")
     part_cls = nested(cls, "ReassignablePartitionResponse")
+    if ctx.denied(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
+                    error_message="ALTER on the cluster is not allowed", responses=())
     requests = [ReassignmentRequest(topic=t.name, partition=p.partition_index,
                                     replicas=None if p.replicas is None else list(p.replicas))
                 for t in req.topics for p in t.partitions]
@@ -113,6 +122,9 @@ async def handle_list_partition_reassignments(ctx: RequestContext, req: Any) -> 
     cls = ctx.response_cls
     topic_cls = nested(cls, "OngoingTopicReassignment")
     part_cls = nested(cls, "OngoingPartitionReassignment")
+    if ctx.denied(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
+                    error_message="DESCRIBE on the cluster is not allowed", topics=())
     wanted = None if req.topics is None else {(t.name, p) for t in req.topics for p in t.partition_indexes}
     topics = []
     for name, doc in sorted(broker.topics().items()):
@@ -131,6 +143,8 @@ async def handle_describe_log_dirs(ctx: RequestContext, req: Any) -> Any:
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")
     part_cls = nested(cls, "DescribeLogDirsPartition")
+    if ctx.denied(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed, results=())
     wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
     results = []
     for directory in broker.logs.dirs:
@@ -159,11 +173,14 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, req: Any) -> Any:
     topic_cls = nested(cls, "AlterReplicaLogDirTopicResult")
     part_cls = nested(cls, "AlterReplicaLogDirPartitionResult")
     by_topic: dict[str, list[Any]] = {}
+    allowed = not ctx.denied(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
     for target in req.dirs:
         for topic in target.topics:
             for index in topic.partitions:
                 error = ErrorCode.none
                 try:
+                    if not allowed:
+                        raise KafkaError(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is not allowed")
                     await broker.logs.move(topic.name, index, target.path, broker.partition(topic.name, index))
                 except KafkaError as exc:
                     error = exc.code

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from ...log.segment import FileSlice
 from ...replication.partition import Partition
 from ...replication.throttle import ByteRateQuota
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..codec import EncodedResponse
 from ..dispatch import RequestContext
 from ..fetch_encoder import TOPIC_IDS_FROM, PartitionResult, TopicResult, encode_fetch_response
@@ -94,6 +95,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id,
                                                      ErrorCode.fetch_session_id_not_found.value, 0, []))
 
+    # A follower says who it is in replica_id, or from v15 on in the replica_state tagged field.
+    replica_id = req.replica_id if hasattr(req, "replica_id") else req.replica_state.replica_id
+    replica = replica_id >= 0
+    # Kafka's checks: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic.
+    follower_denied = replica and ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     reads: list[list[_PartitionRead]] = []
     names: list[str] = []
     for topic in req.topics:
@@ -101,7 +107,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         # From v13 on a topic is named by its id: an id the metadata does not know is UNKNOWN_TOPIC_ID.
         name = topic.topic if ctx.version < TOPIC_IDS_FROM else getattr(broker.topic_by_id(topic.topic_id), "name", "")
         names.append(name)
+        denied = name and (follower_denied or (not replica and ctx.denied(Operation.READ, ResourceType.TOPIC, name)))
         for p in topic.partitions:
+            if denied:
+                topic_reads.append(_PartitionRead(p, None, ErrorCode.topic_authorization_failed))
+                continue
             part = broker.partition(name, p.partition) if name else None
             if part is None:
                 error = ErrorCode.unknown_topic_id if not name else broker.missing_partition_error(name, p.partition)
@@ -112,9 +122,6 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         reads.append(topic_reads)
 
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    # A follower says who it is in replica_id, or from v15 on in the replica_state tagged field.
-    replica_id = req.replica_id if hasattr(req, "replica_id") else req.replica_state.replica_id
-    replica = replica_id >= 0
     # Throttling only matters under a rate limit: without one no partition is looked at for it.
     quota = broker.leader_quota if replica and not broker.leader_quota.unlimited() else None
     if replica:

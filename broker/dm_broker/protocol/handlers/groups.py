@@ -8,6 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...groups.coordinator import OFFSETS_TOPIC
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ...txn.coordinator import TXN_TOPIC
 from ..build import ZERO, has, make, nested
 from ..dispatch import RequestContext
@@ -20,6 +21,11 @@ def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[Erro
     broker = ctx.broker
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type} (dm has no share groups)", None
+    if key_type == KEY_TYPE_GROUP and ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed, f"DESCRIBE on group {key} is not allowed", None
+    if key_type == KEY_TYPE_TRANSACTION and ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return (ErrorCode.transactional_id_authorization_failed,
+                f"DESCRIBE on transactional id {key} is not allowed", None)
     if not key:
         return ErrorCode.invalid_request, "empty group id" if key_type == KEY_TYPE_GROUP else \
             "empty transactional id", None
@@ -66,6 +72,10 @@ def _host(ctx: RequestContext) -> str:
 
 async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed, generation_id=-1,
+                    protocol_type=None, protocol_name="" if ctx.version < 7 else None, leader="",
+                    skip_assignment=False, member_id="", members=())
     rebalance = getattr(req, "rebalance_timeout", None)
     result = await ctx.broker.coordinator.join(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.protocol_type,
@@ -83,6 +93,9 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
 
 
 async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return make(ctx.response_cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
+                    protocol_type=None, protocol_name=None, assignment=b"")
     assignments = {a.member_id: a.assignment for a in req.assignments}
     code, assignment, protocol_type, protocol_name = await ctx.broker.coordinator.sync(
         req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None),
@@ -93,6 +106,8 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
 
 
 async def handle_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return make(ctx.response_cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed)
     code = ctx.broker.coordinator.heartbeat(req.group_id, req.generation_id, req.member_id,
                                             getattr(req, "group_instance_id", None))
     return make(ctx.response_cls, throttle_time=ZERO, error_code=ErrorCode(code))
@@ -100,6 +115,8 @@ async def handle_heartbeat(ctx: RequestContext, req: Any) -> Any:
 
 async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed, members=())
     if has(type(req), "members"):
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
@@ -119,13 +136,21 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     generation = getattr(req, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = getattr(req, "generation_id", -1)
+    results: dict[tuple[str, int], int] = {}
+    group_denied = ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id)
     offsets = {}
     for t in req.topics:
+        topic_denied = not group_denied and ctx.denied(Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
+            if group_denied or topic_denied:
+                code = ErrorCode.group_authorization_failed if group_denied else ErrorCode.topic_authorization_failed
+                results[(t.name, p.partition_index)] = code.value
+                continue
             offsets[(t.name, p.partition_index)] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                                                     p.committed_metadata)
-    results = await ctx.broker.coordinator.commit(req.group_id, generation, req.member_id,
-                                                  getattr(req, "group_instance_id", None), offsets)
+    if offsets:
+        results.update(await ctx.broker.coordinator.commit(req.group_id, generation, req.member_id,
+                                                           getattr(req, "group_instance_id", None), offsets))
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     part_cls = nested(cls, "OffsetCommitResponsePartition")
     topics = tuple(
@@ -141,8 +166,16 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
 def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type, part_cls: type,
                    topic_field: str = "partition_indexes",
                    require_stable: bool = False) -> tuple[ErrorCode, tuple[Any, ...]]:
-    wanted = None if topics is None else [(t.name, p) for t in topics for p in getattr(t, topic_field)]
+    if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, ()
+    # Offsets of topics the principal may not describe are not disclosed: asked for, they are
+    # TOPIC_AUTHORIZATION_FAILED; listing every offset of the group, they are left out.
+    hidden = {t.name for t in topics or () if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)}
+    wanted = None if topics is None else [(t.name, p) for t in topics if t.name not in hidden
+                                          for p in getattr(t, topic_field)]
     code, offsets = ctx.broker.coordinator.fetch_offsets(group_id, wanted)
+    if topics is None:
+        offsets = {tp: v for tp, v in offsets.items() if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, tp[0])}
     # KIP-447: offsets committed in a transaction still open are not stable; the client asks again.
     unstable = ctx.broker.coordinator.unstable(group_id, wanted) if require_stable else set()
     by_topic: dict[str, list[Any]] = {}
@@ -156,6 +189,10 @@ def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: t
         for t in topics:
             by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                      metadata="", error_code=ErrorCode(code)) for p in getattr(t, topic_field)]
+    for name in hidden:
+        t = next(t for t in topics if t.name == name)
+        by_topic[name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                               error_code=ErrorCode.topic_authorization_failed) for p in getattr(t, topic_field)]
     topics_out = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
     return ErrorCode(code), topics_out
 
@@ -184,9 +221,12 @@ async def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
     states = {s.lower() for s in getattr(req, "states_filter", ())} or None
     types = {t.lower() for t in getattr(req, "types_filter", ())} or None
     listed_cls = nested(cls, "ListedGroup")
+    # DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
+    every = ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
     groups = tuple(make(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type or "",
                         group_state=g.state.value, group_type="classic")
-                   for g in ctx.broker.coordinator.list_groups(states, types))
+                   for g in ctx.broker.coordinator.list_groups(states, types)
+                   if every or ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, groups=groups)
 
 
@@ -196,6 +236,11 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
     member_cls = nested(cls, "DescribedGroupMember")
     out = []
     for group_id in req.groups:
+        if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(make(group_cls, error_code=ErrorCode.group_authorization_failed, group_id=group_id,
+                            group_state="", protocol_type="", protocol_data="", members=(),
+                            authorized_operations=-2147483648))
+            continue
         code, group = ctx.broker.coordinator.describe(group_id)
         if group is None:
             state = "Dead" if code == ErrorCode.none.value else ""
@@ -217,6 +262,9 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
     result_cls = nested(cls, "DeletableGroupResult")
     results = []
     for group_id in req.groups_names:
+        if ctx.denied(Operation.DELETE, ResourceType.GROUP, group_id):
+            results.append(result_cls(group_id=group_id, error_code=ErrorCode.group_authorization_failed))
+            continue
         code = await ctx.broker.coordinator.delete_group(group_id)
         results.append(result_cls(group_id=group_id, error_code=ErrorCode(code)))
     return make(cls, throttle_time=ZERO, results=tuple(results))
@@ -224,8 +272,13 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
 
 async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
-    wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    code, results = await ctx.broker.coordinator.delete_offsets(req.group_id, wanted)
+    if ctx.denied(Operation.DELETE, ResourceType.GROUP, req.group_id):
+        return make(cls, error_code=ErrorCode.group_authorization_failed, throttle_time=ZERO, topics=())
+    denied = {t.name for t in req.topics if ctx.denied(Operation.READ, ResourceType.TOPIC, t.name)}
+    wanted = [(t.name, p.partition_index) for t in req.topics if t.name not in denied for p in t.partitions]
+    code, results = await ctx.broker.coordinator.delete_offsets(req.group_id, wanted) if wanted else (0, {})
+    results = {**results, **{(t.name, p.partition_index): ErrorCode.topic_authorization_failed.value
+                             for t in req.topics if t.name in denied for p in t.partitions}}
     topic_cls = nested(cls, "OffsetDeleteResponseTopic")
     part_cls = nested(cls, "OffsetDeleteResponsePartition")
     topics = tuple(make(topic_cls, name=t.name, partitions=tuple(

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from ...controller.models import TopicDoc
 from ...endpoints import endpoint_on as _fenced_endpoint
 from ...errors import KafkaError
+from ...security.acls import CLUSTER_NAME, OPERATIONS, Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, nested
 from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
@@ -26,7 +27,18 @@ async def handle_api_versions(ctx: RequestContext, req: Any) -> Any:
     return api_versions_response(ctx.response_cls, dispatcher)
 
 
-def _topic_metadata(ctx: RequestContext, topic: TopicDoc) -> Any:
+def _authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+    """Kafka's bit field of what this principal may do with a resource (when a client asks; 0 for
+    one it may not even describe, as Kafka answers)."""
+    security = ctx.broker.security
+    if ctx.session is None or not security.authorization:
+        return sum(1 << op for op in OPERATIONS.get(resource_type, ()))
+    if not ctx.allowed(Operation.DESCRIBE, resource_type, name):
+        return 0
+    return security.authorizer.operations(ctx.session.principal, ctx.session.host, resource_type, name)
+
+
+def _topic_metadata(ctx: RequestContext, topic: TopicDoc, with_operations: bool = False) -> Any:
     cls = ctx.response_cls
     part_cls = nested(cls, "MetadataResponsePartition")
     topic_cls = nested(cls, "MetadataResponseTopic")
@@ -39,8 +51,10 @@ def _topic_metadata(ctx: RequestContext, topic: TopicDoc) -> Any:
             leader_epoch=state.leader_epoch, replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
             offline_replicas=tuple(r for r in state.replicas if r not in live),
         ))
+    extra = {"topic_authorized_operations": _authorized_operations(ctx, ResourceType.TOPIC, topic.name)} \
+        if with_operations else {}
     return make(topic_cls, error_code=ErrorCode.none, name=topic.name, topic_id=topic.uuid,
-                is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions))
+                is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions), **extra)
 
 
 async def _wait_for_suspected_leaders(broker: Any, requested: Any) -> None:
@@ -67,32 +81,52 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     if ctx.version == 0 and requested == ():
         requested = None  # v0: an empty list means every topic
     auto_create = getattr(req, "allow_auto_topic_creation", True)
+    with_ops = getattr(req, "include_topic_authorized_operations", False)
     await _wait_for_suspected_leaders(broker, requested)
+
+    def describable(name: str) -> bool:
+        return ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
+
     topics = []
-    if requested is None:
-        topics = [_topic_metadata(ctx, t) for t in broker.topics().values()]
+    if requested is None:  # every topic this principal may describe, and no word of the others
+        topics = [_topic_metadata(ctx, t, with_ops) for t in broker.topics().values() if describable(t.name)]
     else:
         for entry in requested:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
             if name is None:
                 found = broker.topic_by_id(topic_id) if topic_id else None
-                topics.append(_topic_metadata(ctx, found) if found else
+                if found is not None and ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
+                    topics.append(_missing(ctx, None, topic_id, ErrorCode.topic_authorization_failed))
+                    continue
+                topics.append(_topic_metadata(ctx, found, with_ops) if found else
                               _missing(ctx, None, topic_id, ErrorCode.unknown_topic_id))
                 continue
+            if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_missing(ctx, name, None, ErrorCode.topic_authorization_failed))
+                continue
             topic = broker.topic(name)
-            if topic is None and auto_create:
+            if topic is None and auto_create and _may_create(ctx, name):
                 try:
                     topic = await broker.auto_create(name)
                 except KafkaError as exc:
                     topics.append(_missing(ctx, name, None, exc.code))
                     continue
-            topics.append(_topic_metadata(ctx, topic) if topic else
+            topics.append(_topic_metadata(ctx, topic, with_ops) if topic else
                           _missing(ctx, name, None, ErrorCode.unknown_topic_or_partition))
     brokers = tuple(make(broker_cls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                     for e in broker.listed_endpoints(ctx.listener_name))
+    extra = {}
+    if getattr(req, "include_cluster_authorized_operations", False):
+        extra["cluster_authorized_operations"] = _authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
-                controller_id=broker.controller_id, topics=tuple(topics), error_code=ErrorCode.none)
+                controller_id=broker.controller_id, topics=tuple(topics), error_code=ErrorCode.none, **extra)
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic."""
+    return ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+        ctx.allowed(Operation.CREATE, ResourceType.TOPIC, name)
 
 
 async def handle_describe_cluster(ctx: RequestContext, req: Any) -> Any:
@@ -111,5 +145,8 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> Any:
         brokers += [make(broker_cls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=True)
                     for e in fenced]
     brokers = tuple(brokers)
+    extra = {}
+    if getattr(req, "include_cluster_authorized_operations", False):
+        extra["cluster_authorized_operations"] = _authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                cluster_id=broker.cluster_id, controller_id=broker.controller_id, brokers=brokers)
+                cluster_id=broker.cluster_id, controller_id=broker.controller_id, brokers=brokers, **extra)

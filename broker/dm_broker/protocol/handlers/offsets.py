@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 from .fetch import READ_COMMITTED, _check_epoch
@@ -27,10 +28,13 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for topic in req.topics:
         results = []
+        denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for p in topic.partitions:
             part = broker.partition(topic.name, p.partition_index)
             error, offset, timestamp, epoch = ErrorCode.none, -1, -1, -1
-            if part is None:
+            if denied:
+                part, error = None, ErrorCode.topic_authorization_failed
+            elif part is None:
                 error = broker.missing_partition_error(topic.name, p.partition_index)
             elif not part.is_leader:
                 error = ErrorCode.not_leader_or_follower
@@ -67,13 +71,18 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     topic_cls = nested(cls, "OffsetForLeaderTopicResult")
     part_cls = nested(cls, "EpochEndOffset")
+    follower = getattr(req, "replica_id", -1) >= 0
+    cluster_denied = follower and ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     topics = []
     for topic in req.topics:
         results = []
+        denied = cluster_denied or (not follower and ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, topic.topic))
         for p in topic.partitions:
             part = broker.partition(topic.topic, p.partition)
             epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
-            if part is None:
+            if denied:
+                part, error = None, ErrorCode.topic_authorization_failed
+            elif part is None:
                 error = broker.missing_partition_error(topic.topic, p.partition)
             elif not part.is_leader:
                 error = ErrorCode.not_leader_or_follower

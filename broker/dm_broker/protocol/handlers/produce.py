@@ -18,6 +18,7 @@ from ...log.records import (
     validate_batches,
 )
 from ...replication.partition import NotLeaderError, Partition
+from ...security.acls import Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
@@ -72,6 +73,12 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     broker = ctx.broker
     outcome = _Outcome(pdata.index)
     try:
+        if req.transactional_id is not None and ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                           req.transactional_id):
+            raise KafkaError(ErrorCode.transactional_id_authorization_failed,
+                             f"WRITE on transactional id {req.transactional_id} is not allowed")
+        if ctx.denied(Operation.WRITE, ResourceType.TOPIC, topic):
+            raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {topic} is not allowed")
         if req.acks not in (0, 1, -1):
             raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {req.acks}")
         part = broker.partition(topic, pdata.index)

@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from ...groups.coordinator import OFFSETS_TOPIC
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ...txn.metadata import TV2
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
@@ -50,10 +51,15 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
 
     if ctx.version <= 3:  # a client adds the partitions it is about to write to
         partitions = {(t.name, p) for t in req.v3_and_below_topics for p in t.partitions}
+        if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.v3_and_below_transactional_id):
+            errors = dict.fromkeys(partitions, E.transactional_id_authorization_failed)
+            return make(cls, throttle_time=ZERO, results_by_topic_v3_and_below=topic_results(errors))
+        denied = {(t, p) for t, p in partitions if ctx.denied(Operation.WRITE, ResourceType.TOPIC, t)}
         unknown = {(t, p) for t, p in partitions
-                   if (doc := broker.topic(t)) is None or not 0 <= p < len(doc.partitions)}
-        if unknown:
-            errors = {tp: E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted
+                   if (doc := broker.topic(t)) is None or not 0 <= p < len(doc.partitions)} - denied
+        if unknown or denied:
+            errors = {tp: E.topic_authorization_failed if tp in denied else
+                      E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted
                       for tp in partitions}
         else:
             error = await coordinator.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
@@ -62,6 +68,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
         return make(cls, throttle_time=ZERO, results_by_topic_v3_and_below=topic_results(errors))
     # v4+: brokers verifying (or adding) a partition for a transactional write, batched by transaction.
     result_cls = nested(cls, "AddPartitionsToTxnResult")
+    if ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return make(cls, throttle_time=ZERO, error_code=E.cluster_authorization_failed, results_by_transaction=())
     results = []
     for t in req.transactions:
         partitions = {(topic.name, p) for topic in t.topics for p in topic.partitions}
@@ -77,6 +85,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
+    if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return make(ctx.response_cls, throttle_time=ZERO, error_code=E.transactional_id_authorization_failed)
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return make(ctx.response_cls, throttle_time=ZERO, error_code=E.group_authorization_failed)
     await broker.ensure_offsets_topic()
     partition = broker.coordinator.partition_for(req.group_id)
     error = await broker.txn_coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
@@ -85,6 +97,9 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
 
 
 async def handle_end_txn(ctx: RequestContext, req: Any) -> Any:
+    if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return make(ctx.response_cls, throttle_time=ZERO, error_code=E.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
     client_version = TV2 if ctx.version >= END_TXN_TV2 else 0
     error, pid, epoch = await ctx.broker.txn_coordinator.end_txn(req.transactional_id, req.producer_id,
                                                                  req.producer_epoch, req.committed, client_version)
@@ -93,13 +108,22 @@ async def handle_end_txn(ctx: RequestContext, req: Any) -> Any:
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
-    cls = ctx.response_cls
     broker = ctx.broker
     offsets = {(t.name, p.partition_index): (p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                                              p.committed_metadata)
                for t in req.topics for p in t.partitions}
+    # Kafka's checks: WRITE on the transactional id, READ on the group, READ on each topic.
+    refusal = E.transactional_id_authorization_failed \
+        if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id) else \
+        E.group_authorization_failed if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id) else None
+    if refusal is not None:
+        return _txn_offset_answer(ctx, dict.fromkeys(offsets, refusal.value))
+    denied = {tp for tp in offsets if ctx.denied(Operation.READ, ResourceType.TOPIC, tp[0])}
+    results: dict[tuple[str, int], int] = dict.fromkeys(denied, E.topic_authorization_failed.value)
+    offsets = {tp: v for tp, v in offsets.items() if tp not in denied}
+    if not offsets:
+        return _txn_offset_answer(ctx, results)
     group_partition = broker.coordinator.partition_for(req.group_id)
-    results: dict[tuple[str, int], int]
     # The offsets partition must be in the producer's transaction (AddOffsetsToTxn): KIP-890 as for data.
     error = await broker.txn_verifier.check(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC,
                                             group_partition, add=False) \
@@ -107,12 +131,18 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
     if error != E.none:
         code = E.invalid_txn_state if error == E.transaction_abortable else \
             E.coordinator_not_available if error in (E.not_coordinator, E.coordinator_load_in_progress) else error
-        results = dict.fromkeys(offsets, _fenced_for(ctx, code, 3).value)
+        results.update(dict.fromkeys(offsets, _fenced_for(ctx, code, 3).value))
     else:
-        results = await broker.coordinator.commit_txn(req.group_id, req.producer_id, req.producer_epoch,
-                                                      getattr(req, "generation_id", -1), getattr(req, "member_id", ""),
-                                                      getattr(req, "group_instance_id", None), offsets)
-        results = {tp: _fenced_for(ctx, E(code), 3).value for tp, code in results.items()}
+        committed = await broker.coordinator.commit_txn(req.group_id, req.producer_id, req.producer_epoch,
+                                                        getattr(req, "generation_id", -1),
+                                                        getattr(req, "member_id", ""),
+                                                        getattr(req, "group_instance_id", None), offsets)
+        results.update({tp: _fenced_for(ctx, E(code), 3).value for tp, code in committed.items()})
+    return _txn_offset_answer(ctx, results)
+
+
+def _txn_offset_answer(ctx: RequestContext, results: dict[tuple[str, int], int]) -> Any:
+    cls = ctx.response_cls
     part_cls = nested(cls, "TxnOffsetCommitResponsePartition")
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     by_topic: dict[str, list] = {}
@@ -128,6 +158,15 @@ async def handle_write_txn_markers(ctx: RequestContext, req: Any) -> Any:
     part_cls = nested(cls, "WritableTxnMarkerPartitionResult")
     topic_cls = nested(cls, "WritableTxnMarkerTopicResult")
     result_cls = nested(cls, "WritableTxnMarkerResult")
+    # Brokers only: ALTER or CLUSTER_ACTION on the cluster, as Kafka asks.
+    if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME) and \
+            ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return make(cls, markers=tuple(
+            result_cls(producer_id=m.producer_id, topics=tuple(
+                topic_cls(name=t.name, partitions=tuple(part_cls(partition_index=p,
+                                                                 error_code=E.cluster_authorization_failed)
+                                                        for p in t.partition_indexes)) for t in m.topics))
+            for m in req.markers))
     out = []
     for marker in req.markers:
         targets = [(topic.name, p) for topic in marker.topics for p in topic.partition_indexes]
@@ -150,14 +189,17 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> Any:
     states = []
     for tid in req.transactional_ids:
         error, meta = ctx.broker.txn_coordinator.describe(tid)
+        if ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            error, meta = E.transactional_id_authorization_failed, None
         if meta is None:
             states.append(state_cls(error_code=error, transactional_id=tid, transaction_state="",
                                     transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
                                     producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
-        for topic, p in sorted(meta.partitions):
-            by_topic.setdefault(topic, []).append(p)
+        for topic, p in sorted(meta.partitions):  # only the partitions of topics the principal may describe
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                by_topic.setdefault(topic, []).append(p)
         states.append(state_cls(error_code=E.none, transactional_id=tid, transaction_state=meta.state.kafka_name,
                                 transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms,
                                 producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
@@ -177,6 +219,7 @@ async def handle_list_transactions(ctx: RequestContext, req: Any) -> Any:
                                                 set(req.producer_id_filters), getattr(req, "duration_filter", -1))
     if wanted and not wanted & KNOWN_STATES:
         listed = []
+    listed = [m for m in listed if ctx.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)]
     return make(cls, throttle_time=ZERO, error_code=E.none, unknown_state_filters=tuple(sorted(wanted - KNOWN_STATES)),
                 transaction_states=tuple(state_cls(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                                    transaction_state=m.state.kafka_name) for m in listed))
@@ -191,6 +234,11 @@ async def handle_describe_producers(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for topic in req.topics:
         partitions = []
+        if ctx.denied(Operation.READ, ResourceType.TOPIC, topic.name):
+            topics.append(topic_cls(name=topic.name, partitions=tuple(
+                partition_cls(partition_index=i, error_code=E.topic_authorization_failed, active_producers=())
+                for i in topic.partition_indexes)))
+            continue
         for index in topic.partition_indexes:
             part = broker.partition(topic.name, index)
             if part is None or not part.is_leader:
