@@ -35,11 +35,13 @@ def fully_replicated(cluster: Cluster, topic: str, partitions: int) -> bool:
 class SequenceProducer(threading.Thread):
     """Idempotent acks=all producer of "p<partition>-<seq>" values; records every ack with its time."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate_pause: float = 0.0005) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate_pause: float = 0.0005,
+                 config: dict[str, str] | None = None) -> None:
         super().__init__(daemon=True)
         from confluent_kafka import Producer
 
         self.producer = Producer({
+            **(config or {}),
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
             "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
             "topic.metadata.refresh.interval.ms": 1000,
@@ -114,11 +116,11 @@ def assert_nothing_lost(result: dict[str, int], producer: SequenceProducer) -> N
 
 
 def verify(bootstrap: str, topic: str, producer: SequenceProducer, partitions: int,
-           other_records: int = 0) -> dict[str, int]:
+           other_records: int = 0, config: dict[str, str] | None = None) -> dict[str, int]:
     """Reads everything back and counts acknowledged records lost, duplicates, reorderings
     (`other_records`: how many records not of the sequence producer the topic holds)."""
     total_acked = len(producer.acked)
-    got = ConfluentClient(bootstrap).consume(topic, total_acked + other_records, timeout=90)
+    got = ConfluentClient(bootstrap, config).consume(topic, total_acked + other_records, timeout=90)
     got = [g for g in got if g.value[:1] == b"p" and b"-" in g.value]
     values = [g.value for g in got]
     acked_values = {v for _, _, v, _ in producer.acked}

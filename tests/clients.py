@@ -34,14 +34,15 @@ class Acked:
 class ConfluentClient:
     name = "confluent-kafka"
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, config: dict[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.config = dict(config or {})  # e.g. security settings, added to every client made here
 
     def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None,
                      replication_factor: int = 1) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.config})
         admin.create_topics([NewTopic(topic, partitions, replication_factor, config=configs or {})])[topic].result(15)
 
     def produce(self, topic: str, records: list[Rec], acks: str = "all", compression: str = "none",
@@ -49,7 +50,7 @@ class ConfluentClient:
         from confluent_kafka import Producer
 
         producer = Producer({
-            "bootstrap.servers": self.bootstrap, "acks": acks, "compression.type": compression,
+            **self.config, "bootstrap.servers": self.bootstrap, "acks": acks, "compression.type": compression,
             "enable.idempotence": idempotent and acks == "all", "linger.ms": 5,
             "message.max.bytes": max(max_bytes, 1_000_000),
         })
@@ -75,7 +76,7 @@ class ConfluentClient:
     def consume(self, topic: str, count: int, timeout: float = 30) -> list[Got]:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "unused",
+        consumer = Consumer({**self.config, "bootstrap.servers": self.bootstrap, "group.id": "unused",
                              "enable.auto.commit": False, "fetch.message.max.bytes": 4 << 20})
         md = consumer.list_topics(topic, timeout=10).topics[topic]
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])

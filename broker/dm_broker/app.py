@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -25,6 +26,7 @@ from .log.checkpoints import atomic_write
 from .log.manager import RecoveryAborted
 from .log.meta_properties import IdentityError
 from .metrics import watch_event_loop
+from .security.tls import TlsSettings, client_context, server_context
 from .server import KafkaServer
 from .tasks import stop_tasks
 
@@ -129,7 +131,11 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     token = config["controller.token"] or os.environ.get("DM_CONTROLLER_TOKEN", "")
     embedded = None
     if config["controller.url"]:
-        client = HttpControllerClient(config["controller.url"], token)
+        try:
+            context = controller_client_context(config)
+        except ConfigError as exc:
+            raise SystemExit(f"dm: invalid configuration: {exc}") from None
+        client = HttpControllerClient(config["controller.url"], token, ssl_context=context)
     else:
         embedded = await embedded_controller(config)
         embedded.start()
@@ -237,20 +243,42 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
         controller.start()
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, config["listener.host"], port)
+        try:
+            context = controller_server_context(config)
+        except ConfigError as exc:
+            raise SystemExit(f"dm: invalid configuration: {exc}") from None
+        site = web.TCPSite(runner, config["listener.host"], port, ssl_context=context)
         try:
             await site.start()
         except OSError as exc:
             raise SystemExit(f"dm: cannot start dm controller: port {port}: {exc.strerror}") from None
         actual = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("dm controller ready on http://%s:%d (%d topics)", config["listener.host"], actual,
+        scheme = "https" if context is not None else "http"
+        log.info("dm controller ready on %s://%s:%d (%d topics)", scheme, config["listener.host"], actual,
                  len(controller.topics))
-        print(f"DM_READY {json.dumps({'controller': f'http://{config.advertised_host}:{actual}'})}", flush=True)
+        print(f"DM_READY {json.dumps({'controller': f'{scheme}://{config.advertised_host}:{actual}'})}", flush=True)
         await stop.wait()
         await controller.close()
         await runner.cleanup()
     finally:
         lock.release()
+
+
+CONTROLLER_LISTENER = "CONTROLLER"  # listener.name.controller.ssl.*: the controller link's TLS (ADR 0021)
+
+
+def controller_server_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """`dm controller` serves https when listener.name.controller.ssl.keystore.* is set."""
+    settings = TlsSettings.for_listener(config, CONTROLLER_LISTENER)
+    return server_context(settings) if settings.has_keystore else None
+
+
+def controller_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """A broker verifies an https controller with listener.name.controller.ssl.truststore.* (the
+    system's CAs without one) and presents listener.name.controller.ssl.keystore.* if set."""
+    if not config["controller.url"].startswith("https://"):
+        return None
+    return client_context(TlsSettings.for_listener(config, CONTROLLER_LISTENER))
 
 
 def print_banner(bootstrap: str, http_port: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -141,15 +142,20 @@ class LocalControllerClient:
 
 
 class HttpControllerClient:
-    def __init__(self, url: str, token: str = "", timeout_s: float = 10) -> None:
+    """`ssl_context`: how an https controller is verified (and, for mTLS, who this broker is)."""
+
+    def __init__(self, url: str, token: str = "", timeout_s: float = 10,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout_s
+        self.ssl_context = ssl_context
         self._session: aiohttp.ClientSession | None = None
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self.headers)
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
+            self._session = aiohttp.ClientSession(headers=self.headers, connector=connector)
         return self._session
 
     def _reset(self) -> None:
