@@ -80,13 +80,17 @@ class KafkaServer:
         return self._server.sockets[0].getsockname()[1]
 
     def _protocol(self) -> FrameProtocol:
+        # Until a SASL client has authenticated no frame larger than sasl.server.max.receive.size is
+        # read (as Kafka): an anonymous peer cannot make the broker allocate 100 MiB buffers.
+        limit = self.max_request_bytes
+        if self.listener.sasl:
+            limit = min(limit, self.security.config.for_listener(self.listener.name, "sasl.server.max.receive.size"))
         if not self.listener.tls:
-            return FrameProtocol(MIN_FRAME, self.max_request_bytes, on_connect=self._accepted)
+            return FrameProtocol(MIN_FRAME, limit, on_connect=self._accepted)
         # The TLS handshake runs before the protocol hears of the connection, and one that fails never
         # reaches it: it is counted when the protocol object is dropped without having connected.
         connected = [False]
-        conn = FrameProtocol(MIN_FRAME, self.max_request_bytes,
-                             on_connect=functools.partial(self._accepted_tls, connected))
+        conn = FrameProtocol(MIN_FRAME, limit, on_connect=functools.partial(self._accepted_tls, connected))
         weakref.finalize(conn, _handshake_outcome, connected, self.listener.name, self.metrics)
         return conn
 
@@ -190,6 +194,8 @@ class KafkaServer:
         responder = loop.create_task(self._respond(conn, answers, peer))
         try:
             while True:
+                if session.authenticated and conn.max_size != self.max_request_bytes:
+                    conn.max_size = self.max_request_bytes
                 frame = await conn.read_frame()
                 self._connections[conn] = time.monotonic()
                 ordered = loop.create_future()
@@ -258,8 +264,9 @@ class KafkaServer:
     def _log_close(self, peer: str, exc: BaseException) -> None:
         if isinstance(exc, FrameSizeError):
             self.metrics.closed_bad_frames.inc()
-            log.warning("closing %s: request size %d outside %d..%d (socket.request.max.bytes)",
-                        peer, exc.size, MIN_FRAME, self.max_request_bytes)
+            why = "socket.request.max.bytes" if exc.high == self.max_request_bytes else \
+                "sasl.server.max.receive.size, before authentication"
+            log.warning("closing %s: request size %d outside %d..%d (%s)", peer, exc.size, MIN_FRAME, exc.high, why)
         elif isinstance(exc, ProtocolError):
             self.metrics.closed_bad_frames.inc()
             log.warning("closing %s: %s", peer, exc)

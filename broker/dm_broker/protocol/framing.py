@@ -26,6 +26,7 @@ class FrameSizeError(Exception):
     def __init__(self, size: int, low: int, high: int) -> None:
         super().__init__(f"frame size {size} outside {low}..{high}")
         self.size = size
+        self.high = high
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
