@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
 from .tools import cluster, consume, groups, produce, reassign, strays, topics
-from .tools.client import DEFAULT_BOOTSTRAP
+from .tools.client import DEFAULT_BOOTSTRAP, load_command_config
 
 
 def _broker(args: argparse.Namespace) -> None:
@@ -50,10 +50,11 @@ def _controller(args: argparse.Namespace) -> None:
         key, _, value = item.partition("=")
         overrides[key] = value
     try:
-        config = BrokerConfig.build(overrides)
+        config = BrokerConfig.build(overrides, Path(args.config) if args.config else None)
     except ConfigError as exc:
         raise SystemExit(f"dm: invalid configuration: {exc}") from None
-    run_controller(config, args.port, args.token or os.environ.get("DM_CONTROLLER_TOKEN", ""))
+    token = args.token or config["controller.token"] or os.environ.get("DM_CONTROLLER_TOKEN", "")
+    run_controller(config, args.port, token)
 
 
 def package_version() -> str:
@@ -113,12 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--host", default="127.0.0.1", help="address the controller's HTTP API binds to")
     c.add_argument("--port", type=int, default=9990, help="port of the controller's HTTP API")
     c.add_argument("--token", help="shared secret brokers must present (or DM_CONTROLLER_TOKEN)")
+    c.add_argument("--config", help="Kafka-style .properties file (listener.name.controller.ssl.* for https)")
     c.add_argument("--override", action="append", metavar="KEY=VALUE",
                    help="property such as broker.session.timeout.ms (repeatable)")
     c.set_defaults(func=_controller)
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="host:port (env DM_BOOTSTRAP)")
+    common.add_argument("--command-config", metavar="FILE",
+                        help="client properties (librdkafka names: security.protocol, ssl.ca.location, "
+                             "sasl.mechanism, sasl.username, sasl.password, ...) for a secured cluster "
+                             "(env DM_COMMAND_CONFIG)")
     topics.register(sub, common)
     produce.register(sub, common)
     consume.register(sub, common)
@@ -143,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:
+        if hasattr(args, "command_config"):
+            load_command_config(args.command_config)
         args.func(args)
     except KeyboardInterrupt:
         # Ctrl-C is how a user stops `dm consume` and friends: a clean exit, not a traceback.

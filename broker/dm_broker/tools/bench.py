@@ -19,6 +19,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from .client import admin, fail, wait
+from .client import settings as client_settings
 
 
 @dataclass
@@ -80,7 +81,7 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
         # algorithm until the broker's delayed ACK (40 ms on Linux) and distort latency
         "socket.nagle.disable": "true",
     }
-    producer = Producer(settings)
+    producer = Producer(client_settings(settings))
     payload = os.urandom(args.record_size)
     latencies: list[float] = []
     errors = 0
@@ -146,7 +147,7 @@ def consume(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
                 "enable.auto.commit": "false", "fetch.max.bytes": str(args.fetch_max_bytes),
                 "max.partition.fetch.bytes": str(args.fetch_max_bytes), "fetch.wait.max.ms": "100",
                 "queued.max.messages.kbytes": "1048576"}
-    consumer = Consumer(settings)
+    consumer = Consumer(client_settings(settings))
     md = consumer.list_topics(topic, timeout=15).topics[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
     n = args.records

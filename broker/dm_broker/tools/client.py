@@ -4,9 +4,50 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 DEFAULT_BOOTSTRAP = os.environ.get("DM_BOOTSTRAP", "127.0.0.1:9092")
+# Client properties from --command-config (Kafka's tools' option; env DM_COMMAND_CONFIG): librdkafka's
+# names, e.g. security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, sasl.password.
+CLIENT_CONFIG: dict[str, str] = {}
+
+
+def load_command_config(path: str | None) -> None:
+    """Reads a client properties file into CLIENT_CONFIG (every client the CLI makes gets it)."""
+    from ..config import ConfigError, read_properties
+
+    path = path or os.environ.get("DM_COMMAND_CONFIG")
+    if not path:
+        return
+    try:
+        CLIENT_CONFIG.update(read_properties(Path(path)))
+    except (OSError, ConfigError) as exc:
+        fail(f"--command-config {path}: {exc}")
+
+
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A client's settings with the --command-config ones (the security settings) added."""
+    return {**CLIENT_CONFIG, **config}
+
+
+def wire_security() -> Any:
+    """The same client settings for dm's own protocol client (reassignments)."""
+    from ..security.setup import ClientSecurity
+    from ..security.tls import TlsSettings, client_context
+
+    protocol = CLIENT_CONFIG.get("security.protocol", "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        return None
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = client_context(TlsSettings(
+            "client", keystore_location=CLIENT_CONFIG.get("ssl.certificate.location", ""),
+            key=Path(CLIENT_CONFIG["ssl.key.location"]).read_text() if "ssl.key.location" in CLIENT_CONFIG else "",
+            truststore_location=CLIENT_CONFIG.get("ssl.ca.location", ""),
+            endpoint_identification=CLIENT_CONFIG.get("ssl.endpoint.identification.algorithm", "https")))
+    return ClientSecurity(protocol, context, CLIENT_CONFIG.get("sasl.mechanism", "PLAIN").upper(),
+                          CLIENT_CONFIG.get("sasl.username", ""), CLIENT_CONFIG.get("sasl.password", ""))
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -21,8 +62,8 @@ def admin(bootstrap: str, auto_create: bool = False) -> Any:
     # allow.auto.create.topics: a producer-type handle's metadata requests would otherwise create
     # every topic they ask about (`dm topics describe ghost` created `ghost`); only `dm produce`
     # asks for it, as Kafka's console producer does (the broker's auto.create.topics.enable decides).
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4,
-                        "allow.auto.create.topics": auto_create})
+    return AdminClient(settings({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4,
+                                 "allow.auto.create.topics": auto_create}))
 
 
 def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:

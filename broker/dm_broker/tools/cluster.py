@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import select
 import signal
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..config import ConfigError, read_properties
 from ..dirlock import DirectoryInUse, DirectoryLock
 
 DEFAULT_PORT = 9092
@@ -98,9 +100,26 @@ def run(args: argparse.Namespace) -> None:
         token_file.chmod(0o600)
     env = {**os.environ, "DM_CONTROLLER_TOKEN": token_file.read_text().strip()}
     py = [sys.executable, "-m", "dm_broker.cli"]
-    overrides = []
+    try:
+        base = read_properties(Path(args.config)) if args.config else {}
+    except (OSError, ConfigError) as exc:
+        raise SystemExit(f"dm up: --config {args.config}: {exc}") from None
     for item in args.override or []:
-        overrides += ["--override", item]
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"dm up: --override expects key=value, got {item!r}")
+        base[key] = value
+
+    def properties(name: str, node: str, port: int) -> list[str]:
+        """The properties file of one process (placeholders filled in): its --config option."""
+        rendered = {k: render(v, node, port) for k, v in base.items()}
+        if not rendered:
+            return []
+        path = data / f"{name}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in rendered.items()))
+        path.chmod(0o600)  # it may hold passwords (sasl.jaas.config)
+        return ["--config", str(path)]
+
     procs: list[subprocess.Popen[bytes]] = []
     stopping = [False]
 
@@ -115,15 +134,19 @@ def run(args: argparse.Namespace) -> None:
         # A controller that lost its state recovers it from the brokers: it knows how many to wait for.
         expected = ["--override", f"controller.recovery.expected.brokers={args.brokers}"]
         controller, info = _start([*py, "controller", "--data-dir", str(data / "controller"), "--port",
-                                   str(ports["controller"]), *expected, *overrides], data / "controller.log", env,
-                                  stopping)
+                                   str(ports["controller"]), *expected,
+                                   *properties("controller", "controller", ports["controller"])],
+                                  data / "controller.log", env, stopping)
         procs.append(controller)
         url = info["controller"]
         bootstrap = []
         for i in range(args.brokers):
             http = ports.get(f"broker {i} HTTP", -1)
-            cmd = [*py, "broker", "--node-id", str(i), "--data-dir", str(data / f"broker-{i}"), "--port",
-                   str(ports[f"broker {i}"]), "--http-port", str(http), "--controller", url, *overrides]
+            port = ports[f"broker {i}"]
+            # With Kafka's `listeners` the ports are in there ({port}, {port+N}); otherwise --port.
+            port_option = [] if "listeners" in base else ["--port", str(port)]
+            cmd = [*py, "broker", "--node-id", str(i), "--data-dir", str(data / f"broker-{i}"), *port_option,
+                   "--http-port", str(http), "--controller", url, *properties(f"broker-{i}", str(i), port)]
             proc, binfo = _start(cmd, data / f"broker-{i}.log", env, stopping)
             procs.append(proc)
             bootstrap.append(binfo["kafka"])
@@ -168,6 +191,20 @@ Press Ctrl-C to stop the cluster.
         print("dm cluster stopped.", flush=True)
 
 
+_PLACEHOLDER = re.compile(r"\{(id|port)(?:\+(\d+))?\}")
+
+
+def render(value: str, node: str, port: int) -> str:
+    """`{id}` is the broker's id, `{port}` its Kafka port and `{port+N}` that plus N: what differs
+    between the brokers of `dm up`, in otherwise shared properties (listeners, advertised.listeners)."""
+    def fill(m: re.Match[str]) -> str:
+        if m.group(1) == "id":
+            return node
+        return str(port + int(m.group(2) or 0))
+
+    return _PLACEHOLDER.sub(fill, value)
+
+
 def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """Brokers first (their controlled shutdown needs the controller), then the controller."""
     for proc in reversed(procs[1:]):
@@ -198,5 +235,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"(default: {DEFAULT_HTTP_PORT} moved by as much as --port is)")
     p.add_argument("--controller-port", type=int,
                    help=f"controller port (default: {DEFAULT_CONTROLLER_PORT} moved by as much as --port is)")
-    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker property for every broker")
+    p.add_argument("--config", metavar="FILE",
+                   help="Kafka server.properties for every broker (and the controller); {id}, {port} and "
+                        "{port+N} are filled in per broker, e.g. listeners=PLAINTEXT://:{port},SASL_SSL://:{port+100}")
+    p.add_argument("--override", action="append", metavar="KEY=VALUE",
+                   help="broker property for every broker (over --config; placeholders as there)")
     p.set_defaults(func=run)

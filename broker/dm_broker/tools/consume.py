@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .client import fail
+from .client import fail, settings
 
 
 def run(args: argparse.Namespace) -> None:
@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> None:
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group or "dm-cli",
             "enable.auto.commit": bool(args.group), "enable.partition.eof": True, "auto.offset.reset": reset}
     as_member = bool(args.group) and args.partition is None and args.offset is None
-    consumer = Consumer(conf)
+    consumer = Consumer(settings(conf))
     try:
         md = consumer.list_topics(args.topic, timeout=15).topics.get(args.topic)
         if md is None or md.error is not None:

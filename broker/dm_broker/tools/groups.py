@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from .client import admin, console, fail, wait
+from .client import admin, console, fail, settings, wait
 
 
 def _group_description(client, group: str):
@@ -29,7 +29,7 @@ def _committed(client, group: str) -> dict[tuple[str, int], int]:
 def _end_offsets(bootstrap: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dm-cli-lag"})
+    consumer = Consumer(settings({"bootstrap.servers": bootstrap, "group.id": "dm-cli-lag"}))
     try:
         return {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10) for tp in partitions}
     finally:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..partitioners import Partitioner
-from .client import admin, fail, produce_waiting, wait
+from .client import admin, fail, produce_waiting, settings, wait
 
 
 def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
@@ -28,7 +28,7 @@ def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
     n = len(md.partitions)
     sizes = None
     if keyless == "least_loaded" or keyed == "least_loaded":
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dm-cli-sizes"})
+        consumer = Consumer(settings({"bootstrap.servers": bootstrap, "group.id": "dm-cli-sizes"}))
         try:
             sizes = []
             for p in range(n):
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> None:
         partitioner = None if args.partition is not None else topic_partitioner(args.bootstrap, args.topic)
     except LookupError as exc:
         fail(str(exc))
-    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": args.acks, "enable.idempotence": True,
-                         "linger.ms": 5, "compression.type": args.compression})
+    producer = Producer(settings({"bootstrap.servers": args.bootstrap, "acks": args.acks,
+                                  "enable.idempotence": True, "linger.ms": 5, "compression.type": args.compression}))
     errors: list[str] = []
 
     def report(err, msg) -> None:

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.build import make, nested
 from ..protocol.client import KafkaConnection
 from ..protocol.codec import request_class
+from .client import wire_security
 
 TIMEOUT = datetime.timedelta(seconds=30)
 BROKER_RESOURCE = 4
@@ -58,7 +59,8 @@ class WireAdmin:
         for address in bootstrap.split(","):
             host, _, port = address.strip().rpartition(":")
             try:
-                return cls(await KafkaConnection.open(host or "127.0.0.1", int(port), client_id="dm-cli"))
+                return cls(await KafkaConnection.open(host or "127.0.0.1", int(port), client_id="dm-cli",
+                                                      security=wire_security()))
             except (OSError, TimeoutError, ValueError) as exc:
                 errors.append(f"{address}: {exc or type(exc).__name__}")
         raise AdminError(f"cannot reach any broker ({'; '.join(errors)})")
