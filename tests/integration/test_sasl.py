@@ -233,3 +233,16 @@ def test_credentials_are_described_and_deleted(sasl_broker, topic_name):
             "nobody"].result(15)
     with pytest.raises(KafkaException, match="does not exist"):
         admin.describe_user_scram_credentials(["nobody"])["nobody"].result(15)
+
+
+def test_describe_configs_shows_listeners_and_hides_secrets(sasl_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    broker, ports, _ = sasl_broker
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("broker", "0")
+    configs = admin.describe_configs([resource])[resource].result(15)
+    assert configs["sasl.jaas.config"].is_sensitive and configs["sasl.jaas.config"].value is None
+    assert configs["ssl.keystore.password"].is_sensitive
+    assert f"SASL_SSL://127.0.0.1:{ports['SASL_SSL']}" in configs["advertised.listeners"].value
+    assert f"REAUTH://127.0.0.1:{ports['REAUTH']}" in configs["listeners"].value

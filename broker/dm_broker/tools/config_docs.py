@@ -32,6 +32,13 @@ def render() -> str:
         "Properties with a topic-level name can be overridden per topic (`dm topics create --config",
         "retention.ms=3600000`, CreateTopics configs, or IncrementalAlterConfigs at run time).",
         "",
+        "As in Kafka, the `ssl.*`, `sasl.enabled.mechanisms`, `sasl.jaas.config`, `sasl.server.max.receive.size`",
+        "and `connections.max.reauth.ms` properties can be set for one listener with",
+        "`listener.name.<listener>.<property>`, and a mechanism's JAAS configuration with",
+        "`listener.name.<listener>.<mechanism>.sasl.jaas.config`; `listener.name.controller.ssl.*` secures the",
+        "link between brokers and the controller ([security](security.md)). Passwords and keys are never",
+        "returned by DescribeConfigs.",
+        "",
         "| broker property | topic override | default | meaning |",
         "|---|---|---|---|",
     ]

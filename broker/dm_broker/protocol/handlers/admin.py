@@ -140,8 +140,10 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> Any:
 
 
 SOURCE_DYNAMIC_BROKER = 2
+DESCRIBED_EFFECTIVE = {"listeners", "advertised.listeners"}  # described as in effect, by _kafka_named
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 LIST_TYPE = 7
+PASSWORD_TYPE = 9
 
 
 def _render(value: Any) -> str:
@@ -149,15 +151,20 @@ def _render(value: Any) -> str:
 
 
 def _entry(cls: type, synonym_cls: type | None, name: str, levels: list[tuple[str, Any, int]], kind: str,
-           doc: str, documentation: bool, synonyms: bool, read_only: bool = False) -> Any:
+           doc: str, documentation: bool, synonyms: bool, read_only: bool = False, secret: bool = False) -> Any:
     """One config entry; `levels` are (name, value, source) from the highest priority down, the
-    first being the value in effect (Kafka's synonyms)."""
+    first being the value in effect (Kafka's synonyms). A secret (password, key) is described as
+    sensitive with no value, as Kafka does."""
     _, value, source = levels[0]
-    synonym_entries = tuple(make(synonym_cls, name=n, value=_render(v), source=src) for n, v, src in levels) \
+
+    def shown(v: Any) -> str | None:
+        return None if secret else _render(v)
+
+    synonym_entries = tuple(make(synonym_cls, name=n, value=shown(v), source=src) for n, v, src in levels) \
         if synonyms and synonym_cls is not None else ()
-    config_type = LIST_TYPE if kind == "list" else CONFIG_TYPES.get(kind, 0)
-    return make(cls, name=name, value=_render(value), read_only=read_only, config_source=source,
-                is_default=source == SOURCE_DEFAULT, is_sensitive=False, synonyms=synonym_entries,
+    config_type = (PASSWORD_TYPE if secret else LIST_TYPE if kind == "list" else CONFIG_TYPES.get(kind, 0))
+    return make(cls, name=name, value=shown(value), read_only=read_only, config_source=source,
+                is_default=source == SOURCE_DEFAULT, is_sensitive=secret, synonyms=synonym_entries,
                 config_type=config_type, documentation=doc if documentation else None)
 
 
@@ -173,15 +180,17 @@ def broker_levels(broker: Any, name: str) -> list[tuple[str, Any, int]]:
 def _kafka_named(broker: Any) -> list[tuple[str, list[tuple[str, Any, int]], str]]:
     """Kafka's names for what dm configures under its own (tools ask for these)."""
     c = broker.config
-    adv_port = c["advertised.port"] or broker.port
     static = SOURCE_STATIC_BROKER
+    listeners = broker.security.listeners.listeners
+    bound = ",".join(f"{li.name}://{li.host}:{broker.bound_ports.get(li.name, li.port)}" for li in listeners)
+    advertised = ",".join(f"{name}://{e.host}:{e.port}" for name, e in broker.registration().listeners.items())
     return [
         ("broker.id", [("broker.id", broker.node_id, static), ("node.id", broker.node_id, static)],
          "The broker id (dm: node.id)."),
-        ("listeners", [("listeners", f"PLAINTEXT://{c['listener.host']}:{broker.port}", static)],
-         "The listener (dm: listener.host and listener.port); plaintext only."),
-        ("advertised.listeners", [("advertised.listeners", f"PLAINTEXT://{c.advertised_host}:{adv_port}", static)],
-         "The listener clients are told to use (dm: advertised.host and advertised.port)."),
+        ("listeners", [("listeners", bound, static)],
+         "The listeners, as bound (from listeners, or dm's listener.host and listener.port)."),
+        ("advertised.listeners", [("advertised.listeners", advertised, static)],
+         "The endpoints clients are told to use, per listener."),
         ("log.dir", [("log.dir", str(c.data_dir), static), ("log.dirs", ",".join(map(str, c.log_dirs)), static)],
          "The first log directory (dm: log.dirs, which lists them all)."),
     ]
@@ -237,10 +246,11 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
                                                             f"{res.resource_name} for its configs"
             else:
                 for name, prop in BROKER_PROPERTIES.items():
-                    if keys is not None and name not in keys:
+                    if (keys is not None and name not in keys) or name in DESCRIBED_EFFECTIVE:
                         continue
                     entries.append(_entry(entry_cls, synonym_cls, name, broker_levels(broker, name), prop.kind,
-                                          prop.doc, documentation, synonyms, read_only=not prop.dynamic))
+                                          prop.doc, documentation, synonyms, read_only=not prop.dynamic,
+                                          secret=prop.secret))
                 for name, levels, doc in _kafka_named(broker):
                     if keys is None or name in keys:
                         entries.append(_entry(entry_cls, synonym_cls, name, levels, "str", doc, documentation,
