@@ -195,6 +195,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("bench", help="measure produce/consume throughput and latency")
     p.add_argument("kind", choices=["produce", "consume"], help="what to measure")
     p.add_argument("--bootstrap", default=common.get_default("bootstrap"), help="host:port (env DM_BOOTSTRAP)")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties (security.protocol, ssl.*, sasl.*) for a secured listener")
     p.add_argument("--compare", metavar="HOST:PORT", help="run the same workload against a second broker")
     p.add_argument("--topic", help="default bench-<record size>")
     p.add_argument("--partitions", type=int, default=1, help="partitions of the benchmark topic")
