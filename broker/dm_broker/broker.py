@@ -313,7 +313,7 @@ class Broker:
             try:
                 resp = await self.controller.heartbeat(HeartbeatRequest(
                     node_id=self.node_id, broker_epoch=self.broker_epoch, stray_logs=self.stray_logs(),
-                    reassignment_lag=self.reassignment_lag()))
+                    reassignment_lag=self.reassignment_lag(), tls=self.security.tls_report()))
                 self._unreachable.succeeded()
                 if resp.reregister:
                     log.warning("the controller does not know this broker's epoch; registering again")

@@ -65,7 +65,12 @@ def fingerprint(live: Obj, desired: Obj) -> str:
     plus the labels, annotations and owners the desired object has."""
     mine_labels = set(labels_of(desired))
     mine_annotations = set(annotations_of(desired))
-    content = {k: v for k, v in live.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+    content = copy.deepcopy({k: v for k, v in live.items() if k not in ("metadata", "status", "apiVersion", "kind")})
+    for path in CARRIED.get(desired["kind"], []):  # others' fields: their changes are no drift
+        if _get(desired, path) is None and _get(content, path) is not None:
+            parent = _get(content, path[:-1]) if len(path) > 1 else content
+            if isinstance(parent, dict):
+                parent.pop(path[-1], None)
     content["@labels"] = {k: v for k, v in labels_of(live).items() if k in mine_labels}
     content["@annotations"] = {k: v for k, v in annotations_of(live).items() if k in mine_annotations}
     content["@owners"] = live["metadata"].get("ownerReferences")

@@ -18,11 +18,13 @@ from .operator import Operator
 from .runtime import dmcluster_path
 from .store import cluster_of
 from .topics import orphan_topic, release_orphans
+from .users import release as release_user
+from .users import user_cluster, users_path
 
 # The children the operator keeps (all labelled managed-by dm-operator): what changes in them wakes
 # their cluster's runtime, which puts back what drifted.
 CHILDREN = [("v1", "serviceaccounts"), ("v1", "services"), ("v1", "configmaps"), ("v1", "persistentvolumeclaims"),
-            ("apps/v1", "statefulsets"), ("policy", "poddisruptionbudgets")]
+            ("v1", "secrets"), ("apps/v1", "statefulsets"), ("policy", "poddisruptionbudgets")]
 
 
 def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
@@ -52,6 +54,21 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
             operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])  # not seen yet: it picks this up
             return
         await orphan_topic(operator.kube, namespace, obj, dmcluster)
+
+    @kopf.on.event(GROUP, VERSION, "users", registry=registry)
+    async def user_event(type: str | None, body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
+        obj = {"apiVersion": API_VERSION, "kind": "User", **dict(body)}
+        cache.observe(obj, deleted=type == "DELETED")
+        cluster = user_cluster(obj)
+        if operator.wake(namespace, cluster) or type == "DELETED":
+            return
+        dmcluster = await operator.kube.get_or_none(dmcluster_path(namespace, cluster))
+        if dmcluster is not None and not being_deleted(dmcluster):
+            cache.observe({"apiVersion": API_VERSION, "kind": "DMCluster", **dmcluster})
+            operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])  # its runtime picks the User up
+        elif being_deleted(obj):
+            # Its DMCluster is gone, and its credentials and ACLs with it: nothing is left to remove.
+            await release_user(operator.kube, f"{users_path(namespace)}/{name}", obj, cache)
 
     @kopf.on.event("", "v1", "pods", labels=naming.MANAGED, registry=registry)
     async def pod_event(type: str | None, body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dm_broker.config import BROKER_PROPERTIES, BrokerConfig, ConfigError
 
-from . import naming
+from . import listeners, naming
 from .models import DMClusterSpec, Resources
 from .objects import Obj
 from .settings import OperatorSettings
@@ -24,12 +24,20 @@ BROKER_UID = 10001
 DEFAULT_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
 # Set by the operator from the pod's identity; a DMCluster may not set them.
 MANAGED_PROPERTIES = {"node.id", "log.dirs", "listener.host", "listener.port", "http.port", "advertised.host",
-                      "advertised.port", "controller.url", "controller.token", "rack"}
+                      "advertised.port", "controller.url", "controller.token", "rack",
+                      # from spec.listeners and spec.authorization (listeners.py)
+                      "listeners", "advertised.listeners", "listener.security.protocol.map",
+                      "inter.broker.listener.name", "security.inter.broker.protocol", "authorizer.class.name",
+                      "super.users", "sasl.enabled.mechanisms", "ssl.keystore.location", "ssl.keystore.type",
+                      "ssl.truststore.location", "ssl.truststore.type", "ssl.client.auth", "ssl.keystore.key",
+                      "ssl.keystore.certificate.chain", "ssl.truststore.certificates", "ssl.keystore.password",
+                      "ssl.key.password", "ssl.truststore.password", "sasl.jaas.config"}
 
 
-def render_config(config: dict[str, Any]) -> str:
-    """broker.properties from spec.config, validated with the broker's own property table;
-    ConfigError names every unknown or invalid property."""
+def render_config(config: dict[str, Any], managed: dict[str, str] | None = None) -> str:
+    """broker.properties from spec.config, validated with the broker's own property table, and the
+    properties the operator sets (`managed`: listeners, TLS, authorization); ConfigError names every
+    unknown or invalid property."""
     problems = []
     values: dict[str, str] = {}
     for key, raw in sorted(config.items()):
@@ -54,6 +62,7 @@ def render_config(config: dict[str, Any]) -> str:
         values[key] = value
     if problems:
         raise ConfigError("; ".join(problems))
+    values.update(managed or {})
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
@@ -107,21 +116,21 @@ def service_account(name: str, namespace: str, owner: Obj) -> Obj:
             "metadata": _meta(naming.service_account(name), namespace, name, owner)}
 
 
-def headless_service(name: str, namespace: str, owner: Obj) -> Obj:
+def headless_service(name: str, namespace: str, owner: Obj, spec: DMClusterSpec | None = None) -> Obj:
     """Stable names for each broker (<pod>.<service>...): published before the pods are Ready,
     because brokers must reach each other (and be registered) to become Ready."""
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(naming.headless_service(name), namespace, name, owner),
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                      "selector": naming.selector_labels(name),
-                     "ports": [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}]}}
+                     "ports": listeners.service_ports(spec or DMClusterSpec(), replication=True)}}
 
 
-def bootstrap_service(name: str, namespace: str, owner: Obj) -> Obj:
+def bootstrap_service(name: str, namespace: str, owner: Obj, spec: DMClusterSpec | None = None) -> Obj:
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(naming.bootstrap_service(name), namespace, name, owner),
             "spec": {"type": "ClusterIP", "selector": naming.selector_labels(name),
-                     "ports": [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}]}}
+                     "ports": listeners.service_ports(spec or DMClusterSpec(), replication=False)}}
 
 
 def pod_disruption_budget(name: str, namespace: str, owner: Obj, api_version: str) -> Obj:
@@ -145,12 +154,17 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
     rev = revision(spec, properties, image)
     domain = settings.cluster_domain
     selector = naming.selector_labels(name)
+    advertised = listeners.advertised(spec, name, domain)
+    # The default listener keeps dm's shorthand (so brokers of existing clusters are not restarted);
+    # anything else is Kafka's listeners, from the ConfigMap, advertised by each pod's own name.
+    listen = ["--port", str(naming.KAFKA_PORT),
+              "--advertised-host", f"$(POD_NAME).{naming.headless_service(name)}.$(POD_NAMESPACE).svc.{domain}"] \
+        if advertised is None else ["--override", f"advertised.listeners={advertised}"]
     args = [
         "broker", "--config", f"{naming.CONFIG_PATH}/broker.properties",
         "--node-id-from-name", "$(POD_NAME)",
-        "--data-dir", naming.DATA_PATH, "--host", "0.0.0.0", "--port", str(naming.KAFKA_PORT),
+        "--data-dir", naming.DATA_PATH, "--host", "0.0.0.0", *listen,
         "--http-port", str(naming.HTTP_PORT),
-        "--advertised-host", f"$(POD_NAME).{naming.headless_service(name)}.$(POD_NAMESPACE).svc.{domain}",
         "--controller", controller_url(settings, namespace, name),
         # A force-deleted pod's replacement can start before the old process is gone: wait for it.
         "--override", "log.dirs.lock.wait.ms=30000",
@@ -163,8 +177,7 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
             {"name": "DM_CONTROLLER_TOKEN", "valueFrom": {"secretKeyRef": {"name": naming.token_secret(name),
                                                                            "key": "token"}}},
         ],
-        "ports": [{"name": "kafka", "containerPort": naming.KAFKA_PORT},
-                  {"name": "http", "containerPort": naming.HTTP_PORT}],
+        "ports": [*listeners.container_ports(spec), {"name": "http", "containerPort": naming.HTTP_PORT}],
         # Ready once registered and serving; alive while the process answers (also during log recovery).
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2,
                            "failureThreshold": 3, "timeoutSeconds": 2},
@@ -199,6 +212,16 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         "volumes": [{"name": "config", "configMap": {"name": naming.config_map(name)}},
                     {"name": "tmp", "emptyDir": {}}],
     }
+    if listeners.secured(spec):
+        # Secret volumes are updated in place (atomically) when the operator renews a certificate; the
+        # brokers reload it from there without a restart.
+        mounts = [("broker-certs", naming.broker_certs(name), listeners.CERTS_PATH),
+                  ("cluster-ca", naming.cluster_ca_cert(name), listeners.CLUSTER_CA_PATH)]
+        if any(li.authentication == "tls" for li in spec.listeners):
+            mounts.append(("clients-ca", naming.clients_ca_cert(name), listeners.CLIENTS_CA_PATH))
+        for volume, secret, path in mounts:
+            pod_spec["volumes"].append({"name": volume, "secret": {"secretName": secret}})
+            container["volumeMounts"].append({"name": volume, "mountPath": path, "readOnly": True})
     pull_secrets = [s.name for s in spec.imagePullSecrets] if spec.imagePullSecrets is not None \
         else settings.image_pull_secrets
     if pull_secrets:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.2.0"
+SCHEMA_VERSION = "0.3.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
+    "0.3.0": {"dmclusters": "d95e8dcf895293ee", "topics": "179363eaa2749f72", "users": "2b0df5f5ccff7b2f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -108,6 +109,42 @@ class PodTemplate(Model):
     priorityClassName: str | None = Field(None, description="Pod priorityClassName")
 
 
+LISTENER_NAME = r"^[a-z][a-z0-9]{0,10}$"
+DURATION = r"^[0-9]+(s|m|h|d)$"
+RESERVED_PORTS = (8080, 9091)  # the brokers' HTTP port, and the replication listener's
+
+
+class ListenerSpec(Model):
+    name: str = Field(pattern=LISTENER_NAME, description="Name of the listener (lower case, at most 11 "
+                      "characters); the broker's listener is its upper-case form")
+    port: int = Field(ge=1024, le=65535, description=f"Port of the listener on every broker (not "
+                      f"{' or '.join(map(str, RESERVED_PORTS))}: the operator's)")
+    tls: bool = Field(False, description="TLS with the broker certificate the cluster CA signs; clients trust "
+                      "the CA in the Secret <cluster>-cluster-ca-cert")
+    authentication: Literal["none", "scram-sha-512", "tls"] = Field(
+        "none", description="How clients authenticate: scram-sha-512 (SASL; Users with that authentication), "
+                            "tls (client certificates the clients CA signs; needs tls: true), none")
+
+
+class AuthorizationSpec(Model):
+    type: Literal["simple"] = Field("simple", description="Kafka's ACLs (Users carry theirs)")
+    superUsers: list[str] = Field(default_factory=list, description="Principals allowed everything, e.g. "
+                                  "User:admin or User:CN=ops")
+
+
+class CertificateAuthoritySpec(Model):
+    generateCertificateAuthority: bool = Field(True, description="The operator makes the CA (and renews it). "
+                                               "false: bring your own in the Secret <cluster>-cluster-ca (or "
+                                               "-clients-ca) with ca.crt and ca.key")
+    validity: str = Field("8760h", pattern=DURATION, description="Lifetime of the CA and of what it signs "
+                          "(s, m, h or d)")
+    renewBefore: str = Field("720h", pattern=DURATION, description="Renew this long before expiry (the CA, the "
+                             "broker and user certificates)")
+
+
+DEFAULT_LISTENERS = [{"name": "plain", "port": 9092}]
+
+
 class DMClusterSpec(Model):
     replicas: int = Field(3, ge=1, le=64, description="Number of brokers")
     image: str | None = Field(None, description="Broker image (default: the operator's own image)")
@@ -126,6 +163,50 @@ class DMClusterSpec(Model):
     rack: RackSpec | None = Field(None, description="Rack awareness from a node label (off when absent)")
     template: PodTemplate = Field(default_factory=PodTemplate, description="Broker pod overrides")
     rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec, description="How the operator moves partitions")
+    listeners: list[ListenerSpec] = Field(
+        default_factory=lambda: [ListenerSpec(**x) for x in DEFAULT_LISTENERS], min_length=1, max_length=8,
+        description="Kafka listeners (Strimzi's shape). With any TLS or authentication, or authorization, brokers "
+                    "replicate over an operator-managed mutual-TLS listener on port 9091")
+    authorization: AuthorizationSpec | None = Field(None, description="ACLs: on when set (the brokers' own "
+                                                    "principal is a super user)")
+    clusterCa: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec,
+                                                description="The CA of the brokers' certificates")
+    clientsCa: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec,
+                                                description="The CA of the Users' client certificates")
+
+    @model_validator(mode="after")
+    def _listeners_are_consistent(self) -> DMClusterSpec:
+        problems = []
+        names = [li.name for li in self.listeners]
+        ports = [li.port for li in self.listeners]
+        if len(set(names)) != len(names):
+            problems.append("listener names must differ")
+        if len(set(ports)) != len(ports):
+            problems.append("listener ports must differ")
+        for li in self.listeners:
+            if li.port in RESERVED_PORTS:
+                problems.append(f"listener {li.name}: port {li.port} is the operator's")
+            if li.name == "replication":
+                problems.append("listener name replication is the operator's")
+            if li.authentication == "tls" and not li.tls:
+                problems.append(f"listener {li.name}: authentication tls needs tls: true")
+        if problems:
+            raise ValueError("spec.listeners: " + "; ".join(problems))
+        return self
+
+
+class ListenerStatus(Model):
+    name: str = Field(description="Listener name")
+    bootstrapServers: str = Field(description="host:port for clients in the Kubernetes cluster")
+    tls: bool = Field(False, description="Clients connect with TLS (trusting <cluster>-cluster-ca-cert)")
+    authentication: str = Field("none", description="How clients authenticate")
+
+
+class CertificatesStatus(Model):
+    clusterCaExpires: str | None = Field(None, description="When the cluster CA expires")
+    clientsCaExpires: str | None = Field(None, description="When the clients CA expires")
+    brokerCertificateExpires: str | None = Field(None, description="When the brokers' certificate expires")
+    phase: str | None = Field(None, description="Where a CA rotation stands (Trusting, Serving, Retiring)")
 
 
 class BrokerStatus(Model):
@@ -145,6 +226,18 @@ class DeletedTopicStatus(Model):
     name: str = Field(description="Its name")
 
 
+class AclStatus(Model):
+    """One ACL as the controller keeps it (Kafka's enum names)."""
+
+    resourceType: str = Field(description="TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID")
+    resourceName: str = Field(description="Resource name or prefix")
+    patternType: str = Field(description="LITERAL or PREFIXED")
+    principal: str = Field(description="e.g. User:alice")
+    host: str = Field(description="Client address, or *")
+    operation: str = Field(description="READ, WRITE, ...")
+    permission: str = Field(description="ALLOW or DENY")
+
+
 class ControllerState(Model):
     """The controller's cluster document (what `dm controller` keeps in cluster.json)."""
 
@@ -153,6 +246,8 @@ class ControllerState(Model):
                                                      "by broker id (\"\": the cluster-wide defaults)")
     deletedTopics: list[DeletedTopicStatus] = Field(default_factory=list, description="The last topic deletions: "
                                                     "brokers delete only logs of these topic ids (or moved away)")
+    acls: list[AclStatus] = Field(default_factory=list, description="The cluster's ACLs (SCRAM credentials are in "
+                                  "the Secret <cluster>-scram-credentials)")
     documentVersion: int = Field(0, description="Version of this document (compare-and-set)")
 
 
@@ -180,6 +275,8 @@ class DMClusterStatus(Model):
                                                           "(a scale-up beyond it moves partitions onto new brokers)")
     rebalance: RebalanceStatus | None = Field(None, description="Partitions the operator is moving, and how much "
                                                                 "is left to copy")
+    listeners: list[ListenerStatus] = Field(default_factory=list, description="Bootstrap address of each listener")
+    certificates: CertificatesStatus | None = Field(None, description="CA and certificate lifetimes, and rotation")
 
 
 # -- Topic ----------------------------------------------------------------------------------------
@@ -234,6 +331,52 @@ class TopicStatus(Model):
     documentVersion: int | None = Field(None, description="The controller's version of this topic (compare-and-set)")
 
 
+# -- User -------------------------------------------------------------------------------------------
+
+
+class AclResource(Model):
+    type: Literal["topic", "group", "cluster", "transactionalId"] = Field(description="What the ACL is about")
+    name: str | None = Field(None, description="Its name (not for cluster); * for every one")
+    patternType: Literal["literal", "prefix"] = Field("literal", description="The name exactly, or a prefix")
+
+
+class AclRule(Model):
+    resource: AclResource = Field(description="The resource")
+    operations: list[Literal["Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
+                             "DescribeConfigs", "AlterConfigs", "IdempotentWrite", "All"]] = Field(
+        min_length=1, description="Operations allowed (or denied)")
+    host: str = Field("*", description="Client address the rule applies to")
+    type: Literal["allow", "deny"] = Field("allow", description="Allow or deny")
+
+
+class UserAuthentication(Model):
+    type: Literal["scram-sha-512", "tls"] = Field(description="scram-sha-512: a generated password in the "
+                                                  "Secret; tls: a client certificate the clients CA signs")
+
+
+class UserAuthorization(Model):
+    type: Literal["simple"] = Field("simple", description="Kafka's ACLs")
+    acls: list[AclRule] = Field(default_factory=list, description="The user's ACLs (the operator keeps exactly "
+                                "these for the user's principal)")
+
+
+class UserSpec(Model):
+    cluster: str = Field(min_length=1, max_length=63, pattern=K8S_NAME, json_schema_extra=immutable("cluster"),
+                         description="Name of the DMCluster in the same namespace (fixed once set)")
+    authentication: UserAuthentication = Field(description="How the user authenticates")
+    authorization: UserAuthorization | None = Field(None, description="The user's ACLs (the DMCluster needs "
+                                                    "spec.authorization)")
+
+
+class UserStatus(Model):
+    observedGeneration: int | None = Field(None, description="The spec generation this status is about")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, with the reason when not")
+    username: str | None = Field(None, description="The user's name in Kafka (SASL user, or certificate subject)")
+    principal: str | None = Field(None, description="The principal ACLs name, e.g. User:alice")
+    secret: str | None = Field(None, description="The Secret with the user's credentials")
+    acls: int = Field(0, description="ACLs the cluster holds for the user")
+
+
 # -- the CRDs -------------------------------------------------------------------------------------
 
 
@@ -279,6 +422,19 @@ CRDS = [
             {"name": "Under-replicated", "type": "integer", "jsonPath": ".status.underReplicatedPartitions"},
             {"name": "Offline", "type": "integer", "jsonPath": ".status.offlinePartitions"},
             {"name": "Topic", "type": "string", "jsonPath": ".status.topicName", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    ),
+    CrdInfo(
+        kind="User", plural="users", singular="user", short_names=["dmu", "dmuser"],
+        spec=UserSpec, status=UserStatus,
+        description="A user of a DMCluster: credentials (a SCRAM-SHA-512 password or a client certificate) in a "
+                    "Secret of the same name, and the user's ACLs. Deleting it removes both from the cluster.",
+        printer_columns=[
+            {"name": "Cluster", "type": "string", "jsonPath": ".spec.cluster"},
+            {"name": "Authentication", "type": "string", "jsonPath": ".spec.authentication.type"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+            {"name": "Secret", "type": "string", "jsonPath": ".status.secret", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     ),

@@ -41,6 +41,26 @@ def token_secret(cluster: str) -> str:
     return f"{cluster}-controller-token"
 
 
+def cluster_ca(cluster: str) -> str:
+    return f"{cluster}-cluster-ca"  # ca.crt, ca.key (the operator's, or brought by the user)
+
+
+def cluster_ca_cert(cluster: str) -> str:
+    return f"{cluster}-cluster-ca-cert"  # ca.crt: what clients trust to verify the brokers
+
+
+def clients_ca(cluster: str) -> str:
+    return f"{cluster}-clients-ca"
+
+
+def clients_ca_cert(cluster: str) -> str:
+    return f"{cluster}-clients-ca-cert"
+
+
+def broker_certs(cluster: str) -> str:
+    return f"{cluster}-broker-certs"  # broker.pem: the brokers' key and certificate chain
+
+
 def service_account(cluster: str) -> str:
     return f"{cluster}-broker"
 

@@ -19,7 +19,7 @@ from dm_broker.config import BrokerConfig, ConfigError
 from dm_broker.controller.controller import Controller, ControllerError, ControllerSettings
 from dm_broker.tasks import stop_tasks
 
-from . import API_VERSION, manifests, naming
+from . import API_VERSION, listeners, manifests, naming
 from .cache import ObjectCache
 from .children import Children, ensure_token
 from .conditions import condition
@@ -36,7 +36,9 @@ from .restarts import restart_broker, roll_condition
 from .settings import OperatorSettings
 from .status import StatusWriter, broker_statuses, identity_condition, ready_condition, stray_condition
 from .store import CrdStatusStore
+from .tls_secrets import TlsSecrets
 from .topics import TopicReconciler
+from .users import UserReconciler
 
 log = logging.getLogger(__name__)
 DEBOUNCE_S = 0.2  # a burst of watch events (a failover's status writes) becomes one pass
@@ -82,6 +84,8 @@ class ClusterRuntime:
                            status.get("balancedBrokers"))
         self.topics.before_moves = self._throttle_for_moves
         self.status = StatusWriter(kube, self.recorder, self.path, controller, self.labels, status)
+        self.tls = TlsSecrets(kube, self.children, self.recorder, namespace, name, settings.cluster_domain)
+        self.users = UserReconciler(kube, cache, controller, self.children, namespace, name)
         self.wake = asyncio.Event()
         self.spec: DMClusterSpec | None = None
         self._pdb_api: str | None = None
@@ -163,7 +167,7 @@ class ClusterRuntime:
         owner = naming.owner_reference(self.name, self.uid)
         conditions = []
         try:
-            properties = manifests.render_config(spec.config)
+            properties = manifests.render_config(spec.config, listeners.properties(spec, self.name))
             conditions.append(condition("ConfigValid", True, "Valid", "broker configuration is valid"))
             config_ok = True
         except ConfigError as exc:
@@ -171,9 +175,15 @@ class ClusterRuntime:
             conditions.append(condition("ConfigValid", False, "InvalidConfig", str(exc)))
             properties = await self._applied_properties()
         ns, name = self.namespace, self.name
+        tls = None
+        if listeners.secured(spec):
+            tls = await self.tls.reconcile(spec, owner)
+            conditions.append(condition("Certificates", not tls.problems, "Problem" if tls.problems else "Valid",
+                                        "; ".join(tls.problems) or "CAs and the brokers' certificate are valid"))
+        await self.users.reconcile_all(spec, tls)
         await self.children.apply(manifests.service_account(name, ns, owner))
-        await self.children.apply(manifests.headless_service(name, ns, owner))
-        await self.children.apply(manifests.bootstrap_service(name, ns, owner))
+        await self.children.apply(manifests.headless_service(name, ns, owner, spec))
+        await self.children.apply(manifests.bootstrap_service(name, ns, owner, spec))
         await self.children.apply(manifests.pod_disruption_budget(name, ns, owner, await self._pdb_version()))
         await self.children.apply(manifests.config_map(name, ns, owner, properties))
 
@@ -229,6 +239,8 @@ class ClusterRuntime:
             "replicas": len(pods), "readyReplicas": sum(b["ready"] for b in brokers if b["id"] in pods),
             "desiredReplicas": spec.replicas, "selector": naming.selector_string(name), "brokers": brokers,
             "revision": target, "balancedBrokers": self.mover.balanced, "rebalance": self.mover.progress(),
+            "listeners": listeners.statuses(spec, name, ns, self.settings.cluster_domain),
+            "certificates": tls.status() if tls is not None else None,
         }
         await self.status.write(status)
         if self.status.written is not None:

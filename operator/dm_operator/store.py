@@ -12,12 +12,15 @@ topic; a topic deleted through the Kafka API takes its resource with it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable
 
 from dm_broker.controller.models import ClusterDoc, DeletedTopic, PartitionState, TopicDoc
 from dm_broker.controller.store import ConflictError
+from dm_broker.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
+from dm_broker.security.scram import ScramCredential
 
 from . import API_VERSION, naming
 from .changes import offline, under_replicated
@@ -86,6 +89,18 @@ def wanted_topic_name(obj: Obj) -> str:
     return obj["spec"].get("topicName") or obj["metadata"]["name"]
 
 
+def acl_to_status(acl: AclBinding) -> dict[str, str]:
+    return {"resourceType": acl.resource_type.name, "resourceName": acl.resource_name,
+            "patternType": acl.pattern_type.name, "principal": acl.principal, "host": acl.host,
+            "operation": acl.operation.name, "permission": acl.permission.name}
+
+
+def acl_from_status(data: dict[str, str]) -> AclBinding:
+    return AclBinding(resource_type=ResourceType[data["resourceType"]], resource_name=data["resourceName"],
+                      pattern_type=PatternType[data["patternType"]], principal=data["principal"], host=data["host"],
+                      operation=Operation[data["operation"]], permission=Permission[data["permission"]])
+
+
 def cluster_of(obj: Obj) -> str:
     """The DMCluster a Topic resource belongs to: recorded in its status once it has a topic."""
     return (obj.get("status") or {}).get("cluster") or obj.get("spec", {}).get("cluster", "")
@@ -103,6 +118,8 @@ class CrdStatusStore:
         self._cluster_rv: str | None = None
         self._cluster_version = -1
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._acls: list[AclBinding] = []
+        self._scram: dict[str, dict[str, ScramCredential]] = {}
         self.listeners: list[ChangeListener] = []
 
     @property
@@ -128,11 +145,13 @@ class CrdStatusStore:
             return None
         self._cluster_version = state["documentVersion"]
         self._broker_configs = dict(state.get("brokerConfigs") or {})
+        self._acls = [acl_from_status(a) for a in state.get("acls") or []]
+        self._scram = await self._load_scram()
         return ClusterDoc(cluster_id=cluster_id, next_producer_id=state["nextProducerId"],
                           broker_configs=state.get("brokerConfigs") or {},
                           deleted_topics=[DeletedTopic(topic_id=t["topicId"], name=t["name"])
                                           for t in state.get("deletedTopics") or []],
-                          version=state["documentVersion"])
+                          acls=self._acls, scram=self._scram, version=state["documentVersion"])
 
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
         if expected_version != self._cluster_version:
@@ -140,11 +159,14 @@ class CrdStatusStore:
         return await self._write_cluster(doc.model_copy(update={"version": expected_version + 1}), expected_version)
 
     async def _write_cluster(self, doc: ClusterDoc, expected: int) -> ClusterDoc:
+        if doc.scram != self._scram:
+            await self._save_scram(doc.scram)  # first: the status never names a credential it does not hold
         status = {"clusterId": doc.cluster_id,
                   "controller": {"nextProducerId": doc.next_producer_id,
                                  "brokerConfigs": with_deletions(doc.broker_configs, self._broker_configs),
                                  "deletedTopics": [{"topicId": t.topic_id, "name": t.name}
                                                    for t in doc.deleted_topics],
+                                 "acls": [acl_to_status(a) for a in doc.acls],
                                  "documentVersion": doc.version}}
         for _ in range(CAS_RETRIES):
             try:
@@ -163,6 +185,38 @@ class CrdStatusStore:
             if stored != expected and not (expected == -1 and stored in (-1, None)):
                 raise ConflictError(f"cluster document is at version {stored}, not {expected}")
         raise ConflictError("cluster document: too many concurrent changes")
+
+    # -- SCRAM credentials: salted, but kept out of the status (readable by whoever may read DMClusters) --
+
+    @property
+    def scram_path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/secrets/{self.cluster}-scram-credentials"
+
+    async def _load_scram(self) -> dict[str, dict[str, ScramCredential]]:
+        obj = await self.kube.get_or_none(self.scram_path)
+        raw = (obj or {}).get("data", {}).get("credentials.json")
+        if not raw:
+            return {}
+        data = json.loads(base64.b64decode(raw))
+        return {user: {m: ScramCredential.model_validate(c) for m, c in creds.items()} for user, creds in data.items()}
+
+    async def _save_scram(self, scram: dict[str, dict[str, ScramCredential]]) -> None:
+        text = json.dumps({u: {m: c.model_dump() for m, c in creds.items()} for u, creds in scram.items()})
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": f"{self.cluster}-scram-credentials", "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "dm-operator",
+                                        "app.kubernetes.io/instance": self.cluster},
+                             "ownerReferences": [{"apiVersion": API_VERSION, "kind": "DMCluster", "name": self.cluster,
+                                                  "uid": self.cluster_uid, "controller": True,
+                                                  "blockOwnerDeletion": True}]},
+                "data": {"credentials.json": base64.b64encode(text.encode()).decode()}}
+        existing = await self.kube.get_or_none(self.scram_path)
+        if existing is None:
+            await self.kube.create(self.scram_path.rsplit("/", 1)[0], body)
+        else:
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            await self.kube.replace(self.scram_path, body)
+        self._scram = {u: dict(c) for u, c in scram.items()}
 
     # -- topic documents ---------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ def namespace(apiserver: Testbed) -> Iterator[str]:
     apiserver.kubectl("create", "namespace", name)
     yield name
     # Nothing serves this namespace to release finalizers: strip them so the namespace can go.
-    for kind in ("topics.dm.dev", "dmclusters.dm.dev"):
+    for kind in ("topics.dm.dev", "dmclusters.dm.dev", "users.dm.dev"):
         for item in apiserver.kubectl_json("get", kind, "-n", name)["items"]:
             apiserver.kubectl("patch", kind, item["metadata"]["name"], "-n", name, "--type=merge", "-p",
                               '{"metadata":{"finalizers":null}}', check=False)

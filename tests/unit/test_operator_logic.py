@@ -62,6 +62,21 @@ def _walk(node, path="spec"):
                 _walk(value, f"{path}[]")
 
 
+def test_every_schema_change_raises_the_schema_version():
+    # An operator only replaces a CRD whose version is older than its own (crds.py): a changed schema
+    # under an unchanged version would leave clusters on whichever schema was installed first.
+    import itertools
+
+    from dm_operator.models import CRDS, SCHEMA_HISTORY, SCHEMA_VERSION
+
+    current = {info.plural: crdgen.schema_hash(info) for info in CRDS}
+    assert SCHEMA_HISTORY[SCHEMA_VERSION] == current, "models changed: raise SCHEMA_VERSION and record the hashes"
+    versions = list(SCHEMA_HISTORY)
+    assert versions[-1] == SCHEMA_VERSION
+    for older, newer in itertools.pairwise(versions):
+        assert SCHEMA_HISTORY[older] != SCHEMA_HISTORY[newer], f"{newer} records no schema change"
+
+
 def test_crds_are_structural_with_defaults_minimums_and_subresources():
     crds = {c["spec"]["names"]["kind"]: c for c in (yaml.safe_load(t) for t in crdgen.files().values())}
     cluster = crds["DMCluster"]["spec"]["versions"][0]

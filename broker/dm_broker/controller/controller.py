@@ -331,6 +331,7 @@ class Controller:
             broker.stray_logs = list(req.stray_logs)
             self._bump()
         self._record_lag(req.node_id, req.reassignment_lag)
+        broker.tls = dict(req.tls)  # for the operator's certificate rotation; not part of the metadata
         if broker.fenced and not broker.shutting_down:
             async with self._lock:
                 if broker.fenced and not broker.shutting_down and self.brokers.get(req.node_id) is broker:

@@ -20,6 +20,15 @@ class ListenerEndpoint(BaseModel):
     security_protocol: str = "PLAINTEXT"
 
 
+class TlsReport(BaseModel):
+    """What a TLS listener has loaded (SHA-256 fingerprints): the operator rotates certificates and
+    CAs by these, one step once every broker has the previous one."""
+
+    certificate: str = ""  # of the certificate it presents
+    trusted: list[str] = Field(default_factory=list)  # of the CA certificates it trusts
+    retained: bool = False  # trusts CAs no longer in its truststore file (until a restart)
+
+
 class BrokerInfo(BaseModel):
     node_id: int
     host: str  # host and port: the inter-broker listener's advertised endpoint
@@ -32,6 +41,7 @@ class BrokerInfo(BaseModel):
     shutting_down: bool = False
     # Log directories kept aside because no recorded decision allows deleting them (ADR 0017).
     stray_logs: list[str] = Field(default_factory=list)
+    tls: dict[str, TlsReport] = Field(default_factory=dict)  # from heartbeats, by listener
 
 
 class PartitionState(BaseModel):
@@ -164,6 +174,7 @@ class HeartbeatRequest(BaseModel):
     # Partitions this broker leads that a reassignment is growing: bytes the slowest added replica
     # still lacks ("<topic>:<partition>" -> bytes), for the operator's progress report.
     reassignment_lag: dict[str, int] = Field(default_factory=dict)
+    tls: dict[str, TlsReport] = Field(default_factory=dict)  # per TLS listener: what it serves and trusts
 
 
 class HeartbeatResponse(BaseModel):

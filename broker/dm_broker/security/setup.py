@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import BrokerConfig, ConfigError
+from ..controller.models import TlsReport
 from .acls import AclBinding, Authorizer, Operation, ResourceType
 from .jaas import parse_jaas
 from .listeners import Listener, ListenerSetup, enabled_mechanisms, listener_setup
@@ -93,6 +94,11 @@ class SecuritySetup:
         from .principal import user
 
         return user(self.mapper.name(subject))
+
+    def tls_report(self) -> dict[str, TlsReport]:
+        """What each TLS listener has loaded, for the heartbeat (the operator rotates by it)."""
+        return {name: TlsReport(certificate=tls.certificate, trusted=tls.trusted,
+                                retained=tls.retains_removed_cas) for name, tls in self.tls.items()}
 
     # -- authorization ----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config import BrokerConfig, ConfigError
 
@@ -212,6 +213,13 @@ class ReloadingContext:
         self.context = self._build(settings)
         self._signature = self._stat()
         self.reloads = 0
+        self.certificate, self.trusted = fingerprints(settings)
+        self.ever_trusted = set(self.trusted)  # a server context never forgets a CA it loaded
+
+    @property
+    def retains_removed_cas(self) -> bool:
+        """Whether it still trusts CAs no longer in its truststore (they go at the next restart)."""
+        return self.server and bool(self.ever_trusted - set(self.trusted))
 
     def _stat(self) -> tuple:
         out = []
@@ -246,8 +254,50 @@ class ReloadingContext:
                 log.error("listener %s: reloading the TLS material failed: %s", self.settings.scope, exc)
                 return False
         self.reloads += 1
+        self.certificate, self.trusted = fingerprints(self.settings)
+        self.ever_trusted |= set(self.trusted)
         log.info("listener %s: TLS key/certificates reloaded from disk", self.settings.scope)
         return True
+
+
+def _sha256(cert: Any) -> str:
+    from cryptography.hazmat.primitives import hashes
+
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+
+def fingerprints(s: TlsSettings) -> tuple[str, list[str]]:
+    """SHA-256 fingerprints of the certificate a listener presents and of the CAs it trusts (what
+    brokers report, so the operator knows when a rotation step has reached every broker)."""
+    from cryptography import x509
+
+    def pems(data: bytes) -> list[Any]:
+        try:
+            return x509.load_pem_x509_certificates(data)
+        except ValueError:
+            return []
+
+    certificate = ""
+    try:
+        if s.certificate_chain:
+            chain = pems(s.certificate_chain.encode())
+        elif s.keystore_type == "PKCS12" and s.keystore_location:
+            chain = pems(_pkcs12(s.keystore_location, s.keystore_password)[1])
+        elif s.keystore_location:
+            chain = pems(Path(s.keystore_location).read_bytes())
+        else:
+            chain = []
+        certificate = _sha256(chain[0]) if chain else ""
+        trusted = pems(s.truststore_certificates.encode()) if s.truststore_certificates else []
+        if s.truststore_location:
+            data = Path(s.truststore_location).read_bytes()
+            if s.truststore_type == "PKCS12":
+                _, cert, extra = _pkcs12(s.truststore_location, s.truststore_password)
+                data = cert + b"".join(extra)
+            trusted += pems(data)
+    except (OSError, ValueError):
+        return certificate, []
+    return certificate, sorted({_sha256(c) for c in trusted})
 
 
 def peer_subject(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:

@@ -1,0 +1,183 @@
+"""User resources of one DMCluster: credentials in a Secret of the User's name (a SCRAM-SHA-512 password,
+or a client certificate the clients CA signs), the credential and the user's ACLs in the cluster's
+controller, exactly as the spec says. Deleting the User removes its credential and ACLs (the
+operator's finalizer) and its Secret (owned by the User). Everything is read from the watch cache, so
+a pass that changes nothing reads and writes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from typing import Any
+
+from dm_broker.controller.controller import Controller, ControllerError
+from dm_broker.controller.models import ScramAlteration
+from dm_broker.security.acls import AclFilter, PatternType
+from dm_broker.security.scram import from_password, verify_password
+
+from . import API_VERSION, GROUP, VERSION, certificates, naming
+from .cache import ObjectCache
+from .children import Children
+from .conditions import condition, merge_conditions
+from .kube import ApiError, Kube
+from .metrics import ERRORS, RECONCILES
+from .models import DMClusterSpec, UserSpec, known_part
+from .objects import Obj, being_deleted
+from .tls_secrets import TlsState, decoded, secret
+from .user_acls import bindings, diff, principal, username
+
+log = logging.getLogger(__name__)
+USER_FINALIZER = "dm.dev/user"
+MECHANISM = "SCRAM-SHA-512"
+
+
+def users_path(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/users"
+
+
+def user_cluster(obj: Obj) -> str:
+    return (obj.get("spec") or {}).get("cluster", "")
+
+
+def jaas(user: str, password: str) -> str:
+    return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+
+
+class UserReconciler:
+    def __init__(self, kube: Kube, cache: ObjectCache, controller: Controller, children: Children, namespace: str,
+                 cluster: str) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.controller = controller
+        self.children = children
+        self.namespace = namespace
+        self.cluster = cluster
+
+    async def reconcile_all(self, cluster_spec: DMClusterSpec, tls: TlsState | None) -> None:
+        for obj in await self.cache.list(API_VERSION, "User", "users", self.namespace):
+            if user_cluster(obj) != self.cluster:
+                continue
+            try:
+                await self.reconcile(obj, cluster_spec, tls)
+                RECONCILES.labels(kind="User", result="ok").inc()
+            except Exception:
+                RECONCILES.labels(kind="User", result="error").inc()
+                ERRORS.labels(kind="User").inc()
+                log.exception("%s: User %s failed", self.namespace, obj["metadata"]["name"])
+
+    async def reconcile(self, obj: Obj, cluster_spec: DMClusterSpec, tls: TlsState | None) -> None:
+        meta = obj["metadata"]
+        name = meta["name"]
+        path = f"{users_path(self.namespace)}/{name}"
+        spec = UserSpec.model_validate(known_part(UserSpec, obj.get("spec") or {})[0])
+        who = principal(name, spec)
+        if being_deleted(obj):
+            await self._remove(name, spec)
+            await release(self.kube, path, obj, self.cache)
+            return
+        finalizers = meta.get("finalizers") or []
+        if USER_FINALIZER not in finalizers:
+            obj = await self.kube.patch(path, {"metadata": {"finalizers": [*finalizers, USER_FINALIZER],
+                                                            "resourceVersion": meta["resourceVersion"]}})
+            self.cache.observe({"apiVersion": API_VERSION, "kind": "User", **obj})
+        ready, acl_count = await self._apply(obj, name, spec, cluster_spec, tls)
+        status = obj.get("status") or {}
+        generation = obj["metadata"].get("generation")
+        new_status: dict[str, Any] = {
+            "observedGeneration": generation, "username": username(name, spec), "principal": who,
+            "secret": name, "acls": acl_count,
+            "conditions": merge_conditions(status.get("conditions", []), [ready], generation)}
+        if {k: status.get(k) for k in new_status} != new_status:
+            with contextlib.suppress(ApiError):
+                written = await self.kube.patch(f"{path}/status", {"status": new_status})
+                self.cache.observe({"apiVersion": API_VERSION, "kind": "User", **written})
+
+    async def _apply(self, obj: Obj, name: str, spec: UserSpec, cluster_spec: DMClusterSpec,
+                     tls: TlsState | None) -> tuple[Obj, int]:
+        owner = {"apiVersion": API_VERSION, "kind": "User", "name": name, "uid": obj["metadata"]["uid"],
+                 "controller": True, "blockOwnerDeletion": True}
+        who = principal(name, spec)
+        try:
+            if spec.authentication.type == "scram-sha-512":
+                await self._scram(name, owner)
+            else:
+                problem = await self._certificate(name, spec, cluster_spec, tls, owner)
+                if problem:
+                    return condition("Ready", False, "NoClientsCa", problem), 0
+            desired = bindings(name, spec)
+            create, delete = diff(self.controller.cluster.acls, desired, who)
+            if create:
+                errors = [e for e in await self.controller.create_acls(create) if e]
+                if errors:
+                    return condition("Ready", False, "InvalidAcl", "; ".join(errors)[:500]), 0
+            if delete:
+                await self.controller.delete_acls([_exact(a) for a in delete])
+        except ControllerError as exc:
+            return condition("Ready", False, "ControllerRefused", exc.message), 0
+        if desired and cluster_spec.authorization is None:
+            return condition("Ready", False, "AuthorizationOff", f"{len(desired)} ACLs are kept, but DMCluster "
+                             f"{self.cluster} has no spec.authorization: they are not enforced"), len(desired)
+        return condition("Ready", True, "Ready", f"{who}: credentials in Secret {name}, {len(desired)} ACLs"), \
+            len(desired)
+
+    async def _scram(self, name: str, owner: Obj) -> None:
+        live = await self.cache.get("v1", "Secret", "secrets", self.namespace, name, naming.MANAGED)
+        password = decoded(live, "password") or secrets.token_urlsafe(24)
+        if live is None or decoded(live, "password") != password:
+            await self.children.apply(secret(name, self.namespace, self.cluster, {**owner},
+                                             {"username": name, "password": password,
+                                              "sasl.jaas.config": jaas(name, password)}, "user"))
+        stored = self.controller.cluster.scram.get(name, {}).get(MECHANISM)
+        if stored is None or not verify_password(stored, password):
+            results = await self.controller.alter_scram([ScramAlteration(
+                user=name, mechanism=MECHANISM, credential=from_password(MECHANISM, password), iterations=4096)])
+            if results[0].error:
+                raise ControllerError(results[0].error, results[0].message or results[0].error)
+
+    async def _certificate(self, name: str, spec: UserSpec, cluster_spec: DMClusterSpec, tls: TlsState | None,
+                           owner: Obj) -> str | None:
+        if tls is None or tls.clients_ca is None:
+            return (f"DMCluster {self.cluster} has no clients CA (a listener with authentication: tls makes one)"
+                    if tls is None else "; ".join(tls.problems))
+        live = await self.cache.get("v1", "Secret", "secrets", self.namespace, name, naming.MANAGED)
+        validity = certificates.duration(cluster_spec.clientsCa.validity)
+        renew = certificates.duration(cluster_spec.clientsCa.renewBefore)
+        cert = decoded(live, "user.crt")
+        if certificates.needs_issue(cert, tls.clients_ca, renew, None) is not None \
+                or decoded(live, "ca.crt") != tls.cluster_bundle:
+            if certificates.needs_issue(cert, tls.clients_ca, renew, None) is not None:
+                pair = certificates.issue_user(tls.clients_ca, name, validity)
+                cert, key = pair.cert_pem, pair.key_pem
+            else:
+                key = decoded(live, "user.key")
+            await self.children.apply(secret(name, self.namespace, self.cluster, {**owner},
+                                             {"user.crt": cert, "user.key": key, "ca.crt": tls.cluster_bundle},
+                                             "user"))
+        return None
+
+    async def _remove(self, name: str, spec: UserSpec) -> None:
+        """The user's credential and ACLs leave the cluster (its Secret goes with the User)."""
+        who = principal(name, spec)
+        with contextlib.suppress(ControllerError):
+            if self.controller.cluster.scram.get(name, {}).get(MECHANISM) is not None:
+                await self.controller.alter_scram([ScramAlteration(user=name, mechanism=MECHANISM)])
+            if any(a.principal == who for a in self.controller.cluster.acls):
+                await self.controller.delete_acls([AclFilter(principal=who)])
+        log.info("%s: User %s removed from cluster %s", self.namespace, name, self.cluster)
+
+
+def _exact(acl: Any) -> AclFilter:
+    return AclFilter(resource_type=acl.resource_type, resource_name=acl.resource_name,
+                     pattern_type=acl.pattern_type if acl.pattern_type != PatternType.ANY else PatternType.LITERAL,
+                     principal=acl.principal, host=acl.host, operation=acl.operation, permission=acl.permission)
+
+
+async def release(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = None) -> None:
+    meta = obj["metadata"]
+    remaining = [f for f in meta.get("finalizers") or [] if f != USER_FINALIZER]
+    with contextlib.suppress(ApiError):
+        result = await kube.patch(path, {"metadata": {"finalizers": remaining,
+                                                      "resourceVersion": meta["resourceVersion"]}})
+        if cache is not None:
+            cache.observe({"apiVersion": API_VERSION, "kind": "User", **result})
