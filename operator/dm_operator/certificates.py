@@ -47,6 +47,11 @@ def fingerprint(cert: x509.Certificate) -> str:
     return cert.fingerprint(hashes.SHA256()).hex()
 
 
+def short(fingerprint: str) -> str:
+    """A fingerprint as the status shows it (enough to tell certificates apart)."""
+    return fingerprint[:16]
+
+
 def pem_of(cert: x509.Certificate) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 

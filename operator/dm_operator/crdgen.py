@@ -49,6 +49,8 @@ def _structural(node: dict[str, Any], in_status: bool) -> dict[str, Any]:
             node["x-kubernetes-preserve-unknown-fields"] = True
         if nullable:
             node["nullable"] = True
+    if "const" in node:  # Kubernetes' schemas have no `const` (a one-value Literal): a one-item enum says the same
+        node["enum"] = [node.pop("const")]
     if node.get("default", "missing") is None or in_status:
         node.pop("default", None)
     kind = node.get("type")

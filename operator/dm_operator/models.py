@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
@@ -15,7 +15,7 @@ SCHEMA_VERSION = "0.3.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
-    "0.3.0": {"dmclusters": "d95e8dcf895293ee", "topics": "179363eaa2749f72", "users": "2b0df5f5ccff7b2f"},
+    "0.3.0": {"dmclusters": "fd0281cfad157892", "topics": "179363eaa2749f72", "users": "4ed8935debb7dd20"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -141,6 +141,15 @@ class CertificateAuthoritySpec(Model):
     renewBefore: str = Field("720h", pattern=DURATION, description="Renew this long before expiry (the CA, the "
                              "broker and user certificates)")
 
+    @model_validator(mode="after")
+    def _renews_within_validity(self) -> CertificateAuthoritySpec:
+        from .certificates import duration
+
+        if duration(self.renewBefore) >= duration(self.validity):
+            raise ValueError(f"renewBefore ({self.renewBefore}) must be shorter than validity ({self.validity}): "
+                             "certificates would be renewed on every pass")
+        return self
+
 
 DEFAULT_LISTENERS = [{"name": "plain", "port": 9092}]
 
@@ -174,16 +183,17 @@ class DMClusterSpec(Model):
     clientsCa: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec,
                                                 description="The CA of the Users' client certificates")
 
-    @model_validator(mode="after")
-    def _listeners_are_consistent(self) -> DMClusterSpec:
+    @field_validator("listeners")
+    @classmethod
+    def _listeners_are_consistent(cls, listeners: list[ListenerSpec]) -> list[ListenerSpec]:
         problems = []
-        names = [li.name for li in self.listeners]
-        ports = [li.port for li in self.listeners]
+        names = [li.name for li in listeners]
+        ports = [li.port for li in listeners]
         if len(set(names)) != len(names):
             problems.append("listener names must differ")
         if len(set(ports)) != len(ports):
             problems.append("listener ports must differ")
-        for li in self.listeners:
+        for li in listeners:
             if li.port in RESERVED_PORTS:
                 problems.append(f"listener {li.name}: port {li.port} is the operator's")
             if li.name == "replication":
@@ -191,8 +201,8 @@ class DMClusterSpec(Model):
             if li.authentication == "tls" and not li.tls:
                 problems.append(f"listener {li.name}: authentication tls needs tls: true")
         if problems:
-            raise ValueError("spec.listeners: " + "; ".join(problems))
-        return self
+            raise ValueError("; ".join(problems))
+        return listeners
 
 
 class ListenerStatus(Model):
@@ -206,7 +216,9 @@ class CertificatesStatus(Model):
     clusterCaExpires: str | None = Field(None, description="When the cluster CA expires")
     clientsCaExpires: str | None = Field(None, description="When the clients CA expires")
     brokerCertificateExpires: str | None = Field(None, description="When the brokers' certificate expires")
-    phase: str | None = Field(None, description="Where a CA rotation stands (Trusting, Serving, Retiring)")
+    brokerCertificate: str | None = Field(None, description="SHA-256 fingerprint (first 16 hex digits) of the "
+                                          "brokers' current certificate: each broker's `certificate` shows "
+                                          "whether it serves it yet (brokers reload it without a restart)")
 
 
 class BrokerStatus(Model):
@@ -219,6 +231,8 @@ class BrokerStatus(Model):
                                  "(no recorded decision allows deleting them): `dm strays` lists and deletes them")
     rack: str | None = Field(None, description="Rack (from the node label with rack awareness)")
     node: str | None = Field(None, description="Node the pod runs on")
+    certificate: str | None = Field(None, description="Fingerprint of the certificate its TLS listeners present "
+                                    "(from its heartbeats; several, comma-separated, while they differ)")
 
 
 class DeletedTopicStatus(Model):

@@ -18,6 +18,7 @@ import time
 from dm_broker.config import BrokerConfig, ConfigError
 from dm_broker.controller.controller import Controller, ControllerError, ControllerSettings
 from dm_broker.tasks import stop_tasks
+from pydantic import ValidationError
 
 from . import API_VERSION, listeners, manifests, naming
 from .cache import ObjectCache
@@ -161,11 +162,17 @@ class ClusterRuntime:
             return  # being deleted: owned children go with it (garbage collection)
         generation = obj["metadata"].get("generation")
         known, unknown = known_part(DMClusterSpec, obj.get("spec") or {})
-        spec = DMClusterSpec.model_validate(known)
+        try:
+            spec = DMClusterSpec.model_validate(known)
+        except ValidationError as exc:
+            # What the CRD's schema cannot say (listeners that clash, renewal longer than validity):
+            # nothing changes until the spec is fixed; the brokers keep what they run.
+            await self._report_invalid_spec(exc, generation)
+            return
         self.spec = self.racks.spec = spec
         self.controller.configure(controller_settings(spec))
         owner = naming.owner_reference(self.name, self.uid)
-        conditions = []
+        conditions = [condition("SpecValid", True, "Valid", "the spec is valid")]
         try:
             properties = manifests.render_config(spec.config, listeners.properties(spec, self.name))
             conditions.append(condition("ConfigValid", True, "Valid", "broker configuration is valid"))
@@ -245,6 +252,14 @@ class ClusterRuntime:
         await self.status.write(status)
         if self.status.written is not None:
             self.cache.observe(self.status.written)
+
+    async def _report_invalid_spec(self, exc: ValidationError, generation: int | None) -> None:
+        message = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg'].removeprefix('Value error, ')}"
+                            for e in exc.errors())[:1000]
+        conditions = [condition("Ready", False, "InvalidSpec", "the spec is invalid: see SpecValid"),
+                      condition("SpecValid", False, "InvalidSpec", message)]
+        await self.status.write({"observedGeneration": generation,
+                                 "conditions": self.status.conditions(conditions, generation)})
 
     async def _throttle_for_moves(self) -> None:
         if self.spec is not None:

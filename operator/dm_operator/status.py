@@ -5,8 +5,10 @@ did not change is not written."""
 from __future__ import annotations
 
 from dm_broker.controller.controller import Controller
+from dm_broker.controller.models import BrokerInfo
 
 from . import naming
+from .certificates import short
 from .changes import offline, under_replicated
 from .conditions import condition, merge_conditions
 from .events import EventRecorder
@@ -50,8 +52,15 @@ def broker_statuses(controller: Controller, replicas: int, pods: dict[int, Obj],
         out.append(BrokerStatus(id=broker_id, pod=naming.pod(cluster, broker_id), ready=bool(pod) and pod_ready(pod),
                                 fenced=bool(info and info.fenced), registered=info is not None,
                                 strayLogs=list(info.stray_logs) if info else [], rack=info.rack if info else None,
-                                node=(pod or {}).get("spec", {}).get("nodeName")).model_dump())
+                                node=(pod or {}).get("spec", {}).get("nodeName"),
+                                certificate=presented_certificate(info)).model_dump())
     return out
+
+
+def presented_certificate(info: BrokerInfo | None) -> str | None:
+    """What a broker's TLS listeners present, as its last heartbeat reported."""
+    fingerprints = sorted({short(r.certificate) for r in (info.tls.values() if info else ()) if r.certificate})
+    return ",".join(fingerprints) or None
 
 
 def ready_condition(brokers: list[Obj], desired: int, config_ok: bool) -> Obj:
@@ -65,7 +74,8 @@ def ready_condition(brokers: list[Obj], desired: int, config_ok: bool) -> Obj:
 
 # Conditions whose change to a bad state deserves a Warning Event, with the Event's reason.
 WARNINGS = {("ScaleDownBlocked", "True"): "ScaleDownBlocked", ("ConfigValid", "False"): "InvalidConfig",
-            ("StrayData", "True"): "StrayLogsKept", ("CrdVersion", "False"): "CrdDowngradeRefused"}
+            ("StrayData", "True"): "StrayLogsKept", ("CrdVersion", "False"): "CrdDowngradeRefused",
+            ("SpecValid", "False"): "InvalidSpec"}
 
 
 class StatusWriter:

@@ -47,6 +47,7 @@ class TlsState:
     clients_ca: pki.KeyPair | None = None
     cluster_bundle: str = ""
     broker_expires: datetime.datetime | None = None
+    broker_fingerprint: str = ""  # SHA-256 of the brokers' current certificate
     problems: list[str] = field(default_factory=list)
     next_due: datetime.datetime | None = None  # the next renewal, so the runtime wakes for it
 
@@ -56,7 +57,8 @@ class TlsState:
 
         return {"clusterCaExpires": iso(self.cluster_ca.not_after if self.cluster_ca else None),
                 "clientsCaExpires": iso(self.clients_ca.not_after if self.clients_ca else None),
-                "brokerCertificateExpires": iso(self.broker_expires)}
+                "brokerCertificateExpires": iso(self.broker_expires),
+                "brokerCertificate": certificates.short(self.broker_fingerprint) or None}
 
 
 class TlsSecrets:
@@ -144,6 +146,7 @@ class TlsSecrets:
                 self.recorder.record("CertificateRenewed", message)
         cert = certificates.certificates_in(pem)[0]
         state.broker_expires = cert.not_valid_after_utc
+        state.broker_fingerprint = certificates.fingerprint(cert)
         self._due(state, cert.not_valid_after_utc - renew)
 
     @staticmethod

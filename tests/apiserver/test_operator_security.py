@@ -157,3 +157,37 @@ def test_the_cas_are_renewed_with_the_same_key_and_the_brokers_certificate_follo
         assert "CertificateAuthorityRenewed" in reasons and "CertificateRenewed" in reasons
 
     with_runtime(apiserver, namespace, uid, check)
+
+
+def test_a_spec_the_schema_cannot_refuse_is_reported_and_changes_nothing(apiserver: Testbed, namespace: str):
+    uid = create_cluster(apiserver, namespace, SECURED)
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        before = sts(tb, ns)["metadata"]["resourceVersion"]
+        clash = {**SECURED, "listeners": [{"name": "plain", "port": 9092}, {"name": "tls", "port": 9092, "tls": True}],
+                 "clusterCa": {"validity": "1h", "renewBefore": "2h"}}
+        tb.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
+            {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "c"},
+             "spec": {"storage": {"size": "1Gi"}, **clash}}))
+        runtime.cache.expire()
+        await runtime.reconcile()  # no exception: a condition and an Event
+        obj = tb.kubectl_json("get", "dmcluster", "c", "-n", ns)
+        conditions = {c["type"]: c for c in obj["status"]["conditions"]}
+        assert conditions["Ready"]["reason"] == "InvalidSpec"
+        assert conditions["SpecValid"]["status"] == "False"
+        assert "listener ports must differ" in conditions["SpecValid"]["message"]
+        assert "renewBefore (2h) must be shorter than validity (1h)" in conditions["SpecValid"]["message"]
+        assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        assert sts(tb, ns)["metadata"]["resourceVersion"] == before, "an invalid spec changed the brokers"
+        await runtime.recorder.flush()
+        assert "InvalidSpec" in [e["reason"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]]
+        tb.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
+            {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "c"},
+             "spec": {"storage": {"size": "1Gi"}, **SECURED}}))
+        runtime.cache.expire()
+        await runtime.reconcile()
+        conditions = {c["type"]: c for c in tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]["conditions"]}
+        assert conditions["SpecValid"]["status"] == "True"
+
+    with_runtime(apiserver, namespace, uid, check)

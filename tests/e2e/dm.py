@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from substrate import REPO, Substrate
-from support import apply, get_json, get_or_none, restricted, wait_until
+from support import apply, env_list, get_json, get_or_none, mount_secrets, restricted, wait_until
 
 CHART = REPO / "charts" / "dm-cluster"
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -122,9 +122,11 @@ ON_CONTROL_PLANE = {
 class Workload:
     """A pod running tests/e2e/workloads/<script> with the dm image's python, its output followed
     from the start (`kubectl logs -f`), stopped by deleting the pod: SIGTERM, which the workloads
-    handle by finishing their work, within the pod's grace period."""
+    handle by finishing their work, within the pod's grace period. `secrets` mounts Secrets (name →
+    directory); an env value may be a SecretKey."""
 
-    def __init__(self, sub: Substrate, ns: str, script: str, env: dict[str, Any], grace_s: int = 120) -> None:
+    def __init__(self, sub: Substrate, ns: str, script: str, env: dict[str, Any], grace_s: int = 120,
+                 secrets: dict[str, str] | None = None) -> None:
         import threading
 
         self.sub, self.ns = sub, ns
@@ -135,10 +137,10 @@ class Workload:
                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s, **ON_CONTROL_PLANE,
                         "containers": [{"name": "main", "image": sub.image,
                                         "command": ["python", "-u", f"/w/{script}"],
-                                        "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+                                        "env": env_list(env),
                                         "volumeMounts": [{"name": "w", "mountPath": "/w"}]}],
                         "volumes": [{"name": "w", "configMap": {"name": self.name}}]}}
-        apply(sub, [cm, restricted(pod)], ns)
+        apply(sub, [cm, restricted(mount_secrets(pod, secrets))], ns)
         self.lines: list[str] = []
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()

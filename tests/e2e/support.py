@@ -7,7 +7,8 @@ import subprocess
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -94,22 +95,45 @@ def restricted(pod: dict) -> dict:
     return pod
 
 
+@dataclass(frozen=True)
+class SecretKey:
+    """An environment variable's value from a Secret (secretKeyRef)."""
+
+    secret: str
+    key: str
+
+
+def env_list(env: Mapping[str, Any] | None) -> list[dict]:
+    return [{"name": k, "valueFrom": {"secretKeyRef": {"name": v.secret, "key": v.key}}} if isinstance(v, SecretKey)
+            else {"name": k, "value": str(v)} for k, v in (env or {}).items()]
+
+
+def mount_secrets(pod: dict, secrets: Mapping[str, str] | None) -> dict:
+    """Mounts each Secret (name → directory) into the pod's first container."""
+    for i, (secret, path) in enumerate((secrets or {}).items()):
+        pod["spec"]["volumes"].append({"name": f"secret{i}", "secret": {"secretName": secret}})
+        pod["spec"]["containers"][0]["volumeMounts"].append({"name": f"secret{i}", "mountPath": path,
+                                                             "readOnly": True})
+    return pod
+
+
 def script_pod(name: str, script: str, *, image: str = "dm", restart: str = "Never",
-               service_account: str | None = None, env: dict[str, str] | None = None,
-               claims: dict[str, str] | None = None) -> list[dict]:
+               service_account: str | None = None, env: Mapping[str, Any] | None = None,
+               claims: dict[str, str] | None = None, secrets: Mapping[str, str] | None = None) -> list[dict]:
     """A ConfigMap holding `script` and a Pod running it with python from the dm image; `claims`
-    maps PersistentVolumeClaim names to where they are mounted."""
+    maps PersistentVolumeClaim names to where they are mounted, `secrets` Secret names."""
     pod: dict = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
         "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 5,
                  "containers": [{"name": "main", "image": image, "command": ["python", "-u", "/scripts/main.py"],
-                                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                                 "env": env_list(env),
                                  "volumeMounts": [{"name": "scripts", "mountPath": "/scripts"}]}],
                  "volumes": [{"name": "scripts", "configMap": {"name": f"{name}-script"}}]},
     }
     for i, (claim, path) in enumerate((claims or {}).items()):
         pod["spec"]["volumes"].append({"name": f"claim{i}", "persistentVolumeClaim": {"claimName": claim}})
         pod["spec"]["containers"][0]["volumeMounts"].append({"name": f"claim{i}", "mountPath": path})
+    mount_secrets(pod, secrets)
     if service_account:
         pod["spec"]["serviceAccountName"] = service_account
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-script"},

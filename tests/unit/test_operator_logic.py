@@ -46,9 +46,20 @@ def test_crd_files_are_generated_from_the_models():
             assert (directory / name).read_text() == text, f"run: python -m dm_operator.crdgen ({directory / name})"
 
 
+# The keywords of Kubernetes' JSONSchemaProps (apiextensions.k8s.io/v1); anything else (`const`, `title`, ...)
+# is refused by schema validators and by newer API servers.
+KUBERNETES_SCHEMA_KEYWORDS = {
+    "description", "type", "format", "default", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "multipleOf", "enum",
+    "maxProperties", "minProperties", "required", "items", "allOf", "oneOf", "not", "properties",
+    "additionalProperties", "nullable", "example", "externalDocs"}
+
+
 def _walk(node, path="spec"):
     if isinstance(node, dict):
         assert "$ref" not in node and "anyOf" not in node, path
+        unknown = {k for k in node if not k.startswith("x-kubernetes-")} - KUBERNETES_SCHEMA_KEYWORDS
+        assert path.endswith(".properties") or not unknown, f"{path}: {unknown} are not Kubernetes schema keywords"
         if "properties" in node or "items" in node or "additionalProperties" in node:
             assert node.get("type") in ("object", "array"), path
         elif path.split(".")[-1] not in ("properties", "additionalProperties"):
@@ -79,9 +90,12 @@ def test_every_schema_change_raises_the_schema_version():
 
 def test_crds_are_structural_with_defaults_minimums_and_subresources():
     crds = {c["spec"]["names"]["kind"]: c for c in (yaml.safe_load(t) for t in crdgen.files().values())}
+    for kind, each in crds.items():
+        for part, schema in each["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"].items():
+            if isinstance(schema, dict) and "type" in schema:
+                _walk(schema, f"{kind}.{part}")
     cluster = crds["DMCluster"]["spec"]["versions"][0]
     spec = cluster["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    _walk(spec)
     assert spec["properties"]["replicas"]["default"] == 3 and spec["properties"]["replicas"]["minimum"] == 1
     assert spec["properties"]["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
     assert spec["properties"]["storage"]["default"] == {}  # so its own defaults apply

@@ -21,8 +21,8 @@ class ListenerEndpoint(BaseModel):
 
 
 class TlsReport(BaseModel):
-    """What a TLS listener has loaded (SHA-256 fingerprints): the operator rotates certificates and
-    CAs by these, one step once every broker has the previous one."""
+    """What a TLS listener has loaded (SHA-256 fingerprints), so the operator can show whether a
+    renewed certificate has reached every broker (DMCluster status.brokers[].certificate)."""
 
     certificate: str = ""  # of the certificate it presents
     trusted: list[str] = Field(default_factory=list)  # of the CA certificates it trusts

@@ -202,9 +202,9 @@ class ReloadingContext:
     listening socket keeps the object it was created with, and OpenSSL copies the key and chain into
     each connection when it starts, so new connections get the new material and established ones are
     untouched. CAs added to the truststore are trusted at once; one removed stays trusted until the
-    broker restarts (OpenSSL cannot forget a CA), which is why the operator rolls brokers when it
-    retires a CA. A client context is replaced whole. A change that does not load (a file half
-    written, a key that does not match its certificate) keeps the previous material and is logged."""
+    broker restarts (OpenSSL cannot forget a CA; the heartbeat reports it as `retained`). A client
+    context is replaced whole. A change that does not load (a file half written, a key that does not
+    match its certificate) keeps the previous material and is logged."""
 
     def __init__(self, settings: TlsSettings, server: bool = True) -> None:
         self.settings = settings

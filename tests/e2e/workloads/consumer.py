@@ -4,6 +4,7 @@ record:
     REC <partition> <offset> <value>
 and lines starting with "#" for errors and, at the end, each partition's position."""
 
+import json
 import os
 import signal
 import sys
@@ -12,6 +13,10 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 
 bootstrap = os.environ["BOOTSTRAP"]
+# Security and other client properties (JSON); $VARS in values come from the environment (a password
+# from a Secret).
+client_config = {k: os.path.expandvars(str(v))
+                 for k, v in json.loads(os.environ.get("CLIENT_CONFIG", "{}")).items()}
 topic = os.environ["TOPIC"]
 partitions = int(os.environ.get("PARTITIONS", "3"))
 quiet = float(os.environ.get("UNTIL_EMPTY", "10"))
@@ -26,7 +31,8 @@ def drain(*_):
 signal.signal(signal.SIGTERM, drain)
 # A connect to a restarted broker's old address (resolved just before the pod went) gets no answer:
 # give up after 5 s and resolve again, not librdkafka's 30 s, longer than UNTIL_EMPTY.
-consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{os.getpid()}-{time.time()}",
+consumer = Consumer({**client_config, "bootstrap.servers": bootstrap,
+                     "group.id": f"verify-{os.getpid()}-{time.time()}",
                      "enable.auto.commit": False, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
                      "socket.connection.setup.timeout.ms": 5000})
 consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])

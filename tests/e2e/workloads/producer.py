@@ -7,6 +7,7 @@ outcome followed by a later one of the partition that succeeded),
 and ERR lines for records that failed for good. Times are time.time(): the pods and the test share
 one clock (one machine)."""
 
+import json
 import os
 import signal
 import sys
@@ -15,6 +16,10 @@ import time
 from confluent_kafka import Producer
 
 bootstrap = os.environ["BOOTSTRAP"]
+# Security and other client properties (JSON); $VARS in values come from the environment (a password
+# from a Secret).
+client_config = {k: os.path.expandvars(str(v))
+                 for k, v in json.loads(os.environ.get("CLIENT_CONFIG", "{}")).items()}
 topic = os.environ["TOPIC"]
 partitions = int(os.environ.get("PARTITIONS", "3"))
 duration = float(os.environ.get("DURATION", "3600"))
@@ -29,7 +34,7 @@ def stop(*_):
 
 signal.signal(signal.SIGTERM, stop)
 producer = Producer({
-    "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+    **client_config, "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
     "message.timeout.ms": 300_000, "retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 500,
     # A connect to a restarted broker's old address gets no answer: resolve again after 5 s, not 30.
