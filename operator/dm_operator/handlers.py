@@ -19,6 +19,7 @@ from .runtime import dmcluster_path
 from .store import cluster_of
 from .topics import orphan_topic, release_orphans
 from .users import release as release_user
+from .users import release_orphans as release_orphan_users
 from .users import user_cluster, users_path
 
 # The children the operator keeps (all labelled managed-by dm-operator): what changes in them wakes
@@ -36,8 +37,10 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
         cache.observe(obj, deleted=type == "DELETED")
         if type == "DELETED" or being_deleted(obj):
             await operator.remove(namespace, name)
-            # Its Topics no longer need the operator to go away.
+            # Its Topics and Users no longer need the operator to go away (a namespace being deleted
+            # deletes them all at once, and nothing would wake their runtime again).
             await release_orphans(operator.kube, namespace, cluster=name)
+            await release_orphan_users(operator.kube, namespace, cluster=name)
             return
         operator.ensure(namespace, name, obj["metadata"]["uid"])
 

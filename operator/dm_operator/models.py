@@ -15,7 +15,7 @@ SCHEMA_VERSION = "0.3.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
-    "0.3.0": {"dmclusters": "fd0281cfad157892", "topics": "179363eaa2749f72", "users": "4ed8935debb7dd20"},
+    "0.3.0": {"dmclusters": "f6bc46a0ebdb817a", "topics": "179363eaa2749f72", "users": "4ed8935debb7dd20"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -274,8 +274,9 @@ class RebalanceStatus(Model):
 
 class DMClusterStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, ConfigValid, RollingRestart, "
-                                        "ScaleDownBlocked, Rebalancing, StrayData, ClusterIdentity, CrdVersion")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, SpecValid, ConfigValid, "
+                                        "Certificates, RollingRestart, ScaleDownBlocked, Rebalancing, StrayData, "
+                                        "ClusterIdentity, CrdVersion")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")

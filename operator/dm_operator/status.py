@@ -75,7 +75,7 @@ def ready_condition(brokers: list[Obj], desired: int, config_ok: bool) -> Obj:
 # Conditions whose change to a bad state deserves a Warning Event, with the Event's reason.
 WARNINGS = {("ScaleDownBlocked", "True"): "ScaleDownBlocked", ("ConfigValid", "False"): "InvalidConfig",
             ("StrayData", "True"): "StrayLogsKept", ("CrdVersion", "False"): "CrdDowngradeRefused",
-            ("SpecValid", "False"): "InvalidSpec"}
+            ("SpecValid", "False"): "InvalidSpec", ("Certificates", "False"): "CertificateProblem"}
 
 
 class StatusWriter:

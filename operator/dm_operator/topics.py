@@ -27,6 +27,7 @@ from .models import TopicSpec, known_part
 from .objects import Obj, being_deleted
 from .planning import TopicRefusal, plan_topic, topic_configs
 from .store import TOPIC_FINALIZER, CrdStatusStore, cluster_of, topic_name_of, wanted_topic_name
+from .users import release_orphans as release_orphan_users
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,8 @@ async def release_in_terminating_namespaces(kube: Kube) -> None:
                if n.get("status", {}).get("phase") == "Terminating"):
         try:
             count = await release_orphans(kube, ns)
+            users = await release_orphan_users(kube, ns)
         except ApiError:
             continue  # not a namespace this operator may touch
-        if count:
-            log.info("%s is being deleted: released %d Topic finalizers", ns, count)
+        if count or users:
+            log.info("%s is being deleted: released %d Topic and %d User finalizers", ns, count, users)

@@ -181,3 +181,19 @@ async def release(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = N
                                                       "resourceVersion": meta["resourceVersion"]}})
         if cache is not None:
             cache.observe({"apiVersion": API_VERSION, "kind": "User", **result})
+
+
+async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None) -> int:
+    """Releases the finalizers of Users whose cluster is gone (`cluster`), or of every User in a namespace
+    being deleted — their credentials and ACLs went with the cluster — and returns how many. A User
+    whose cluster comes back gets its finalizer again at its next reconcile."""
+    listing = await kube.get(users_path(namespace))
+    released = 0
+    for obj in listing.get("items", []):
+        if USER_FINALIZER not in (obj["metadata"].get("finalizers") or []):
+            continue
+        if cluster is not None and user_cluster(obj) != cluster:
+            continue
+        await release(kube, f"{users_path(namespace)}/{obj['metadata']['name']}", obj)
+        released += 1
+    return released

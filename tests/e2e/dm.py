@@ -165,8 +165,18 @@ class Workload:
     def kept(self) -> Path:
         return Path(os.environ.get("DM_E2E_WORKLOADS", "/tmp/dm-e2e-workloads")) / self.ns / f"{self.name}.log"
 
-    def wait_for(self, text: str, timeout_s: float) -> None:
-        wait_until(lambda: any(text in line for line in self.lines[-200:]), timeout_s, f"{text!r} from {self.name}")
+    def wait_for(self, text: str, timeout_s: float, since: int = 0) -> None:
+        """Until a line from the `since`-th on contains `text`. Lines are scanned once each (a busy
+        producer prints hundreds a second; a window of the last ones can miss the one awaited)."""
+        cursor = [since]
+
+        def found() -> bool:
+            end = len(self.lines)
+            hit = any(text in line for line in self.lines[cursor[0]:end])
+            cursor[0] = end
+            return hit
+
+        wait_until(found, timeout_s, f"{text!r} from {self.name}")
 
     def stop(self, timeout_s: float = 240) -> str:
         """SIGTERM; returns everything it printed once it has exited (also kept in a file, `kept`,

@@ -132,9 +132,13 @@ def test_several_clusters_and_a_namespace_that_goes_away(operator):
             apply(sub, {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": name},
                         "spec": {"replicas": 1, "storage": {"size": "1Gi"}}}, ns)
             apply(sub, topic(f"{name}-events", partitions=2, replicas=1, cluster=name), ns)
+        apply(sub, {"apiVersion": "dm.dev/v1alpha1", "kind": "User", "metadata": {"name": "app"},
+                    "spec": {"cluster": "one", "authentication": {"type": "scram-sha-512"}}}, ns)
         for name in ("one", "two"):
             wait_cluster_ready(sub, ns, name, 1)
             wait_topic_ready(sub, ns, f"{name}-events")
+        wait_until(lambda: "dm.dev/user" in (get_json(sub, "user", "app", "-n", ns)["metadata"].get("finalizers")
+                                             or []), 60, "the User's finalizer")
         metrics = run_script(sub, ns, f"""
             import urllib.request
             url = "http://dm-operator.{OPERATOR_NAMESPACE}.svc.cluster.local:9990/metrics"
@@ -144,6 +148,6 @@ def test_several_clusters_and_a_namespace_that_goes_away(operator):
         assert f'cluster="one",namespace="{ns}"' in metrics and f'cluster="two",namespace="{ns}"' in metrics
     finally:
         sub.kubectl("delete", "namespace", ns, "--wait=false")
-    # Topic finalizers are released once their cluster goes: the namespace does not hang.
+    # Topic and User finalizers are released once their cluster goes: the namespace does not hang.
     wait_until(lambda: sub.kubectl("get", "namespace", ns, check=False).returncode != 0, 180,
                f"namespace {ns} deleted")

@@ -156,3 +156,21 @@ def test_a_users_acls_and_the_changes_that_make_them_so():
     assert create == [wanted[0], wanted[2], wanted[3]] and delete == [stale]
     tls_user = UserSpec.model_validate({"cluster": "demo", "authentication": {"type": "tls"}})
     assert principal("bob", tls_user) == "User:CN=bob" and bindings("bob", tls_user) == []
+
+
+def test_the_secured_example_is_valid_and_says_what_the_docs_say():
+    import yaml
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "kubernetes" / "secured.yaml"
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(example.read_text())}
+    cluster = DMClusterSpec.model_validate(docs["demo"]["spec"])
+    props = listeners.properties(cluster, "demo")
+    assert props["listener.security.protocol.map"].count("SASL_SSL") == 1 and "MTLS:SSL" in props[
+        "listener.security.protocol.map"]
+    assert "User:CN=ops" in props["super.users"]
+    app = UserSpec.model_validate(docs["orders-app"]["spec"])
+    assert principal("orders-app", app) == "User:orders-app"
+    assert {(b.resource_type, b.pattern_type) for b in bindings("orders-app", app)} == {
+        (ResourceType.TOPIC, PatternType.PREFIXED), (ResourceType.GROUP, PatternType.LITERAL),
+        (ResourceType.TRANSACTIONAL_ID, PatternType.PREFIXED)}
+    assert principal("audit", UserSpec.model_validate(docs["audit"]["spec"])) == "User:CN=audit"

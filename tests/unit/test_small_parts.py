@@ -121,3 +121,28 @@ def test_idle_producers_expire(tmp_path: Path):
     state.producers[2].last_timestamp = 10_000
     state.expire(now_ms=10_500, expiration_ms=1_000)
     assert set(state.producers) == {2}  # producer 1 was idle for longer than the expiration
+
+
+def test_relative_links_in_the_docs_reach_a_file_and_heading():
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+
+    def anchors(doc: Path) -> set[str]:
+        # GitHub's anchors: lower case, punctuation dropped, spaces to hyphens
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.+)$", doc.read_text(), flags=re.M)}
+
+    broken = []
+    for doc in [repo / "README.md", *sorted((repo / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            where = (doc.parent / path).resolve() if path else doc
+            if not where.exists():
+                broken.append(f"{doc.relative_to(repo)}: {target}")
+            elif anchor and where.suffix == ".md" and anchor not in anchors(where):
+                broken.append(f"{doc.relative_to(repo)}: {target} (no such heading)")
+    assert not broken, broken
