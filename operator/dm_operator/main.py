@@ -153,6 +153,7 @@ async def _lead(settings: OperatorSettings, kube: Kube, operator: Operator, stop
         operator.kopf_ready = True
         if elector is not None:
             await _mark_leader(settings, kube, True)
+        await release_in_terminating_namespaces(kube, settings.namespaces)
 
     kopf_stop = asyncio.Event()
 
@@ -173,7 +174,7 @@ async def _lead(settings: OperatorSettings, kube: Kube, operator: Operator, stop
     finally:
         await stop_tasks(*tasks)
         if not lost:
-            await release_in_terminating_namespaces(kube)
+            await release_in_terminating_namespaces(kube, settings.namespaces)
 
 
 def _cleanup(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ managed — following the edit would leave the old topic without a resource."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -265,15 +266,29 @@ async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None
     return released
 
 
-async def release_in_terminating_namespaces(kube: Kube) -> None:
-    """At shutdown: a namespace being deleted takes the operator and its Topics at once; nothing is
-    left to clean up in Kafka, so its Topics must not wait for an operator that will not come back."""
+def served(namespace: str, patterns: list[str]) -> bool:
+    """Whether the operator serves `namespace`: every one without patterns, else one a glob names and
+    no `!glob` excludes (kopf's namespace patterns)."""
+    if not patterns:
+        return True
+    globs = [g.strip() for p in patterns for g in p.split(",") if g.strip()]
+    excluded = any(fnmatch.fnmatchcase(namespace, g[1:]) for g in globs if g.startswith("!"))
+    return not excluded and any(fnmatch.fnmatchcase(namespace, g) for g in globs if not g.startswith("!"))
+
+
+async def release_in_terminating_namespaces(kube: Kube, patterns: list[str] | None = None) -> None:
+    """A namespace being deleted takes its DMClusters with it: nothing is left to clean up in Kafka, so
+    its Topics and Users must not wait for an operator. Run at shutdown (the operator may not come back)
+    and at start-up: kopf does not watch a namespace that is already terminating with finalizers left,
+    so no event would ever reach them."""
     try:
         listing = await kube.get("/api/v1/namespaces")
     except ApiError:
         return
     for ns in (n["metadata"]["name"] for n in listing.get("items", [])
                if n.get("status", {}).get("phase") == "Terminating"):
+        if not served(ns, patterns or []):
+            continue
         try:
             count = await release_orphans(kube, ns)
             users = await release_orphan_users(kube, ns)

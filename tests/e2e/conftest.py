@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dm import OPERATOR_NAMESPACE, install_operator
 from substrate import Substrate, kind_substrate, kind_unavailable
-from support import create_namespace, dump_namespace
+from support import create_namespace, dump_namespace, wait_until
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,7 +37,24 @@ def operator(substrate: Substrate) -> Iterator[Substrate]:
     """The dm operator, installed with the Helm chart into dm-system, serving every e2e-* namespace."""
     install_operator(substrate)
     yield substrate
-    substrate.helm("uninstall", "dm", "-n", OPERATOR_NAMESPACE, "--wait", check=False)
+    # Every scenario's namespace must go while the operator still runs: one held by a finalizer the
+    # operator never releases would hang a user's `kubectl delete namespace` the same way.
+    try:
+        wait_until(lambda: not _e2e_namespaces_left(substrate), 180, "the e2e namespaces to be deleted")
+    finally:
+        left = _e2e_namespaces_left(substrate)
+        substrate.helm("uninstall", "dm", "-n", OPERATOR_NAMESPACE, "--wait", check=False)
+    assert not left, f"namespaces still terminating: {left}"
+
+
+def _e2e_namespaces_left(k: Substrate) -> dict[str, list[str]]:
+    """The e2e namespaces still there, with what holds each (the namespace's True conditions)."""
+    import json
+
+    listing = json.loads(k.kubectl("get", "namespaces", "-o", "json").stdout)
+    return {n["metadata"]["name"]: [c.get("message", "") for c in n.get("status", {}).get("conditions", [])
+                                    if c.get("status") == "True"]
+            for n in listing["items"] if n["metadata"]["name"].startswith("e2e-")}
 
 
 _failed_key = pytest.StashKey[bool]()
