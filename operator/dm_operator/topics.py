@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dm_broker.controller.controller import Controller, ControllerError
 from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, ReassignmentRequest, TopicDoc
 
-from . import API_VERSION, GROUP, VERSION
+from . import API_VERSION, GROUP, VERSION, finalizers
 from .cache import ObjectCache
 from .changes import describe, isr_changes, leader_changes, offline
 from .conditions import condition, merge_conditions
@@ -59,13 +59,9 @@ def immutable_change(obj: Obj) -> str | None:
 
 
 async def release_finalizer(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = None) -> None:
-    meta = obj["metadata"]
-    remaining = [f for f in meta.get("finalizers") or [] if f != TOPIC_FINALIZER]
-    with contextlib.suppress(ApiError):
-        result = await kube.patch(path, {"metadata": {"finalizers": remaining,
-                                                      "resourceVersion": meta["resourceVersion"]}})
-        if cache is not None:
-            cache.observe(result)
+    result = await finalizers.remove(kube, path, obj, TOPIC_FINALIZER)
+    if cache is not None and result is not None:
+        cache.observe(result)
 
 
 class TopicReconciler:
@@ -254,16 +250,7 @@ async def orphan_topic(kube: Kube, namespace: str, obj: Obj, dmcluster: Obj | No
 async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None) -> int:
     """Releases the finalizers of Topics whose cluster is gone (`cluster`), or of every Topic in a
     namespace being deleted; returns how many."""
-    listing = await kube.get(topics_path(namespace))
-    released = 0
-    for obj in listing.get("items", []):
-        if TOPIC_FINALIZER not in (obj["metadata"].get("finalizers") or []):
-            continue
-        if cluster is not None and cluster_of(obj) != cluster:
-            continue
-        await release_finalizer(kube, f"{topics_path(namespace)}/{obj['metadata']['name']}", obj)
-        released += 1
-    return released
+    return await finalizers.release_all(kube, topics_path(namespace), TOPIC_FINALIZER, cluster_of, cluster)
 
 
 def served(namespace: str, patterns: list[str]) -> bool:

@@ -16,7 +16,7 @@ from dm_broker.controller.models import ScramAlteration
 from dm_broker.security.acls import AclFilter, PatternType
 from dm_broker.security.scram import from_password, verify_password
 
-from . import API_VERSION, GROUP, VERSION, certificates, naming
+from . import API_VERSION, GROUP, VERSION, certificates, finalizers, naming
 from .cache import ObjectCache
 from .children import Children
 from .conditions import condition, merge_conditions
@@ -174,26 +174,13 @@ def _exact(acl: Any) -> AclFilter:
 
 
 async def release(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = None) -> None:
-    meta = obj["metadata"]
-    remaining = [f for f in meta.get("finalizers") or [] if f != USER_FINALIZER]
-    with contextlib.suppress(ApiError):
-        result = await kube.patch(path, {"metadata": {"finalizers": remaining,
-                                                      "resourceVersion": meta["resourceVersion"]}})
-        if cache is not None:
-            cache.observe({"apiVersion": API_VERSION, "kind": "User", **result})
+    result = await finalizers.remove(kube, path, obj, USER_FINALIZER)
+    if cache is not None and result is not None:
+        cache.observe({"apiVersion": API_VERSION, "kind": "User", **result})
 
 
 async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None) -> int:
     """Releases the finalizers of Users whose cluster is gone (`cluster`), or of every User in a namespace
     being deleted — their credentials and ACLs went with the cluster — and returns how many. A User
     whose cluster comes back gets its finalizer again at its next reconcile."""
-    listing = await kube.get(users_path(namespace))
-    released = 0
-    for obj in listing.get("items", []):
-        if USER_FINALIZER not in (obj["metadata"].get("finalizers") or []):
-            continue
-        if cluster is not None and user_cluster(obj) != cluster:
-            continue
-        await release(kube, f"{users_path(namespace)}/{obj['metadata']['name']}", obj)
-        released += 1
-    return released
+    return await finalizers.release_all(kube, users_path(namespace), USER_FINALIZER, user_cluster, cluster)
