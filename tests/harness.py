@@ -1,4 +1,4 @@
-"""Test harness: real broker processes on 127.0.0.1 with ephemeral ports, and a TCP proxy that
+"""Test harness: real broker processes on 127.0.0.1 on free ports (outside the ephemeral range), and a TCP proxy that
 can inject faults between a client and a broker."""
 
 from __future__ import annotations
@@ -22,10 +22,32 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _listening_range() -> tuple[int, int]:
+    """Ports the kernel never hands out as the local port of an outgoing connection: a port taken
+    from the ephemeral range and closed again can be reused by any connect() on the machine (the
+    kind cluster's clients run beside the suite) before the broker binds it."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - 10000 >= 5000:
+        return 10000, low
+    return high + 1, 65536
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    import random
+
+    start, end = _listening_range()
+    for _ in range(200):
+        port = random.randrange(start, end)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {start}-{end}")
 
 
 def consecutive_free_ports(n: int) -> int:
