@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import selectors
 import shutil
 import signal
@@ -35,17 +36,27 @@ def _listening_range() -> tuple[int, int]:
     return high + 1, 65536
 
 
-def free_port() -> int:
-    import random
+# Its own generator: Hypothesis reseeds the global `random` for every test, which would hand each test
+# the ports the previous one used (and its leftover clients would reach the new brokers).
+_PORTS = random.Random()
+_HANDED_OUT: set[int] = set()  # never the same port twice in one test process
 
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
     start, end = _listening_range()
-    for _ in range(200):
-        port = random.randrange(start, end)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+    for _ in range(500):
+        port = _PORTS.randrange(start, end)
+        if port not in _HANDED_OUT and _bindable(port):
+            _HANDED_OUT.add(port)
             return port
     raise RuntimeError(f"no free port in {start}-{end}")
 
@@ -54,18 +65,10 @@ def consecutive_free_ports(n: int) -> int:
     """A base port with the n ports from it free (`dm up` derives its brokers' ports from one)."""
     for _ in range(50):
         base = free_port()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
+        rest = range(base + 1, base + n)
+        if all(p not in _HANDED_OUT and _bindable(p) for p in rest):
+            _HANDED_OUT.update(rest)
             return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
     raise RuntimeError("no consecutive free ports")
 
 
