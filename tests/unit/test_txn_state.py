@@ -201,3 +201,45 @@ def test_aborted_transactions_are_indexed_and_survive_reopening_and_truncation(t
     assert reopened.aborted_transactions(0, 1 << 40) == []
     assert reopened.producers.first_unstable_offset() == first
     reopened.close()
+
+
+# -- a new coordinator's load ----------------------------------------------------------------------------
+
+
+def test_a_new_coordinator_loads_its_whole_log_not_only_up_to_its_lagging_high_watermark(tmp_path: Path):
+    """A follower that becomes leader of a `__transaction_state` partition knows the high watermark
+    only as of its last fetch: a PrepareCommit the ISR acknowledged (the client was told "committed",
+    some COMMIT markers may be written) can lie above it. Replayed only to the HW it would look Ongoing
+    and be aborted by the timeout: COMMIT in some partitions, ABORT in the others."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from dm_broker.txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
+    from dm_broker.txn.markers import Outcome
+
+    def state_record(state: TxnState) -> bytearray:
+        value = TxnLogValue(7, 3, 60_000, state, {"orders": [0, 1, 2]}, 1, 1)
+        return bytearray(build_batch([(encode_key("t"), encode_value(value), [])], timestamp_ms=1))
+
+    plog = PartitionLog(tmp_path / f"{TXN_TOPIC}-0", TXN_TOPIC, 0, settings())
+    plog.open()
+    append(plog, state_record(TxnState.ONGOING))
+    prepared = append(plog, state_record(TxnState.PREPARE_COMMIT))
+    partition = SimpleNamespace(log=plog, high_watermark=prepared)  # the PrepareCommit is above it
+    broker = SimpleNamespace(partition=lambda topic, p: partition if (topic, p) == (TXN_TOPIC, 0) else None)
+    completing: list[set] = []
+
+    async def write_markers(meta, coordinator_epoch, remaining):
+        completing.append(set(remaining))
+        return Outcome.STALE  # this test only asks what the new coordinator would finish
+
+    async def go() -> None:
+        coordinator = TransactionCoordinator(broker, TxnSettings(partitions=1), write_markers)
+        coordinator.load(0, 5)
+        assert coordinator.txns["t"].state == TxnState.PREPARE_COMMIT
+        await asyncio.sleep(0.05)
+        await coordinator.close()
+
+    asyncio.run(go())
+    assert completing == [{("orders", 0), ("orders", 1), ("orders", 2)}], "the commit is finished everywhere"
+    plog.close()

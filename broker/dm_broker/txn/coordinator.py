@@ -98,7 +98,12 @@ class TransactionCoordinator:
                 return
             loaded: dict[str, TxnMetadata] = {}
             plog = part.log
-            for batch in plog.read_batches(plog.log_start_offset, part.high_watermark, 1 << 62):
+            # The whole log of the new leader, as Kafka loads it: its high watermark can lag what the
+            # ISR acknowledged (a follower learns the HW a fetch later), and a Prepare* state acked to a
+            # client but above it would be replayed as still Ongoing, then aborted by the timeout
+            # while the old coordinator's COMMIT markers already reached some partitions: a torn
+            # transaction (seen once under SIGKILL chaos).
+            for batch in plog.read_batches(plog.log_start_offset, plog.log_end_offset, 1 << 62):
                 for record in decode_records(batch):
                     try:
                         if record.key is None:
