@@ -29,17 +29,25 @@ def wait_port(port: int, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
-def dm_broker(*overrides: str, http_port: int = -1) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def dm_broker(*overrides: str, http_port: int = -1,
+              listeners: dict[str, int] | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A broker on one plaintext port, or on `listeners` (name -> port; the first is the bootstrap
+    address, and the security settings come in `overrides`)."""
     data = Path(tempfile.mkdtemp(prefix="dm-bench-"))
-    port = free_port()
+    ports = list(listeners.values()) if listeners else [free_port()]
     cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--data-dir", str(data),
-           "--port", str(port), "--http-port", str(http_port)]
+           "--http-port", str(http_port)]
+    if listeners:
+        cmd += ["--override", "listeners=" + ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())]
+    else:
+        cmd += ["--port", str(ports[0])]
     for item in overrides:
         cmd += ["--override", item]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     try:
-        wait_port(port)
-        yield f"127.0.0.1:{port}", proc
+        for port in ports:
+            wait_port(port)
+        yield f"127.0.0.1:{ports[0]}", proc
     finally:
         proc.terminate()
         proc.wait(30)

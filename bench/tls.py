@@ -17,13 +17,11 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .brokers import dm_bench, free_port, wait_port, warm_memory
+from .brokers import dm_bench, dm_broker, free_port, warm_memory
 
 RESULTS = Path(__file__).parent / "results"
 OUT = Path(__file__).parent.parent / "docs" / "bench"
@@ -35,24 +33,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, int], Path]:
+def certificates(tmp: Path) -> tuple[Path, Path]:
+    """The broker's key and certificate (broker.pem) and the client's settings trusting its CA."""
     from dm_broker.security import pki
 
     ca = pki.new_ca("CN=bench-ca", datetime.timedelta(days=1))
     server = pki.issue(ca, "CN=broker", datetime.timedelta(days=1), ip_addresses=["127.0.0.1"])
     (tmp / "broker.pem").write_text(server.key_pem + server.cert_pem)
     (tmp / "ca.pem").write_text(ca.cert_pem)
-    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
-    cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--data-dir", str(tmp / "data"),
-           "--http-port", "-1",
-           "--override", f"listeners=PLAINTEXT://127.0.0.1:{ports['PLAINTEXT']},SSL://127.0.0.1:{ports['SSL']}",
-           "--override", "inter.broker.listener.name=PLAINTEXT",
-           "--override", f"ssl.keystore.location={tmp / 'broker.pem'}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    wait_port(ports["SSL"])
     client = tmp / "client.properties"
     client.write_text(f"security.protocol=SSL\nssl.ca.location={tmp / 'ca.pem'}\n")
-    return proc, ports, client
+    return tmp / "broker.pem", client
 
 
 def measure(kind: str, bootstrap: str, pid: int, size: int, records: int, topic: str, extra: list[str]) -> dict:
@@ -95,9 +86,11 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dm-tls-bench-"))
-    proc, ports, client = start_broker(tmp)
+    keystore, client = certificates(tmp)
+    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
     row: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "plaintext": [], "tls": []}
-    try:
+    with dm_broker("inter.broker.listener.name=PLAINTEXT", f"ssl.keystore.location={keystore}",
+                   listeners=ports) as (_, proc):
         for size, records in SCENARIOS:
             records = int(records * args.records_scale)
             for name, port, extra in (("plaintext", ports["PLAINTEXT"], []),
@@ -109,10 +102,7 @@ def main() -> None:
                     row[name].append({"kind": kind, "size": size, **r})
                     print(f"{name:>9} {kind:>7} {size:>6} B: {r['records_per_s']:>10,.0f} rec/s "
                           f"{r['mb_per_s']:>7.1f} MB/s  broker CPU {r['broker_cpu_ms_per_mb']:.2f} ms/MB", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "tls.jsonl").open("a") as f:
         f.write(json.dumps(row) + "\n")

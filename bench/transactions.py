@@ -47,14 +47,6 @@ def cluster(brokers: int) -> Iterator[str]:
         yield c.bootstrap
 
 
-def create_topic(bootstrap: str, name: str, replicas: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"min.insync.replicas": "2"} if replicas >= 3 else {}
-    admin.create_topics([NewTopic(name, PARTITIONS, replicas, config=config)])[name].result(30)
-
-
 def producer(bootstrap: str, transactional_id: str | None):
     from confluent_kafka import Producer
 
@@ -153,11 +145,13 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
     scenarios: dict[str, dict] = {}
+    from .replication import create
+
     with cluster(args.brokers) as bootstrap:
         replicas = min(3, args.brokers)
         for name in ("idempotent", "txn of 100", "txn of 10000"):
             topic = name.replace(" ", "-")
-            create_topic(bootstrap, topic, replicas)
+            create(bootstrap, topic, PARTITIONS, replicas)
             warm_memory(args.warm_memory)
             if name == "idempotent":
                 scenarios[name] = idempotent(bootstrap, topic, args.records, args.record_size)

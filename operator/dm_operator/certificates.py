@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from dm_broker.security import pki
 
 from . import naming
@@ -70,17 +69,7 @@ class Ca:
 
 def renew_ca(pair: pki.KeyPair, validity: datetime.timedelta, at: datetime.datetime | None = None) -> pki.KeyPair:
     """A new certificate for the CA's own key and subject, valid from `at` for `validity`."""
-    key = serialization.load_pem_private_key(pair.key_pem.encode(), None)
-    assert isinstance(key, ec.EllipticCurvePrivateKey)
-    old = pair.certificate
-    start = (at or now()) - pki.skew(validity)
-    builder = (x509.CertificateBuilder().subject_name(old.subject).issuer_name(old.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(start).not_valid_after(start + validity))
-    for ext in old.extensions:
-        builder = builder.add_extension(ext.value, ext.critical)
-    cert = builder.sign(key, hashes.SHA256())
-    return pki.KeyPair(pair.key_pem, cert.public_bytes(serialization.Encoding.PEM).decode())
+    return pki.new_ca(pair.certificate.subject, validity, at, key_pem=pair.key_pem)
 
 
 def due(not_after: datetime.datetime, renew_before: datetime.timedelta, at: datetime.datetime | None = None) -> bool:
@@ -108,9 +97,10 @@ def plan_ca(current: pki.KeyPair | None, bundle_pem: str, subject: str, generate
     pair, reason = current, ""
     if generate and due(pair.not_after, renew_before, at):
         pair, reason = renew_ca(pair, validity, at), "renewed"
-    kept = [c for c in certificates_in(bundle_pem) if c.not_valid_after_utc > at]
-    ordered = [pair.certificate] + [c for c in kept if fingerprint(c) != fingerprint(pair.certificate)]
-    changed = bool(reason) or [fingerprint(c) for c in ordered] != [fingerprint(c) for c in certificates_in(bundle_pem)]
+    bundle = certificates_in(bundle_pem)
+    current_print = fingerprint(pair.certificate)
+    ordered = [pair.certificate] + [c for c in bundle if c.not_valid_after_utc > at and fingerprint(c) != current_print]
+    changed = bool(reason) or [fingerprint(c) for c in ordered] != [fingerprint(c) for c in bundle]
     return CaDecision(Ca(pair, ordered), changed, reason or ("bundle" if changed else ""))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from . import API_VERSION, GROUP, VERSION, naming
-from .objects import being_deleted
+from .objects import Obj, being_deleted
 from .operator import Operator
 from .runtime import dmcluster_path
 from .store import cluster_of
@@ -44,6 +44,17 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
             return
         operator.ensure(namespace, name, obj["metadata"]["uid"])
 
+    async def cluster_serves(namespace: str, cluster: str) -> tuple[bool, Obj | None]:
+        """For a Topic or User its cluster's runtime has not picked up: whether the DMCluster exists
+        and is not being deleted (its runtime is started, and reconciles the resource), and the
+        DMCluster as read."""
+        dmcluster = await operator.kube.get_or_none(dmcluster_path(namespace, cluster))
+        if dmcluster is None or being_deleted(dmcluster):
+            return False, dmcluster
+        cache.observe({"apiVersion": API_VERSION, "kind": "DMCluster", **dmcluster})
+        operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])
+        return True, dmcluster
+
     @kopf.on.event(GROUP, VERSION, "topics", registry=registry)
     async def topic_event(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
         obj = dict(body)
@@ -51,12 +62,9 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
         cluster = cluster_of(obj)
         if operator.wake(namespace, cluster) or type == "DELETED":
             return
-        dmcluster = await operator.kube.get_or_none(dmcluster_path(namespace, cluster))
-        if dmcluster is not None and not being_deleted(dmcluster):
-            cache.observe({"apiVersion": API_VERSION, "kind": "DMCluster", **dmcluster})
-            operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])  # not seen yet: it picks this up
-            return
-        await orphan_topic(operator.kube, namespace, obj, dmcluster)
+        served, dmcluster = await cluster_serves(namespace, cluster)
+        if not served:
+            await orphan_topic(operator.kube, namespace, obj, dmcluster)
 
     @kopf.on.event(GROUP, VERSION, "users", registry=registry)
     async def user_event(type: str | None, body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
@@ -65,11 +73,8 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
         cluster = user_cluster(obj)
         if operator.wake(namespace, cluster) or type == "DELETED":
             return
-        dmcluster = await operator.kube.get_or_none(dmcluster_path(namespace, cluster))
-        if dmcluster is not None and not being_deleted(dmcluster):
-            cache.observe({"apiVersion": API_VERSION, "kind": "DMCluster", **dmcluster})
-            operator.ensure(namespace, cluster, dmcluster["metadata"]["uid"])  # its runtime picks the User up
-        elif being_deleted(obj):
+        served, _dmcluster = await cluster_serves(namespace, cluster)
+        if not served and being_deleted(obj):
             # Its DMCluster is gone, and its credentials and ACLs with it: nothing is left to remove.
             await release_user(operator.kube, f"{users_path(namespace)}/{name}", obj, cache)
 

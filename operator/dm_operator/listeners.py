@@ -95,10 +95,10 @@ def advertised(spec: DMClusterSpec, cluster: str, domain: str) -> str | None:
 
 
 def service_ports(spec: DMClusterSpec, replication: bool) -> list[dict]:
-    eps = [e for e in endpoints(spec) if replication or e.spec is not None]
     if is_default(spec):
         return [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}]
-    return [{"name": e.name.lower(), "port": e.port, "targetPort": e.port} for e in eps]
+    return [{"name": e.name.lower(), "port": e.port, "targetPort": e.port} for e in endpoints(spec)
+            if replication or e.spec is not None]
 
 
 def container_ports(spec: DMClusterSpec) -> list[dict]:

@@ -14,7 +14,7 @@ from typing import Any
 from dm_broker.controller.controller import Controller, ControllerError
 from dm_broker.controller.models import ScramAlteration
 from dm_broker.security.acls import AclFilter, PatternType
-from dm_broker.security.scram import from_password, verify_password
+from dm_broker.security.scram import ScramCredential, from_password, verify_password
 
 from . import API_VERSION, GROUP, VERSION, certificates, finalizers, naming
 from .cache import ObjectCache
@@ -53,6 +53,9 @@ class UserReconciler:
         self.children = children
         self.namespace = namespace
         self.cluster = cluster
+        # user -> (password, credential) last found to match: checking costs 4096 PBKDF2 rounds, so a
+        # pass that changes nothing does not redo it.
+        self._matching: dict[str, tuple[str, ScramCredential]] = {}
 
     async def reconcile_all(self, cluster_spec: DMClusterSpec, tls: TlsState | None) -> None:
         for obj in await self.cache.list(API_VERSION, "User", "users", self.namespace):
@@ -129,11 +132,15 @@ class UserReconciler:
                                              {"username": name, "password": password,
                                               "sasl.jaas.config": jaas(name, password)}, "user"))
         stored = self.controller.cluster.scram.get(name, {}).get(MECHANISM)
+        if stored is not None and self._matching.get(name) == (password, stored):
+            return
         if stored is None or not verify_password(stored, password):
+            stored = from_password(MECHANISM, password)
             results = await self.controller.alter_scram([ScramAlteration(
-                user=name, mechanism=MECHANISM, credential=from_password(MECHANISM, password), iterations=4096)])
+                user=name, mechanism=MECHANISM, credential=stored, iterations=4096)])
             if results[0].error:
                 raise ControllerError(results[0].error, results[0].message or results[0].error)
+        self._matching[name] = (password, stored)
 
     async def _certificate(self, name: str, spec: UserSpec, cluster_spec: DMClusterSpec, tls: TlsState | None,
                            owner: Obj) -> str | None:
@@ -144,9 +151,9 @@ class UserReconciler:
         validity = certificates.duration(cluster_spec.clientsCa.validity)
         renew = certificates.duration(cluster_spec.clientsCa.renewBefore)
         cert = decoded(live, "user.crt")
-        if certificates.needs_issue(cert, tls.clients_ca, renew, None) is not None \
-                or decoded(live, "ca.crt") != tls.cluster_bundle:
-            if certificates.needs_issue(cert, tls.clients_ca, renew, None) is not None:
+        reissue = certificates.needs_issue(cert, tls.clients_ca, renew, None) is not None
+        if reissue or decoded(live, "ca.crt") != tls.cluster_bundle:
+            if reissue:
                 pair = certificates.issue_user(tls.clients_ca, name, validity)
                 cert, key = pair.cert_pem, pair.key_pem
             else:
@@ -159,6 +166,7 @@ class UserReconciler:
     async def _remove(self, name: str, spec: UserSpec) -> None:
         """The user's credential and ACLs leave the cluster (its Secret goes with the User)."""
         who = principal(name, spec)
+        self._matching.pop(name, None)
         with contextlib.suppress(ControllerError):
             if self.controller.cluster.scram.get(name, {}).get(MECHANISM) is not None:
                 await self.controller.alter_scram([ScramAlteration(user=name, mechanism=MECHANISM)])

@@ -92,26 +92,21 @@ class KafkaConnection:
         if handshake.error_code != ErrorCode.none:
             raise ConnectionError(f"SASL handshake ({security.mechanism}): {handshake.error_code.name}, offered "
                                   f"{list(handshake.mechanisms)}")
-        if security.mechanism == "PLAIN":
-            tokens = [f"\0{security.username}\0{security.password}".encode()]
-            client = None
-        else:
-            from scramp import ScramClient
 
-            client = ScramClient([security.mechanism], security.username, security.password)
-            tokens = [client.get_client_first().encode()]
-        step = 0
-        while tokens:
-            token = tokens.pop()
+        async def authenticate(token: bytes) -> str:
             resp = await self.request(make(request_class(36, 2), auth_bytes=token))
             if resp.error_code != ErrorCode.none:
                 raise ConnectionError(f"SASL authentication as {security.username} failed: {resp.error_message}")
-            if client is not None and step == 0:
-                client.set_server_first(bytes(resp.auth_bytes).decode())
-                tokens.append(client.get_client_final().encode())
-            elif client is not None:
-                client.set_server_final(bytes(resp.auth_bytes).decode())  # the server proved it knows us
-            step += 1
+            return bytes(resp.auth_bytes).decode()
+
+        if security.mechanism == "PLAIN":
+            await authenticate(f"\0{security.username}\0{security.password}".encode())
+            return
+        from scramp import ScramClient
+
+        client = ScramClient([security.mechanism], security.username, security.password)
+        client.set_server_first(await authenticate(client.get_client_first().encode()))
+        client.set_server_final(await authenticate(client.get_client_final().encode()))  # the server knows us
 
     async def request(self, body: Any, timeout: float = 30) -> Any:
         frame = await self.request_frame(body, timeout)

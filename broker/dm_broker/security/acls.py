@@ -72,6 +72,8 @@ IMPLIED_BY = {
     Operation.DESCRIBE: {Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER},
     Operation.DESCRIBE_CONFIGS: {Operation.ALTER_CONFIGS},
 }
+# The ALLOW operations that grant each operation (itself, ALL, and what implies it).
+GRANTED_BY = {op: frozenset({op, Operation.ALL} | IMPLIED_BY.get(op, set())) for op in Operation}
 
 # Operations that mean something for each resource type (Kafka's, for the authorized-operations bitfields).
 OPERATIONS = {
@@ -184,27 +186,29 @@ class Authorizer:
 
     def authorize(self, principal: Principal, host: str, operation: Operation, resource_type: ResourceType,
                   name: str) -> bool:
-        if str(principal) in self.super_users:
+        who = str(principal)
+        if who in self.super_users:
             return True
         acls = self._matching(resource_type, name)
         if not acls:
             return self.allow_if_no_acl
-        mine = [a for a in acls if a.principal in (str(principal), WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)]
+        mine = [a for a in acls if a.principal in (who, WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)]
         if any(a.permission == Permission.DENY and a.operation in (operation, Operation.ALL) for a in mine):
             return False
-        allowed = {operation, Operation.ALL} | IMPLIED_BY.get(operation, set())
-        return any(a.permission == Permission.ALLOW and a.operation in allowed for a in mine)
+        granting = GRANTED_BY[operation]
+        return any(a.permission == Permission.ALLOW and a.operation in granting for a in mine)
 
     def authorize_any(self, principal: Principal, host: str, operation: Operation,
                       resource_type: ResourceType) -> bool:
         """Whether `principal` may do `operation` on at least one resource of the type (Kafka's
         authorizeByResourceType: how an idempotent producer without IDEMPOTENT_WRITE is admitted)."""
-        if str(principal) in self.super_users:
+        who = str(principal)
+        if who in self.super_users:
             return True
         typed = [a for a in self.acls if a.resource_type == resource_type]
         if not typed:
             return self.allow_if_no_acl
-        mine = [a for a in typed if a.principal in (str(principal), WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)]
+        mine = [a for a in typed if a.principal in (who, WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)]
         wildcard_denied = any(a.permission == Permission.DENY and a.operation in (operation, Operation.ALL)
                               and a.pattern_type == PatternType.LITERAL and a.resource_name == WILDCARD for a in mine)
         if wildcard_denied:

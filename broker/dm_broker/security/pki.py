@@ -4,6 +4,7 @@ CAs issue, and what tests use. ECDSA P-256 keys, SHA-256 signatures."""
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ class KeyPair:
     key_pem: str
     cert_pem: str
 
-    @property
+    @functools.cached_property
     def certificate(self) -> x509.Certificate:
         return x509.load_pem_x509_certificate(self.cert_pem.encode())
 
@@ -59,10 +60,13 @@ def skew(validity: datetime.timedelta) -> datetime.timedelta:
     return min(datetime.timedelta(minutes=5), validity / 10)
 
 
-def new_ca(subject: str, validity: datetime.timedelta, not_before: datetime.datetime | None = None) -> KeyPair:
-    key = ec.generate_private_key(ec.SECP256R1())
+def new_ca(subject: str | x509.Name, validity: datetime.timedelta, not_before: datetime.datetime | None = None,
+           key_pem: str | None = None) -> KeyPair:
+    """A self-signed CA; with `key_pem`, a new certificate for that key (a renewal: what the CA signed
+    verifies against either certificate)."""
+    key = KeyPair(key_pem, "")._key() if key_pem else ec.generate_private_key(ec.SECP256R1())
     start = (not_before or _now()) - skew(validity)
-    name = _name(subject)
+    name = subject if isinstance(subject, x509.Name) else _name(subject)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(start + validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)

@@ -47,8 +47,18 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
     batch_error_cls = nested_optional(cls, "BatchIndexAndErrorMessage")
-    outcomes = [(topic.name, [await _append(ctx, req, topic.name, pdata, batch_error_cls)
-                              for pdata in topic.partition_data]) for topic in req.topic_data]
+    # Authorized once per request and topic, as Kafka does, not for every partition.
+    txn_refusal = KafkaError(ErrorCode.transactional_id_authorization_failed,
+                             f"WRITE on transactional id {req.transactional_id} is not allowed") \
+        if req.transactional_id is not None and ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                           req.transactional_id) else None
+    outcomes = []
+    for topic in req.topic_data:
+        refusal = txn_refusal or (KafkaError(ErrorCode.topic_authorization_failed,
+                                             f"WRITE on topic {topic.name} is not allowed")
+                                  if ctx.denied(Operation.WRITE, ResourceType.TOPIC, topic.name) else None)
+        outcomes.append((topic.name, [await _append(ctx, req, topic.name, pdata, batch_error_cls, refusal)
+                                      for pdata in topic.partition_data]))
     ctx.release_order()
     # One after another against one deadline: every batch is already appended, so this takes as
     # long as the slowest partition, without a task per partition.
@@ -69,16 +79,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     ) for o in parts)) for name, parts in outcomes), throttle_time=ZERO)
 
 
-async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_error_cls: type | None) -> _Outcome:
+async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_error_cls: type | None,
+                  refusal: KafkaError | None) -> _Outcome:
     broker = ctx.broker
     outcome = _Outcome(pdata.index)
     try:
-        if req.transactional_id is not None and ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                                                           req.transactional_id):
-            raise KafkaError(ErrorCode.transactional_id_authorization_failed,
-                             f"WRITE on transactional id {req.transactional_id} is not allowed")
-        if ctx.denied(Operation.WRITE, ResourceType.TOPIC, topic):
-            raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {topic} is not allowed")
+        if refusal is not None:
+            raise refusal
         if req.acks not in (0, 1, -1):
             raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {req.acks}")
         part = broker.partition(topic, pdata.index)

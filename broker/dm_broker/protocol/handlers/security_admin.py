@@ -26,11 +26,17 @@ from ..dispatch import RequestContext
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name)"
 
 
-def _cluster_allowed(ctx: RequestContext, operation: Operation) -> bool:
-    allowed = ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
-    if not allowed:
-        ctx.broker.metrics.authorization_denials.labels(ctx.response_cls.__name__.removesuffix("Response")).inc()
-    return allowed
+def _cluster_denied(ctx: RequestContext, operation: Operation) -> bool:
+    return ctx.denied(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _acl_refusal(ctx: RequestContext, operation: Operation, doing: str) -> tuple[ErrorCode, str] | None:
+    """Why an ACL request is refused as a whole: no authorizer, or not `operation` on the cluster."""
+    if not ctx.broker.security.authorization:
+        return ErrorCode.security_disabled, NO_AUTHORIZER
+    if _cluster_denied(ctx, operation):
+        return ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is needed to {doing}"
+    return None
 
 
 def _binding(c: Any) -> AclBinding:
@@ -62,10 +68,9 @@ async def handle_create_acls(ctx: RequestContext, req: Any) -> Any:
         return make(ctx.response_cls, throttle_time=ZERO, results=tuple(
             result_cls(error_code=code, error_message=message) for _ in req.creations))
 
-    if not ctx.broker.security.authorization:
-        return all_(ErrorCode.security_disabled, NO_AUTHORIZER)
-    if not _cluster_allowed(ctx, Operation.ALTER):
-        return all_(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is needed to create ACLs")
+    refusal = _acl_refusal(ctx, Operation.ALTER, "create ACLs")
+    if refusal is not None:
+        return all_(*refusal)
     bindings: list[AclBinding | None] = []
     for c in req.creations:
         try:
@@ -91,10 +96,9 @@ async def handle_describe_acls(ctx: RequestContext, req: Any) -> Any:
     def error(code: ErrorCode, message: str) -> Any:
         return make(cls, throttle_time=ZERO, error_code=code, error_message=message, resources=())
 
-    if not ctx.broker.security.authorization:
-        return error(ErrorCode.security_disabled, NO_AUTHORIZER)
-    if not _cluster_allowed(ctx, Operation.DESCRIBE):
-        return error(ErrorCode.cluster_authorization_failed, "DESCRIBE on the cluster is needed to describe ACLs")
+    refusal = _acl_refusal(ctx, Operation.DESCRIBE, "describe ACLs")
+    if refusal is not None:
+        return error(*refusal)
     try:
         f = _filter(req)
     except ValueError:
@@ -124,10 +128,9 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
         return make(cls, throttle_time=ZERO, filter_results=tuple(
             result_cls(error_code=code, error_message=message, matching_acls=()) for _ in req.filters))
 
-    if not ctx.broker.security.authorization:
-        return all_(ErrorCode.security_disabled, NO_AUTHORIZER)
-    if not _cluster_allowed(ctx, Operation.ALTER):
-        return all_(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is needed to delete ACLs")
+    refusal = _acl_refusal(ctx, Operation.ALTER, "delete ACLs")
+    if refusal is not None:
+        return all_(*refusal)
     filters: list[AclFilter | str] = []
     for raw in req.filters:
         try:
@@ -156,7 +159,7 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
 async def handle_describe_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     result_cls, info_cls = nested(cls, "DescribeUserScramCredentialsResult"), nested(cls, "CredentialInfo")
-    if not _cluster_allowed(ctx, Operation.DESCRIBE):
+    if _cluster_denied(ctx, Operation.DESCRIBE):
         return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
                     error_message="DESCRIBE on the cluster is needed to describe SCRAM credentials", results=())
     stored = ctx.broker.metadata.scram if ctx.broker.metadata is not None else {}
@@ -184,7 +187,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, req: Any) -> 
     cls = ctx.response_cls
     result_cls = nested(cls, "AlterUserScramCredentialsResult")
     users = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
-    if not _cluster_allowed(ctx, Operation.ALTER):
+    if _cluster_denied(ctx, Operation.ALTER):
         return make(cls, throttle_time=ZERO, results=tuple(
             result_cls(user=u, error_code=ErrorCode.cluster_authorization_failed,
                        error_message="ALTER on the cluster is needed to alter SCRAM credentials") for u in users))
