@@ -15,6 +15,7 @@ import json
 from typing import Any, Literal
 
 from dm_broker.log.records import decode_records, iter_batches
+from dm_broker.security.client_config import security_only
 from kio.schema.errors import ErrorCode
 from pydantic import BaseModel
 
@@ -45,18 +46,18 @@ class Decision(BaseModel):
 
 
 class CommitLog:
-    def __init__(self, bootstrap: str, topic: str, timeout_s: float, producer_config: dict[str, str]) -> None:
+    def __init__(self, bootstrap: str, topic: str, timeout_s: float, client_config: dict[str, str]) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.timeout_s = timeout_s
-        self.producer_config = producer_config
+        self.client_config = client_config
 
     def ensure_topic(self) -> None:
         """Creates the log topic (compacted, one partition, replicated like the cluster allows)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({**security_only(self.client_config), "bootstrap.servers": self.bootstrap})
         meta = admin.list_topics(timeout=self.timeout_s)
         if self.topic in meta.topics and meta.topics[self.topic].error is None:
             return
@@ -72,7 +73,7 @@ class CommitLog:
         """The last decision recorded for `prefix`, read from the start of the log to its end."""
         latest: Decision | None = None
         key = prefix.encode()
-        with DmClient(self.bootstrap, timeout=self.timeout_s) as client:
+        with DmClient(self.bootstrap, timeout=self.timeout_s, client_config=self.client_config) as client:
             if self.topic not in client.metadata([self.topic]).topics:
                 return None
             end = client.list_offsets({(self.topic, 0): -1})[(self.topic, 0)]
@@ -100,7 +101,7 @@ class CommitLog:
         """Writes `decision` and returns once the in-sync replicas have it."""
         from confluent_kafka import Producer
 
-        producer = Producer({"log_level": "4", **self.producer_config, "bootstrap.servers": self.bootstrap,
+        producer = Producer({"log_level": "4", **self.client_config, "bootstrap.servers": self.bootstrap,
                              "enable.idempotence": "true", "acks": "all"})
         errors: list[Any] = []
         producer.produce(self.topic, json.dumps(decision.model_dump()).encode(), key=decision.prefix.encode(),

@@ -43,7 +43,7 @@ def open_transaction(opts: WriteOptions, partition: int) -> tuple[Any, TxnHandle
     stats = [""]  # the latest statistics only: they come every STATS_INTERVAL_MS
     tid = transactional_id(opts, partition)
     config = {"linger.ms": "5", "compression.type": "lz4", "log_level": "4",
-              "transaction.timeout.ms": str(opts.transaction_timeout_ms), **opts.producer_config,
+              "transaction.timeout.ms": str(opts.transaction_timeout_ms), **opts.client_config,
               "bootstrap.servers": opts.bootstrap, "transactional.id": tid, "enable.idempotence": "true",
               "acks": "all", "statistics.interval.ms": STATS_INTERVAL_MS,
               "stats_cb": lambda text: stats.__setitem__(0, text)}
@@ -86,11 +86,11 @@ class Committer:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.prefix = opts.transactional_id_prefix or ""
-        config = {k: v for k, v in opts.producer_config.items() if not k.startswith("transaction")}
+        config = {k: v for k, v in opts.client_config.items() if not k.startswith("transaction")}
         self.log = CommitLog(opts.bootstrap, opts.commit_log_topic, opts.timeout_s, config)
 
     def _client(self) -> DmClient:
-        return DmClient(self.opts.bootstrap, timeout=self.opts.timeout_s)
+        return DmClient(self.opts.bootstrap, timeout=self.opts.timeout_s, client_config=self.opts.client_config)
 
     def recover(self) -> None:
         """Before anything is written: finishes a batch that was decided but not finished when

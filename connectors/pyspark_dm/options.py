@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
+from dm_broker.config import ConfigError
+from dm_broker.security.client_config import to_librdkafka, wire_security
 from pydantic import BaseModel, ConfigDict
 
 from .errors import DmSourceError
@@ -37,7 +39,10 @@ class Options(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     bootstrap: str
-    producer_config: dict[str, str]  # every kafka.* option but bootstrap.servers, for the writer
+    # Every kafka.* option but bootstrap.servers, in librdkafka's names (security settings given in the
+    # Java client's, as for Spark's Kafka source, translated): the writer's producer settings, and the
+    # TLS/SASL settings of every connection the connector makes.
+    client_config: dict[str, str]
     timeout_s: float = 30.0
 
 
@@ -126,10 +131,16 @@ def _common(options: Mapping[str, str]) -> dict:
     if not bootstrap:
         raise DmSourceError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
     parse_bootstrap(bootstrap)
-    producer_config = {k[len("kafka."):]: str(v) for k, v in options.items()
-                       if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
+    given = {k[len("kafka."):]: str(v) for k, v in options.items()
+             if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
+    try:
+        client_config = to_librdkafka(given)
+        wire_security(client_config)  # here, on the driver: a wrong setting fails the query, not its tasks
+    except ConfigError as exc:
+        named = re.match(r"[a-z]+(\.[a-z]+)+[:= ]", str(exc))  # the message starts with the property's name
+        raise DmSourceError(f"option kafka.{exc}" if named else f"kafka.* options: {exc}") from None
     timeout_ms = _int(options, "timeoutMs", minimum=1)
-    return {"bootstrap": bootstrap, "producer_config": producer_config,
+    return {"bootstrap": bootstrap, "client_config": client_config,
             "timeout_s": 30.0 if timeout_ms is None else timeout_ms / 1000}
 
 
@@ -234,7 +245,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     if guarantee not in ("at-least-once", "exactly-once"):
         raise DmSourceError(f"option deliveryGuarantee: at-least-once or exactly-once, got {guarantee!r}")
     prefix = (_get(options, "transactionalIdPrefix") or "").strip() or None
-    config = common["producer_config"]
+    config = common["client_config"]
     if "transactional.id" in config:
         raise DmSourceError("option kafka.transactional.id: the sink names its transactions itself; set "
                             "deliveryGuarantee=exactly-once and transactionalIdPrefix instead")

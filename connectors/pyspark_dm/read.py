@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from kio.schema.errors import ErrorCode
@@ -33,13 +33,15 @@ class OffsetRange(InputPartition):
     fetch_max_bytes: int
     timeout_s: float
     read_committed: bool = False
+    client_config: dict[str, str] = field(default_factory=dict)  # TLS/SASL (options.client_config)
 
 
 def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Fetches [start, end) from the leader, following leader moves, one Arrow batch per fetch."""
     tp = (r.topic, r.partition)
     pos = r.start
-    with DmClient(r.bootstrap, timeout=r.timeout_s, read_committed=r.read_committed) as client:
+    with DmClient(r.bootstrap, timeout=r.timeout_s, read_committed=r.read_committed,
+                  client_config=r.client_config) as client:
         stalled_since: float | None = None
         while pos < r.end:
             res = client.fetch(r.topic, r.partition, pos, r.fetch_max_bytes)

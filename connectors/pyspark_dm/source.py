@@ -79,7 +79,7 @@ def _ranges(opts: ReadOptions, start: Offsets, end: Offsets) -> list[OffsetRange
     return [OffsetRange(topic=t, partition=p, start=a, end=b, bootstrap=opts.bootstrap,
                         include_headers=opts.include_headers, fail_on_data_loss=opts.fail_on_data_loss,
                         fetch_max_bytes=opts.fetch_max_bytes, timeout_s=opts.timeout_s,
-                        read_committed=opts.read_committed)
+                        read_committed=opts.read_committed, client_config=opts.client_config)
             for (t, p), a, b in pieces]
 
 
@@ -89,7 +89,8 @@ class DmBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        with DmClient(opts.bootstrap, timeout=opts.timeout_s, read_committed=opts.read_committed) as client:
+        with DmClient(opts.bootstrap, timeout=opts.timeout_s, read_committed=opts.read_committed,
+                      client_config=opts.client_config) as client:
             tps = discover(client, opts)
             start = resolve(client, tps, opts.starting or "earliest", opts.starting_timestamp,
                             "startingTimestamp" if opts.starting_timestamp is not None else "startingOffsets",
@@ -120,7 +121,7 @@ class DmStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def client(self) -> DmClient:
         if self._client is None:
             self._client = DmClient(self.opts.bootstrap, timeout=self.opts.timeout_s,
-                                    read_committed=self.opts.read_committed)
+                                    read_committed=self.opts.read_committed, client_config=self.opts.client_config)
         return self._client
 
     def initialOffset(self) -> dict:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime
 import socket
+import ssl
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +21,11 @@ from dm_broker.protocol.client import check_correlation, decode_response, encode
 from dm_broker.protocol.codec import request_class
 from dm_broker.protocol.fetch_decoder import VERSION as FETCH_VERSION
 from dm_broker.protocol.fetch_decoder import decode_fetch_response
+from dm_broker.security.client_config import wire_security
+from dm_broker.security.sasl_client import client_exchange, run_exchange
+from dm_broker.security.setup import ClientSecurity
 from kio.schema.errors import ErrorCode
+from scramp import ScramException
 
 from .errors import DmSourceError
 
@@ -52,21 +58,60 @@ def parse_bootstrap(servers: str, option: str = "kafka.bootstrap.servers") -> li
 
 
 class BrokerConnection:
-    """One blocking connection; Kafka answers requests on a connection in order."""
+    """One blocking connection, over TLS and authenticated with SASL when `security` says so; Kafka
+    answers requests on a connection in order."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
+    def __init__(self, host: str, port: int, timeout: float, client_id: str,
+                 security: ClientSecurity | None = None) -> None:
         self.address = f"{host}:{port}"
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self._correlation = 0
+        try:
+            if security is not None and security.ssl_context is not None:
+                sock = security.ssl_context.wrap_socket(sock, server_hostname=host)
+            self.sock = sock
+            if security is not None and security.sasl:
+                self._authenticate(security)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        handshake = self.request(make(request_class(17, 1), mechanism=security.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            raise DmSourceError(f"{self.address}: SASL mechanism {security.mechanism} is not enabled on this "
+                                f"listener (it offers {', '.join(handshake.mechanisms) or 'none'})")
+
+        def authenticate(token: bytes) -> bytes:
+            resp = self.request(make(request_class(36, 2), auth_bytes=token))
+            if resp.error_code != ErrorCode.none:
+                raise DmSourceError(f"{self.address}: SASL authentication as {security.username!r} failed: "
+                                    f"{resp.error_message or resp.error_code.name}")
+            return bytes(resp.auth_bytes)
+
+        try:
+            run_exchange(client_exchange(security.mechanism, security.username, security.password), authenticate)
+        except ScramException as exc:
+            raise DmSourceError(f"{self.address}: the broker did not prove it knows {security.username!r}'s "
+                                f"SCRAM credential: {exc}") from None
+
+    def request(self, body: Any) -> Any:
+        return decode_response(int(body.__api_key__), int(body.__version__), self.request_frame(body))[1]
 
     def request_frame(self, body: Any) -> memoryview:
         """Sends a request; returns the undecoded response frame, its correlation id checked."""
         self._correlation += 1
         self.sock.sendall(encode_request(int(body.__api_key__), int(body.__version__), self._correlation, body,
                                          self.client_id))
-        (size,) = _SIZE.unpack(self._read_exactly(4))
+        try:
+            (size,) = _SIZE.unpack(self._read_exactly(4))
+        except ConnectionError as exc:
+            if self._correlation == 1 and isinstance(self.sock, ssl.SSLSocket):
+                raise ConnectionError(f"{exc} before answering: a TLS listener with ssl.client.auth=required does "
+                                      "that to a client without a certificate its truststore accepts") from None
+            raise
         frame = self._read_exactly(size)
         check_correlation(frame, self._correlation)
         return frame
@@ -115,8 +160,10 @@ class DmClient:
     retriable errors (leader moves) until `timeout` seconds have passed."""
 
     def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "pyspark-dm",
-                 read_committed: bool = False) -> None:
+                 read_committed: bool = False, client_config: Mapping[str, str] | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        # librdkafka-style settings (options.client_config): TLS and SASL for every connection
+        self.security = wire_security(client_config or {})
         self.read_committed = read_committed  # isolation.level=read_committed for offsets and fetches
         self.bootstrap_text = bootstrap
         self.timeout = timeout
@@ -128,7 +175,7 @@ class DmClient:
     def _connection(self, address: tuple[str, int]) -> BrokerConnection:
         conn = self._connections.get(address)
         if conn is None:
-            conn = BrokerConnection(*address, timeout=self.timeout, client_id=self.client_id)
+            conn = BrokerConnection(*address, timeout=self.timeout, client_id=self.client_id, security=self.security)
             self._connections[address] = conn
         return conn
 

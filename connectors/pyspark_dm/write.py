@@ -66,7 +66,7 @@ class ArrowProducerWriter(DataSourceArrowWriter):
     def _producer(self) -> Any:
         from confluent_kafka import Producer
 
-        config = {"linger.ms": "5", "compression.type": "lz4", "log_level": "4", **self.opts.producer_config,
+        config = {"linger.ms": "5", "compression.type": "lz4", "log_level": "4", **self.opts.client_config,
                   "bootstrap.servers": self.opts.bootstrap, "enable.idempotence": "true", "acks": "all"}
         try:
             return Producer(config)
@@ -132,7 +132,8 @@ class ArrowProducerWriter(DataSourceArrowWriter):
                     chooser = partitioners.get(topic)
                     if chooser is None:
                         try:
-                            chooser = partitioners[topic] = topic_partitioner(self.opts.bootstrap, topic)
+                            chooser = partitioners[topic] = topic_partitioner(self.opts.bootstrap, topic,
+                                                                                    self.opts.client_config)
                         except LookupError as exc:
                             raise DmSourceError(f"writing: {exc}") from None
                     partition = chooser.choose(key)

@@ -70,8 +70,9 @@ def test_dm_up_passes_a_secured_server_properties_to_every_broker(tmp_path):
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
         "super.users=User:ANONYMOUS;User:admin\n")
     client = tmp_path / "client.properties"
-    client.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
-                      "sasl.password=admin-pw\n")
+    client.write_text(  # a Java client's client.properties, as Kafka's tools take it
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security"
+        ".plain.PlainLoginModule required username=\"admin\" password=\"admin-pw\";\n")
     up = subprocess.Popen([sys.executable, "-m", "dm_broker.cli", "up", "--brokers", "2", "--data-dir",
                            str(tmp_path / "data"), "--port", str(port), "--http-port", "-1", "--controller-port",
                            str(free_port()), "--config", str(config)],

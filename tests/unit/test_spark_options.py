@@ -55,9 +55,32 @@ def test_bad_read_options(options, message) -> None:
 def test_write_options_keep_producer_settings() -> None:
     opts = write_options({"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.linger.ms": "20",
                           "checkpointLocation": "/tmp/x"})
-    assert opts.topic == "t" and opts.producer_config == {"linger.ms": "20"}
+    assert opts.topic == "t" and opts.client_config == {"linger.ms": "20"}
     with pytest.raises(DmSourceError, match="unknown option 'subscribe'"):
         write_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
+
+
+def test_security_options_in_spark_kafka_sources_names_become_librdkafkas() -> None:
+    # Spark hands options over lower-cased; the JAAS value keeps its case
+    opts = read_options({**BASE, "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+                         "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                                   'required username="Etl" password="Pw";'}, streaming=False)
+    assert opts.client_config == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                  "sasl.username": "Etl", "sasl.password": "Pw"}
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.jaas.config": "x"}, "option kafka.sasl.jaas.config: expected"),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.username": "u", "kafka.sasl.password": "p"},
+     "option kafka.sasl.mechanism: GSSAPI is not supported"),
+    ({"kafka.ssl.truststore.location": "/ca.pem"}, "option kafka.ssl.truststore.location is set but "
+                                                   "security.protocol is PLAINTEXT"),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/nowhere/ca.pem"},
+     "kafka.\\* options: client TLS: /nowhere/ca.pem does not exist"),
+])
+def test_bad_security_options_fail_on_the_driver(options, message) -> None:
+    with pytest.raises(DmSourceError, match=message):
+        write_options({"kafka.bootstrap.servers": "h:1", "topic": "t", **options})
 
 
 def test_exactly_once_write_options() -> None:

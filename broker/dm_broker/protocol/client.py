@@ -18,6 +18,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
+from ..security.sasl_client import client_exchange
 from . import bounds
 from .codec import API_VERSIONS_KEY, request_class, response_class
 from .framing import FrameProtocol, open_frame_connection
@@ -93,20 +94,16 @@ class KafkaConnection:
             raise ConnectionError(f"SASL handshake ({security.mechanism}): {handshake.error_code.name}, offered "
                                   f"{list(handshake.mechanisms)}")
 
-        async def authenticate(token: bytes) -> str:
+        exchange = client_exchange(security.mechanism, security.username, security.password)
+        token = next(exchange)
+        while True:
             resp = await self.request(make(request_class(36, 2), auth_bytes=token))
             if resp.error_code != ErrorCode.none:
                 raise ConnectionError(f"SASL authentication as {security.username} failed: {resp.error_message}")
-            return bytes(resp.auth_bytes).decode()
-
-        if security.mechanism == "PLAIN":
-            await authenticate(f"\0{security.username}\0{security.password}".encode())
-            return
-        from scramp import ScramClient
-
-        client = ScramClient([security.mechanism], security.username, security.password)
-        client.set_server_first(await authenticate(client.get_client_first().encode()))
-        client.set_server_final(await authenticate(client.get_client_final().encode()))  # the server knows us
+            try:
+                token = exchange.send(bytes(resp.auth_bytes))
+            except StopIteration:
+                return
 
     async def request(self, body: Any, timeout: float = 30) -> Any:
         frame = await self.request_frame(body, timeout)

@@ -31,7 +31,7 @@ CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required"
 class TlsSettings:
     """The `ssl.*` properties of one listener (or of the controller link)."""
 
-    scope: str  # for messages: the listener name
+    scope: str  # for messages: the listener name, or what else these settings belong to
     keystore_type: str = "PEM"
     keystore_location: str = ""
     keystore_password: str = ""
@@ -63,6 +63,10 @@ class TlsSettings:
                    endpoint_identification=get("ssl.endpoint.identification.algorithm"))
 
     @property
+    def where(self) -> str:
+        return self.scope if " " in self.scope else f"listener {self.scope}"
+
+    @property
     def has_keystore(self) -> bool:
         return bool(self.keystore_location or self.certificate_chain)
 
@@ -75,7 +79,7 @@ class TlsSettings:
 
     def check(self, server: bool) -> None:
         """ConfigError for settings no context can be built from."""
-        where = f"listener {self.scope}"
+        where = self.where
         for kind in (self.keystore_type, self.truststore_type):
             if kind == "JKS":
                 raise ConfigError(f"{where}: JKS stores are not supported; use PEM, or convert with keytool "
@@ -158,7 +162,7 @@ def _versions(ctx: ssl.SSLContext, s: TlsSettings) -> None:
         try:
             ctx.set_ciphers(":".join(c.strip() for c in s.cipher_suites.split(",") if c.strip()))
         except ssl.SSLError as exc:
-            raise ConfigError(f"listener {s.scope}: ssl.cipher.suites: {exc}") from None
+            raise ConfigError(f"{s.where}: ssl.cipher.suites: {exc}") from None
 
 
 def server_context(s: TlsSettings) -> ssl.SSLContext:
@@ -171,7 +175,7 @@ def server_context(s: TlsSettings) -> ssl.SSLContext:
         if s.has_truststore:
             _load_truststore(ctx, s)
     except (OSError, ssl.SSLError, ValueError) as exc:
-        raise ConfigError(f"listener {s.scope}: cannot load the TLS key, certificates or CAs: {exc}") from None
+        raise ConfigError(f"{s.where}: cannot load the TLS key, certificates or CAs: {exc}") from None
     ctx.verify_mode = CLIENT_AUTH[s.client_auth]
     return ctx
 
@@ -190,7 +194,7 @@ def client_context(s: TlsSettings) -> ssl.SSLContext:
         if s.has_keystore:
             _load_keystore(ctx, s)
     except (OSError, ssl.SSLError, ValueError) as exc:
-        raise ConfigError(f"listener {s.scope}: cannot load the TLS key, certificates or CAs: {exc}") from None
+        raise ConfigError(f"{s.where}: cannot load the TLS key, certificates or CAs: {exc}") from None
     ctx.check_hostname = s.endpoint_identification.lower() == "https"
     ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 DEFAULT_BOOTSTRAP = os.environ.get("DM_BOOTSTRAP", "127.0.0.1:9092")
-# Client properties from --command-config (Kafka's tools' option; env DM_COMMAND_CONFIG): librdkafka's
-# names, e.g. security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, sasl.password.
+# Client properties from --command-config (Kafka's tools' option; env DM_COMMAND_CONFIG), in librdkafka's
+# names (security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, sasl.password) or the Java
+# client's (sasl.jaas.config, ssl.truststore.location, ...), kept here in librdkafka's.
 CLIENT_CONFIG: dict[str, str] = {}
 
 
@@ -20,8 +21,10 @@ def load_command_config(path: str | None) -> None:
     path = path or os.environ.get("DM_COMMAND_CONFIG")
     if not path:
         return
+    from ..security.client_config import to_librdkafka
+
     try:
-        CLIENT_CONFIG.update(read_properties(Path(path)))
+        CLIENT_CONFIG.update(to_librdkafka(read_properties(Path(path))))
     except (OSError, ConfigError) as exc:
         fail(f"--command-config {path}: {exc}")
 
@@ -33,21 +36,13 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def wire_security() -> Any:
     """The same client settings for dm's own protocol client (reassignments)."""
-    from ..security.setup import ClientSecurity
-    from ..security.tls import TlsSettings, client_context
+    from ..config import ConfigError
+    from ..security.client_config import wire_security as from_config
 
-    protocol = CLIENT_CONFIG.get("security.protocol", "PLAINTEXT").upper()
-    if protocol == "PLAINTEXT":
-        return None
-    context = None
-    if protocol in ("SSL", "SASL_SSL"):
-        context = client_context(TlsSettings(
-            "client", keystore_location=CLIENT_CONFIG.get("ssl.certificate.location", ""),
-            key=Path(CLIENT_CONFIG["ssl.key.location"]).read_text() if "ssl.key.location" in CLIENT_CONFIG else "",
-            truststore_location=CLIENT_CONFIG.get("ssl.ca.location", ""),
-            endpoint_identification=CLIENT_CONFIG.get("ssl.endpoint.identification.algorithm", "https")))
-    return ClientSecurity(protocol, context, CLIENT_CONFIG.get("sasl.mechanism", "PLAIN").upper(),
-                          CLIENT_CONFIG.get("sasl.username", ""), CLIENT_CONFIG.get("sasl.password", ""))
+    try:
+        return from_config(CLIENT_CONFIG)
+    except ConfigError as exc:
+        fail(f"--command-config: {exc}")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -55,15 +50,16 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
-def admin(bootstrap: str, auto_create: bool = False) -> Any:
+def admin(bootstrap: str, auto_create: bool = False, connection: dict[str, str] | None = None) -> Any:
+    """An admin client with the --command-config settings, or with `connection` instead."""
     from confluent_kafka.admin import AdminClient
 
     # log_level 4: librdkafka's informational lines (e.g. purging events at close) are noise here.
     # allow.auto.create.topics: a producer-type handle's metadata requests would otherwise create
     # every topic they ask about (`dm topics describe ghost` created `ghost`); only `dm produce`
     # asks for it, as Kafka's console producer does (the broker's auto.create.topics.enable decides).
-    return AdminClient(settings({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4,
-                                 "allow.auto.create.topics": auto_create}))
+    return AdminClient({**(settings({}) if connection is None else connection), "bootstrap.servers": bootstrap,
+                        "socket.timeout.ms": 10000, "log_level": 4, "allow.auto.create.topics": auto_create})
 
 
 def wait(futures: dict[Any, Any], timeout: float = 30) -> dict[Any, Any]:

@@ -9,12 +9,16 @@ from ..partitioners import Partitioner
 from .client import admin, fail, produce_waiting, settings, wait
 
 
-def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
-    """The topic's own partitioner settings and partition count; LookupError if there is no such topic."""
+def topic_partitioner(bootstrap: str, topic: str, client_config: dict[str, str] | None = None) -> Partitioner:
+    """The topic's own partitioner settings and partition count; LookupError if there is no such topic.
+    `client_config`: librdkafka settings to connect with (the CLI's --command-config otherwise)."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import ConfigResource
 
-    client = admin(bootstrap, auto_create=True)
+    from ..security.client_config import security_only
+
+    connection = security_only(client_config) if client_config is not None else None
+    client = admin(bootstrap, auto_create=True, connection=connection)
     md = client.list_topics(topic=topic, timeout=15).topics.get(topic)
     if md is None or md.error is not None:
         raise LookupError(f"topic {topic}: {md.error.str() if md else 'not found'} (the brokers do not create "
@@ -28,7 +32,8 @@ def topic_partitioner(bootstrap: str, topic: str) -> Partitioner:
     n = len(md.partitions)
     sizes = None
     if keyless == "least_loaded" or keyed == "least_loaded":
-        consumer = Consumer(settings({"bootstrap.servers": bootstrap, "group.id": "dm-cli-sizes"}))
+        consumer = Consumer({**(settings({}) if connection is None else connection), "bootstrap.servers": bootstrap,
+                             "group.id": "dm-cli-sizes"})
         try:
             sizes = []
             for p in range(n):
