@@ -47,6 +47,20 @@ class Pki:
         return self.write(f"{stem}.crt", pair.cert_pem), self.write(f"{stem}.key", pair.key_pem)
 
 
+def add_scram_users(bootstrap: str, passwords: dict[str, str],
+                    mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                    client_config: dict[str, str] | None = None) -> None:
+    """SCRAM credentials for each user and mechanism, made through AlterUserScramCredentials (KIP-554)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})  # alive until the futures end
+    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism[m.replace("-", "_")], 4096),
+                                            password.encode())
+               for user, password in passwords.items() for m in mechanisms]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(15)
+
+
 def secure_broker(data_dir: Path, listeners: dict[str, str], overrides: dict[str, object] | None = None,
                   **kwargs: object) -> tuple[BrokerProcess, dict[str, int]]:
     """A broker with one listener per entry (name -> security protocol); PLAINTEXT must be one of them

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .cache import ObjectCache
 from .kube import ApiError, Kube
 from .objects import Obj
 
 
-async def remove(kube: Kube, path: str, obj: Obj, finalizer: str) -> Obj | None:
-    """The resource without `finalizer` (as of the version read: a newer one is left to its next
-    event), or None when the API server refused."""
+async def remove(kube: Kube, path: str, obj: Obj, finalizer: str, cache: ObjectCache | None = None) -> None:
+    """Takes `finalizer` off the resource (as of the version read: a newer one is left to its next
+    event; a refusal is too), and shows the cache the answer."""
     meta = obj["metadata"]
     remaining = [f for f in meta.get("finalizers") or [] if f != finalizer]
     try:
-        return await kube.patch(path, {"metadata": {"finalizers": remaining,
-                                                    "resourceVersion": meta["resourceVersion"]}})
+        result = await kube.patch(path, {"metadata": {"finalizers": remaining,
+                                                      "resourceVersion": meta["resourceVersion"]}})
     except ApiError:
-        return None
+        return
+    if cache is not None:
+        cache.observe(result)
 
 
 async def release_all(kube: Kube, collection: str, finalizer: str, cluster_of: Callable[[Obj], str],

@@ -59,9 +59,7 @@ def immutable_change(obj: Obj) -> str | None:
 
 
 async def release_finalizer(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = None) -> None:
-    result = await finalizers.remove(kube, path, obj, TOPIC_FINALIZER)
-    if cache is not None and result is not None:
-        cache.observe(result)
+    await finalizers.remove(kube, path, obj, TOPIC_FINALIZER, cache)
 
 
 class TopicReconciler:

@@ -182,9 +182,7 @@ def _exact(acl: Any) -> AclFilter:
 
 
 async def release(kube: Kube, path: str, obj: Obj, cache: ObjectCache | None = None) -> None:
-    result = await finalizers.remove(kube, path, obj, USER_FINALIZER)
-    if cache is not None and result is not None:
-        cache.observe({"apiVersion": API_VERSION, "kind": "User", **result})
+    await finalizers.remove(kube, path, obj, USER_FINALIZER, cache)
 
 
 async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None) -> int:

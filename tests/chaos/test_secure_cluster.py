@@ -13,7 +13,7 @@ from chaos_tools import FAST_FAILURE, SequenceProducer, assert_nothing_lost, ver
 from group_clients import wait_for
 from harness import BrokerProcess, ControllerProcess, free_port
 from measurements import note
-from secure import Pki
+from secure import Pki, add_scram_users
 from secure_clients import Credentials, refused
 
 pytestmark = pytest.mark.timeout(400)
@@ -117,14 +117,7 @@ def sys_modules(cls):  # the request's nested classes live in its module
 
 
 def test_a_locked_down_cluster_replicates_over_mtls_and_loses_nothing_when_a_leader_dies(tmp_path: Path):
-    from confluent_kafka.admin import (
-        AclBinding,
-        AdminClient,
-        NewTopic,
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
+    from confluent_kafka.admin import AclBinding, AdminClient, NewTopic
 
     with SecureCluster(tmp_path) as cluster:
         ca = cluster.pki.ca_file
@@ -132,8 +125,7 @@ def test_a_locked_down_cluster_replicates_over_mtls_and_loses_nothing_when_a_lea
         admin_creds = scram("admin", "admin-pw", ca)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **admin_creds.librdkafka()})
         admin.create_topics([NewTopic("orders", 2, 3, config={"min.insync.replicas": "2"})])["orders"].result(30)
-        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-            "app", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"app-pw")])["app"].result(15)
+        add_scram_users(cluster.bootstrap, {"app": "app-pw"}, ("SCRAM-SHA-512",), admin_creds.librdkafka())
         for f in admin.create_acls([AclBinding("TOPIC", "orders", "LITERAL", "User:app", "*", op, "ALLOW")
                                     for op in ("WRITE", "READ")]
                                    + [AclBinding("GROUP", "unused", "LITERAL", "User:app", "*", "READ",

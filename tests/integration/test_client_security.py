@@ -11,7 +11,7 @@ from clients import ConfluentClient, Rec
 from dm_broker.security.client_config import to_librdkafka
 from pyspark_dm.errors import DmSourceError
 from pyspark_dm.wire import EARLIEST, LATEST, DmClient
-from secure import Pki, secure_broker
+from secure import Pki, add_scram_users, secure_broker
 
 pytestmark = pytest.mark.timeout(180)
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-pw";'
@@ -39,13 +39,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory):
         "connection.failed.authentication.delay.ms": 50,
     })
     broker.start()
-    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    upserts = [UserScramCredentialUpsertion("bob", ScramCredentialInfo(m, 4096), b"bob-pw")
-               for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-    for future in admin.alter_user_scram_credentials(upserts).values():
-        future.result(15)
+    add_scram_users(broker.bootstrap, {"bob": "bob-pw"})
     ConfluentClient(broker.bootstrap).create_topic("secured", 2)
     ConfluentClient(broker.bootstrap).produce("secured", [Rec(None, v) for v in VALUES])
     yield broker, ports, ca

@@ -14,7 +14,7 @@ from dm_broker.protocol.build import make
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
 from kio.schema.errors import ErrorCode
-from secure import Pki, secure_broker
+from secure import Pki, add_scram_users, secure_broker
 from secure_clients import ROUND_TRIPS, Credentials, confluent_round_trip, refused
 
 pytestmark = pytest.mark.timeout(240)
@@ -40,13 +40,7 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory):
         "connection.failed.authentication.delay.ms": 50,
     })
     broker.start()
-    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(mech, 4096), f"{user}-pw".encode())
-               for user in ("bob", "carol") for mech in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-    for future in admin.alter_user_scram_credentials(upserts).values():
-        future.result(15)
+    add_scram_users(broker.bootstrap, {"bob": "bob-pw", "carol": "carol-pw"})
     yield broker, ports, ca
     broker.stop()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from clients import ConfluentClient
 from helpers import create_topic
-from secure import Pki, secure_broker
+from secure import Pki, add_scram_users, secure_broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 ROWS = 500
@@ -22,11 +22,7 @@ def sasl_ssl(tmp_path_factory: pytest.TempPathFactory):
         "ssl.keystore.location": ca.server(), "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
     broker.start()
-    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
-    upsert = UserScramCredentialUpsertion("etl", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"etl-pw")
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept alive until the future resolves
-    admin.alter_user_scram_credentials([upsert])["etl"].result(15)
+    add_scram_users(broker.bootstrap, {"etl": "etl-pw"}, ("SCRAM-SHA-512",))
     yield broker, f"localhost:{ports['SASL_SSL']}", ca
     broker.stop()
 

@@ -18,7 +18,7 @@ from ..config import ConfigError
 from .jaas import parse_jaas
 from .sasl_client import CLIENT_MECHANISMS
 from .setup import ClientSecurity
-from .tls import TlsSettings, client_context
+from .tls import TlsSettings, client_context, read_pkcs12
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -29,15 +29,13 @@ _JAVA_ONLY = ("sasl.jaas.config", "ssl.truststore.type", "ssl.truststore.locatio
               "ssl.keystore.key", "ssl.enabled.protocols", "ssl.protocol")
 
 
-def _pkcs12_pems(path: str, password: str, prop: str) -> tuple[str, str]:
-    """(certificates PEM, key PEM) of a PKCS12 store."""
-    from .tls import _pkcs12
-
+def _pkcs12_certificates(path: str, password: str, prop: str) -> str:
+    """The certificates of a PKCS12 store, as PEM."""
     try:
-        key, cert, extra = _pkcs12(path, password)
+        _, cert, extra = read_pkcs12(path, password)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{prop}: cannot read the PKCS12 store {path}: {exc}") from None
-    return (cert + b"".join(extra)).decode(), key.decode()
+    return (cert + b"".join(extra)).decode()
 
 
 def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
@@ -63,9 +61,9 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
         out.setdefault("ssl.ca.pem", props["ssl.truststore.certificates"])
     if props.get("ssl.truststore.location"):
         if props.get("ssl.truststore.type", "PEM").upper() == "PKCS12":
-            certs, _ = _pkcs12_pems(props["ssl.truststore.location"], props.get("ssl.truststore.password", ""),
-                                    "ssl.truststore.location")
-            out.setdefault("ssl.ca.pem", certs)
+            out.setdefault("ssl.ca.pem", _pkcs12_certificates(props["ssl.truststore.location"],
+                                                              props.get("ssl.truststore.password", ""),
+                                                              "ssl.truststore.location"))
         else:
             out.setdefault("ssl.ca.location", props["ssl.truststore.location"])
     if props.get("ssl.keystore.type", "PEM").upper() == "PEM":

@@ -32,9 +32,13 @@ class KeyPair:
         return self.certificate.not_valid_before_utc
 
     def _key(self) -> ec.EllipticCurvePrivateKey:
-        key = serialization.load_pem_private_key(self.key_pem.encode(), None)
-        assert isinstance(key, ec.EllipticCurvePrivateKey)
-        return key
+        return _load_key(self.key_pem)
+
+
+def _load_key(pem: str) -> ec.EllipticCurvePrivateKey:
+    key = serialization.load_pem_private_key(pem.encode(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return key
 
 
 def _now() -> datetime.datetime:
@@ -64,7 +68,7 @@ def new_ca(subject: str | x509.Name, validity: datetime.timedelta, not_before: d
            key_pem: str | None = None) -> KeyPair:
     """A self-signed CA; with `key_pem`, a new certificate for that key (a renewal: what the CA signed
     verifies against either certificate)."""
-    key = KeyPair(key_pem, "")._key() if key_pem else ec.generate_private_key(ec.SECP256R1())
+    key = _load_key(key_pem) if key_pem else ec.generate_private_key(ec.SECP256R1())
     start = (not_before or _now()) - skew(validity)
     name = subject if isinstance(subject, x509.Name) else _name(subject)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())

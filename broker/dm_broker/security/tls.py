@@ -114,7 +114,7 @@ def _private_file(data: bytes) -> Iterator[str]:
             os.unlink(path)
 
 
-def _pkcs12(path: str, password: str) -> tuple[bytes, bytes, list[bytes]]:
+def read_pkcs12(path: str, password: str) -> tuple[bytes, bytes, list[bytes]]:
     """(key PEM, certificate PEM, CA certificates PEM) of a PKCS12 file."""
     from cryptography.hazmat.primitives.serialization import (
         Encoding,
@@ -134,7 +134,7 @@ def _load_keystore(ctx: ssl.SSLContext, s: TlsSettings) -> None:
         with _private_file(s.certificate_chain.encode()) as chain, _private_file(s.key.encode()) as key:
             ctx.load_cert_chain(chain, key, s.key_password or None)
     elif s.keystore_type == "PKCS12":
-        key_pem, cert_pem, extra = _pkcs12(s.keystore_location, s.keystore_password)
+        key_pem, cert_pem, extra = read_pkcs12(s.keystore_location, s.keystore_password)
         with _private_file(cert_pem + b"".join(extra)) as chain, _private_file(key_pem) as key:
             ctx.load_cert_chain(chain, key)
     elif s.key:
@@ -149,7 +149,7 @@ def _load_truststore(ctx: ssl.SSLContext, s: TlsSettings) -> None:
         ctx.load_verify_locations(cadata=s.truststore_certificates)
     if s.truststore_location:
         if s.truststore_type == "PKCS12":
-            _, cert, extra = _pkcs12(s.truststore_location, s.truststore_password)
+            _, cert, extra = read_pkcs12(s.truststore_location, s.truststore_password)
             ctx.load_verify_locations(cadata=(cert + b"".join(extra)).decode())
         else:
             ctx.load_verify_locations(cafile=s.truststore_location)
@@ -286,7 +286,7 @@ def fingerprints(s: TlsSettings) -> tuple[str, list[str]]:
         if s.certificate_chain:
             chain = pems(s.certificate_chain.encode())
         elif s.keystore_type == "PKCS12" and s.keystore_location:
-            chain = pems(_pkcs12(s.keystore_location, s.keystore_password)[1])
+            chain = pems(read_pkcs12(s.keystore_location, s.keystore_password)[1])
         elif s.keystore_location:
             chain = pems(Path(s.keystore_location).read_bytes())
         else:
@@ -296,7 +296,7 @@ def fingerprints(s: TlsSettings) -> tuple[str, list[str]]:
         if s.truststore_location:
             data = Path(s.truststore_location).read_bytes()
             if s.truststore_type == "PKCS12":
-                _, cert, extra = _pkcs12(s.truststore_location, s.truststore_password)
+                _, cert, extra = read_pkcs12(s.truststore_location, s.truststore_password)
                 data = cert + b"".join(extra)
             trusted += pems(data)
     except (OSError, ValueError):

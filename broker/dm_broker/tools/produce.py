@@ -17,7 +17,7 @@ def topic_partitioner(bootstrap: str, topic: str, client_config: dict[str, str] 
 
     from ..security.client_config import security_only
 
-    connection = security_only(client_config) if client_config is not None else None
+    connection = settings({}) if client_config is None else security_only(client_config)
     client = admin(bootstrap, auto_create=True, connection=connection)
     md = client.list_topics(topic=topic, timeout=15).topics.get(topic)
     if md is None or md.error is not None:
@@ -32,8 +32,7 @@ def topic_partitioner(bootstrap: str, topic: str, client_config: dict[str, str] 
     n = len(md.partitions)
     sizes = None
     if keyless == "least_loaded" or keyed == "least_loaded":
-        consumer = Consumer({**(settings({}) if connection is None else connection), "bootstrap.servers": bootstrap,
-                             "group.id": "dm-cli-sizes"})
+        consumer = Consumer({**connection, "bootstrap.servers": bootstrap, "group.id": "dm-cli-sizes"})
         try:
             sizes = []
             for p in range(n):
