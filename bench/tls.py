@@ -89,20 +89,23 @@ def main() -> None:
     keystore, client = certificates(tmp)
     ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
     row: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "plaintext": [], "tls": []}
-    with dm_broker("inter.broker.listener.name=PLAINTEXT", f"ssl.keystore.location={keystore}",
-                   listeners=ports) as (_, proc):
-        for size, records in SCENARIOS:
-            records = int(records * args.records_scale)
-            for name, port, extra in (("plaintext", ports["PLAINTEXT"], []),
-                                      ("tls", ports["SSL"], ["--command-config", str(client)])):
-                topic = f"{name}-{size}"
-                for kind in ("produce", "consume"):
-                    warm_memory(args.warm_memory)
-                    r = measure(kind, f"127.0.0.1:{port}", proc.pid, size, records, topic, extra)
-                    row[name].append({"kind": kind, "size": size, **r})
-                    print(f"{name:>9} {kind:>7} {size:>6} B: {r['records_per_s']:>10,.0f} rec/s "
-                          f"{r['mb_per_s']:>7.1f} MB/s  broker CPU {r['broker_cpu_ms_per_mb']:.2f} ms/MB", flush=True)
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with dm_broker("inter.broker.listener.name=PLAINTEXT", f"ssl.keystore.location={keystore}",
+                       listeners=ports) as (_, proc):
+            for size, records in SCENARIOS:
+                records = int(records * args.records_scale)
+                for name, port, extra in (("plaintext", ports["PLAINTEXT"], []),
+                                          ("tls", ports["SSL"], ["--command-config", str(client)])):
+                    topic = f"{name}-{size}"
+                    for kind in ("produce", "consume"):
+                        warm_memory(args.warm_memory)
+                        r = measure(kind, f"127.0.0.1:{port}", proc.pid, size, records, topic, extra)
+                        row[name].append({"kind": kind, "size": size, **r})
+                        print(f"{name:>9} {kind:>7} {size:>6} B: {r['records_per_s']:>10,.0f} rec/s "
+                              f"{r['mb_per_s']:>7.1f} MB/s  broker CPU {r['broker_cpu_ms_per_mb']:.2f} ms/MB",
+                              flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the certificates (the broker's data goes with dm_broker)
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "tls.jsonl").open("a") as f:
         f.write(json.dumps(row) + "\n")
