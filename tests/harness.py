@@ -429,6 +429,8 @@ class Cluster:
         self.isolation = isolation
         self.netns = NetnsLink() if isolation == "netns" else None
         host = self.netns.host_ip if self.netns else "127.0.0.1"
+        if self.netns is not None:  # a controller off loopback needs a token (dm controller refuses otherwise)
+            overrides = {"controller.token": "netns-link-token", **(overrides or {})}
         self.controller = ControllerProcess(tmp / "controller", overrides, host=host)
         self.proxied = isolation == "proxy"
         proxied = self.proxied

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import json
 import logging
 import os
@@ -227,12 +228,30 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     log.info("broker %d stopped cleanly", broker.node_id)
 
 
+def open_controller_refusal(host: str, token: str) -> str | None:
+    """Why a controller must not listen on `host` with this token: its API creates ACLs, changes SCRAM
+    credentials and hands SCRAM keys to brokers, so only loopback may go without a token."""
+    if token:
+        return None
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback:
+        return None
+    return (f"dm controller refuses to listen on {host} without a token: set controller.token (or --token, "
+            "DM_CONTROLLER_TOKEN), or bind it to 127.0.0.1")
+
+
 async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
     """`dm controller`: the cluster controller as its own process (file-backed store)."""
     from .controller.controller import Controller, ControllerSettings
     from .controller.http import make_app as controller_app
     from .controller.store import FileControllerStore
 
+    refusal = open_controller_refusal(config["listener.host"], token)
+    if refusal:
+        raise SystemExit(f"dm: {refusal}")
     stop = _stop_event()
     store_dir = config.data_dir / "controller"
     lock = lock_directory(store_dir, "dm controller")

@@ -55,7 +55,7 @@ from .protocol.apis import SPECS
 from .protocol.channels import BrokerChannels
 from .protocol.dispatch import Dispatcher
 from .replication.manager import ReplicaManager
-from .replication.partition import LEADER, NotLeaderError, Partition
+from .replication.partition import LEADER, NotEnoughReplicasError, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
 from .security.acls import AclBinding, AclFilter
 from .security.scram import ScramCredential
@@ -812,25 +812,31 @@ class Broker:
             return self.missing_partition_error(topic, index)
         if not part.is_leader:
             return ErrorCode.not_leader_or_follower
-        if len(part.isr) < part.log.settings["min.insync.replicas"]:
-            return ErrorCode.not_enough_replicas
         try:
+            part.check_min_isr()
             result = await part.append_marker(producer_id, producer_epoch, committed, coordinator_epoch,
                                               int(time.time() * 1000))
+        except NotEnoughReplicasError:
+            return ErrorCode.not_enough_replicas
         except InvalidProducerEpochError:
             return ErrorCode.invalid_producer_epoch
         except CoordinatorFencedError:
             return ErrorCode.transaction_coordinator_fenced
         except NotLeaderError:
             return ErrorCode.not_leader_or_follower
-        if topic == OFFSETS_TOPIC:
-            self.coordinator.complete_txn(index, producer_id, committed)
         try:
-            await part.wait_for_hw(result.last_offset + 1, timeout_s)
+            await part.wait_committed(result.last_offset + 1, timeout_s)
         except TimeoutError:
             return ErrorCode.request_timed_out
         except NotLeaderError:
             return ErrorCode.not_leader_or_follower
+        except NotEnoughReplicasError:
+            return ErrorCode.not_enough_replicas_after_append
+        if topic == OFFSETS_TOPIC:
+            # Only now: offsets committed in the transaction become visible once its marker is on
+            # min.insync.replicas disks, never before (Kafka applies them after the acks=all append).
+            # A marker that is retried after a timeout completes them then; a new leader replays it.
+            self.coordinator.complete_txn(index, producer_id, committed)
         return ErrorCode.none
 
     # -- producer ids ----------------------------------------------------------------------

@@ -50,7 +50,9 @@ class Property:
     topic_name: str | None = None  # per-topic override that falls back to this broker property
     dynamic: bool = False  # a broker property that AlterConfigs may change at run time
     applied: bool = True  # False: a Kafka topic config dm accepts, stores and returns but does not act on
-    secret: bool = False  # a password or key: DescribeConfigs returns it as null (sensitive), as Kafka does
+    # Kafka's PASSWORD type (passwords, keys, JAAS, inline PEM, the controller token): DescribeConfigs
+    # returns it as null and sensitive, and dm never logs it
+    secret: bool = False
 
     def parse(self, raw: Any) -> Any:
         try:
@@ -125,7 +127,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("ssl.keystore.password", "str", "", "Password of a PKCS12 keystore.", secret=True),
         Property("ssl.key.password", "str", "", "Password of an encrypted PEM private key.", secret=True),
         Property("ssl.keystore.certificate.chain", "str", "",
-                 "The certificate chain in PEM, inline (instead of ssl.keystore.location)."),
+                 "The certificate chain in PEM, inline (instead of ssl.keystore.location).", secret=True),
         Property("ssl.keystore.key", "str", "", "The private key in PEM, inline (with ssl.keystore.certificate.chain).",
                  secret=True),
         Property("ssl.truststore.type", "choice", "PEM", "Format of the trusted certificates: PEM or PKCS12.",
@@ -134,7 +136,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "CA certificates trusted for client certificates (mTLS) and, between brokers, for the other "
                  "brokers' certificates. Re-read when it changes."),
         Property("ssl.truststore.password", "str", "", "Password of a PKCS12 truststore.", secret=True),
-        Property("ssl.truststore.certificates", "str", "", "Trusted CA certificates in PEM, inline."),
+        Property("ssl.truststore.certificates", "str", "", "Trusted CA certificates in PEM, inline.", secret=True),
         Property("ssl.client.auth", "choice", "none",
                  "Client certificates on SSL listeners: none, requested (verified when given) or required (mTLS).",
                  choices=("none", "requested", "required")),
@@ -240,7 +242,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("controller.url", "str", "",
                  "HTTP address of the cluster's controller (e.g. http://127.0.0.1:9990); empty: a standalone "
                  "broker runs its own controller in-process."),
-        Property("controller.token", "str", "", "Shared secret for the controller API (also DM_CONTROLLER_TOKEN)."),
+        Property("controller.token", "str", "",
+                 "Shared secret for the controller API (also DM_CONTROLLER_TOKEN). `dm controller` refuses to listen "
+                 "on an address other than loopback without one.", secret=True),
         Property("controller.recovery.expected.brokers", "int", 0,
                  "How many brokers a controller that starts without its state waits for before it creates topics "
                  "(it recovers the topics from what they hold; ADR 0017); 0: one session timeout.", minimum=0),

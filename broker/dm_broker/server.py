@@ -199,7 +199,7 @@ class KafkaServer:
                 frame = await conn.read_frame()
                 self._connections[conn] = time.monotonic()
                 ordered = loop.create_future()
-                task = loop.create_task(self.dispatcher.handle(frame, peer, ordered, session))
+                task = loop.create_task(self.dispatcher.handle(frame, peer, session, ordered))
                 task.add_done_callback(functools.partial(_release, ordered))  # a finished request is ordered too
                 await answers.put(task)
                 await ordered

@@ -23,6 +23,9 @@ PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
               'user_alice="alice-secret";')
 
 
+CONTROLLER_TOKEN = "the-controller-token-must-not-leak"
+
+
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("sasl")
@@ -38,6 +41,7 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory):
         "listener.name.reauth.connections.max.reauth.ms": 1500,
         "listener.name.reauth.plain.sasl.jaas.config": PLAIN_JAAS,
         "connection.failed.authentication.delay.ms": 50,
+        "controller.token": CONTROLLER_TOKEN,
     })
     broker.start()
     add_scram_users(broker.bootstrap, {"bob": "bob-pw", "carol": "carol-pw"})
@@ -238,5 +242,9 @@ def test_describe_configs_shows_listeners_and_hides_secrets(sasl_broker):
     configs = admin.describe_configs([resource])[resource].result(15)
     assert configs["sasl.jaas.config"].is_sensitive and configs["sasl.jaas.config"].value is None
     assert configs["ssl.keystore.password"].is_sensitive
+    # the controller token opens the controller API: never readable (issue 30), nor logged or exported
+    assert configs["controller.token"].is_sensitive and configs["controller.token"].value is None
+    assert CONTROLLER_TOKEN not in broker.log_tail(100000)
+    assert CONTROLLER_TOKEN not in broker.http_get("/metrics")[1]
     assert f"SASL_SSL://127.0.0.1:{ports['SASL_SSL']}" in configs["advertised.listeners"].value
     assert f"REAUTH://127.0.0.1:{ports['REAUTH']}" in configs["listeners"].value

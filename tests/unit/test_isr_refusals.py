@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from dm_broker.config import BrokerConfig, TopicSettings
 from dm_broker.controller.models import AlterIsrRequest, AlterIsrResponse, PartitionState
 from dm_broker.log.partition_log import PartitionLog
@@ -60,3 +61,37 @@ async def test_a_refusal_that_changes_nothing_is_not_asked_again_at_every_fetch(
 
 async def test_a_refusal_that_brings_a_newer_partition_epoch_is_retried_with_it(tmp_path: Path) -> None:
     assert await expansions_asked(tmp_path, controller_partition_epoch=10, fetches=2) == [9, 10]
+
+
+async def test_acks_all_appends_refuse_below_min_insync_replicas(tmp_path: Path) -> None:
+    """Coordinator writes (append_internal) as produce with acks=all: nothing is written while the ISR
+    is below min.insync.replicas, and a write whose ISR shrank below it while waiting is reported as
+    such (NOT_ENOUGH_REPLICAS_AFTER_APPEND), never as committed."""
+    from dm_broker.log.records import build_batch
+    from dm_broker.replication.partition import NotEnoughReplicasError
+
+    settings = TopicSettings(BrokerConfig.build({}, environ={}), {"min.insync.replicas": "2"})
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, settings)
+    plog.open()
+    part = Partition("t", 0, plog, node_id=1)
+    try:
+        part.become_leader(leader_epoch=1, partition_epoch=1, replicas=[1, 0], isr=[1])
+        batch = bytearray(build_batch([(b"k", b"v", [])], timestamp_ms=0))
+        with pytest.raises(NotEnoughReplicasError) as refused:
+            await part.append_internal(batch)
+        assert not refused.value.after_append and plog.log_end_offset == 0
+        part.become_leader(leader_epoch=1, partition_epoch=2, replicas=[1, 0], isr=[1, 0])
+        waiting = asyncio.ensure_future(part.append_internal(bytearray(batch)))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # the follower has not fetched it
+        part.update_follower(0, plog.log_end_offset)
+        await asyncio.wait_for(waiting, 5)  # committed by both
+        waiting = asyncio.ensure_future(part.append_internal(bytearray(batch)))
+        await asyncio.sleep(0.01)
+        part.isr = [1]  # the controller removed the follower meanwhile: the leader alone advances the HW
+        part.maybe_advance_hw()
+        with pytest.raises(NotEnoughReplicasError) as after:
+            await asyncio.wait_for(waiting, 5)
+        assert after.value.after_append
+    finally:
+        plog.close()

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from ..log.producer_state import InvalidProducerEpochError, InvalidTxnStateError
 from ..log.records import NO_PRODUCER_ID, TRANSACTIONAL_BIT, build_batch, control_marker, decode_records, parse_header
 from ..partitioners import murmur2_partition
+from ..replication.partition import NotEnoughReplicasError
 from ..tasks import stop_tasks
 from .group import Group, GroupState, JoinResult, Member
 from .records import (
@@ -220,6 +221,10 @@ class GroupCoordinator:
         except TimeoutError:
             log.warning("group %s: the ISR of %s did not confirm the write in time", group_id, OFFSETS_TOPIC)
             return E.request_timed_out
+        except NotEnoughReplicasError as exc:
+            # Kafka's mapping for an offsets-topic append below min.insync.replicas: the client retries
+            log.warning("group %s: %s", group_id, exc)
+            return E.coordinator_not_available
         except InvalidProducerEpochError:
             return E.producer_fenced
         except InvalidTxnStateError:

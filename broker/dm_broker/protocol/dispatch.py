@@ -29,8 +29,9 @@ from .codec import (
 if TYPE_CHECKING:
     from ..broker import Broker
 
-from ..security.acls import Operation, ResourceType
-from ..security.session import PRE_AUTH_APIS, Session
+from ..security.acls import CLUSTER_NAME, Operation, ResourceType
+from ..security.session import Session
+from .access import AUTHORIZATION_ERRORS, Access, UndeclaredCheck
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,9 @@ class RequestContext:
     header: RequestHeader
     response_cls: type
     peer: str
+    session: Session
+    access: Access
     ordered: asyncio.Future[None] | None = None
-    session: Session | None = None
     api: str = ""
 
     @property
@@ -52,20 +54,23 @@ class RequestContext:
         return self.header.api_version
 
     @property
-    def listener_name(self) -> str | None:
-        """The listener the request came in on (None: a request the broker makes to itself)."""
-        return self.session.listener.name if self.session is not None else None
+    def listener_name(self) -> str:
+        """The listener the request came in on."""
+        return self.session.listener.name
+
+    def _declared(self, operation: Operation, resource_type: ResourceType) -> None:
+        if not self.access.declares(resource_type, operation):
+            raise UndeclaredCheck(f"{self.api} asked for {operation.name} on {resource_type.name}, which its "
+                                  "entry in the API table does not declare")
 
     def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """Whether this connection's principal may do `operation` on the resource (always, without
-        an authorizer, and for requests a broker makes to itself)."""
-        if self.session is None:
-            return True
+        an authorizer). Only what the API's Access declares may be asked."""
+        self._declared(operation, resource_type)
         return self.broker.security.allowed(self.session, operation, resource_type, name)
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
-        if self.session is None:
-            return True
+        self._declared(operation, resource_type)
         return self.broker.security.allowed_any(self.session, operation, resource_type)
 
     def denied(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
@@ -73,8 +78,8 @@ class RequestContext:
         if self.allowed(operation, resource_type, name):
             return False
         self.broker.metrics.authorization_denials.labels(self.api).inc()
-        log.debug("%s: %s may not %s %s %s", self.api, self.session.principal if self.session else "?",
-                  operation.name, resource_type.name, name)
+        log.debug("%s: %s may not %s %s %s", self.api, self.session.principal, operation.name, resource_type.name,
+                  name)
         return True
 
     def release_order(self) -> None:
@@ -91,6 +96,7 @@ class ApiSpec:
     min_version: int
     max_version: int
     handler: Handler
+    access: Access
     # Kafka keeps advertising Produce v0-2 after removing them (librdkafka refuses a broker that
     # does not); requests at those versions are still refused.
     advertised_min: int | None = None
@@ -110,11 +116,14 @@ class Dispatcher:
             for s in sorted(self.apis.values(), key=lambda s: s.key)
         ]
 
-    async def handle(self, frame: bytes | memoryview, peer: str, ordered: asyncio.Future[None] | None = None,
-                     session: Session | None = None) -> list[bytes | memoryview] | None:
+    async def handle(self, frame: bytes | memoryview, peer: str, session: Session,
+                     ordered: asyncio.Future[None] | None = None) -> list[bytes | memoryview] | None:
         """Returns the response frame, or None when the request gets no response (acks=0).
-        Raises ProtocolError when the connection must be closed."""
-        if session is not None and session.raw_tokens:
+        Raises ProtocolError when the connection must be closed. Fails closed: a request without a
+        session, of an unknown API, or whose handler asks an undeclared question is refused."""
+        if not isinstance(session, Session):
+            raise ProtocolError("a request without a session is refused")
+        if session.raw_tokens:
             from .handlers.sasl import raw_sasl_token
 
             return await raw_sasl_token(self.broker, session, bytes(frame))
@@ -122,7 +131,7 @@ class Dispatcher:
         spec = self.apis.get(api_key)
         if spec is None:
             raise ProtocolError(f"unsupported API key {api_key}")
-        if session is not None and api_key not in PRE_AUTH_APIS:
+        if not spec.access.public:
             if not session.authenticated:
                 raise ProtocolError(f"unexpected {spec.name} request during SASL handshake (listener "
                                     f"{session.listener.name} requires SASL authentication first)")
@@ -139,9 +148,19 @@ class Dispatcher:
         header, offset = decode_request(frame, req_cls.__flexible__)
         body = decode_body(frame, offset, req_cls)
         resp_cls = response_class(api_key, version)
-        ctx = RequestContext(self.broker, header, resp_cls, peer, ordered, session, spec.name)
+        ctx = RequestContext(self.broker, header, resp_cls, peer, session, spec.access, ordered, spec.name)
         started = time.perf_counter()
-        response = await spec.handler(ctx, body)
+        required = spec.access.requires
+        if required is not None and ctx.denied(required.operation, required.resource_type, CLUSTER_NAME):
+            assert spec.access.refusal is not None
+            response = spec.access.refusal(body, resp_cls, AUTHORIZATION_ERRORS[required.resource_type],
+                                           f"{required.operation.name} on the cluster is needed for {spec.name}")
+        else:
+            try:
+                response = await spec.handler(ctx, body)
+            except UndeclaredCheck as exc:
+                log.error("%s", exc)
+                raise ProtocolError(f"{spec.name} is refused: {exc}") from exc
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
         if response is None:
             return None

@@ -23,6 +23,16 @@ FOLLOWER = "follower"
 OFFLINE = "offline"
 
 
+class NotEnoughReplicasError(Exception):
+    """The ISR is smaller than min.insync.replicas: before the append (NOT_ENOUGH_REPLICAS, nothing
+    written) or once the high watermark passed it (NOT_ENOUGH_REPLICAS_AFTER_APPEND: written, but on
+    fewer disks than the topic asks for)."""
+
+    def __init__(self, message: str, after_append: bool = False) -> None:
+        super().__init__(message)
+        self.after_append = after_append
+
+
 class NotLeaderError(Exception):
     pass
 
@@ -166,11 +176,30 @@ class Partition:
         return result
 
     async def append_internal(self, data: bytearray, timeout: float = 30) -> AppendResult:
-        """Appends a batch the broker built itself (group metadata, offsets) and waits until the
-        ISR has it, as acks=all."""
+        """Appends a batch the broker built itself (group metadata, offsets, transaction state) as
+        acks=all: refused when the ISR is below min.insync.replicas, and confirmed only once the
+        high watermark passed it with the ISR still that large."""
+        self.check_min_isr()
         result = await self.append_as_leader(data, validate_batches(data, 1 << 30))
-        await self.wait_for_hw(result.last_offset + 1, timeout)
+        await self.wait_committed(result.last_offset + 1, timeout)
         return result
+
+    def check_min_isr(self) -> None:
+        """Before an acks=all append: NotEnoughReplicasError when the ISR is below min.insync.replicas."""
+        required = self.log.settings["min.insync.replicas"]
+        if len(self.isr) < required:
+            raise NotEnoughReplicasError(f"{self.topic}-{self.index}: ISR {sorted(self.isr)} is smaller than "
+                                         f"min.insync.replicas={required}")
+
+    async def wait_committed(self, offset: int, timeout: float) -> None:
+        """acks=all: waits until the high watermark reaches `offset`; then the ISR that advanced it must
+        still be min.insync.replicas large (else NotEnoughReplicasError after the append, as Kafka's
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND). Raises TimeoutError or NotLeaderError as wait_for_hw."""
+        await self.wait_for_hw(offset, timeout)
+        required = self.log.settings["min.insync.replicas"]
+        if len(self.isr) < required:
+            raise NotEnoughReplicasError(f"{self.topic}-{self.index}: written, but the ISR {sorted(self.isr)} "
+                                         f"shrank below min.insync.replicas={required}", after_append=True)
 
     def update_follower(self, replica: int, fetch_offset: int, log_start_offset: int = -1) -> bool:
         """A follower fetched from `fetch_offset`, so it has everything before it. Returns True

@@ -200,25 +200,36 @@ class Authorizer:
 
     def authorize_any(self, principal: Principal, host: str, operation: Operation,
                       resource_type: ResourceType) -> bool:
-        """Whether `principal` may do `operation` on at least one resource of the type (Kafka's
-        authorizeByResourceType: how an idempotent producer without IDEMPOTENT_WRITE is admitted)."""
-        who = str(principal)
-        if who in self.super_users:
+        """Whether `principal` may do `operation` on at least one resource of the type: Kafka's
+        Authorizer.authorizeByResourceType (how an idempotent producer without IDEMPOTENT_WRITE is
+        admitted). A literal ALLOW counts unless a literal DENY of the same name or a prefixed DENY
+        covering it cancels it; a prefixed ALLOW unless a prefixed DENY covers the prefix; a wildcard
+        DENY refuses everything. Super users and `allow.everyone.if.no.acl.found` are decided as
+        Kafka does, by authorizing a made-up literal name first."""
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
-        typed = [a for a in self.acls if a.resource_type == resource_type]
-        if not typed:
-            return self.allow_if_no_acl
-        mine = [a for a in typed if a.principal in (who, WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)]
-        wildcard_denied = any(a.permission == Permission.DENY and a.operation in (operation, Operation.ALL)
-                              and a.pattern_type == PatternType.LITERAL and a.resource_name == WILDCARD for a in mine)
-        if wildcard_denied:
-            return False
-        for a in mine:
-            if a.permission != Permission.ALLOW or a.operation not in (operation, Operation.ALL):
+        who = str(principal)
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allow: list[tuple[PatternType, str]] = []
+        for a in self.acls:
+            if a.resource_type != resource_type or a.principal not in (who, WILDCARD_PRINCIPAL) \
+                    or a.host not in (host, WILDCARD) or a.operation not in (operation, Operation.ALL):
                 continue
-            if not any(d.permission == Permission.DENY and d.operation in (operation, Operation.ALL)
-                       and d.pattern_type == a.pattern_type and d.resource_name == a.resource_name for d in mine):
-                return True
+            if a.permission == Permission.DENY:
+                if a.pattern_type == PatternType.LITERAL and a.resource_name == WILDCARD:
+                    return False
+                (deny_literal if a.pattern_type == PatternType.LITERAL else deny_prefixed).add(a.resource_name)
+            elif a.permission == Permission.ALLOW:
+                if a.pattern_type == PatternType.LITERAL and a.resource_name == WILDCARD:
+                    return True
+                allow.append((a.pattern_type, a.resource_name))
+        for pattern, name in allow:
+            if pattern == PatternType.LITERAL and name in deny_literal:
+                continue
+            if any(name[:i] in deny_prefixed for i in range(1, len(name) + 1)):
+                continue
+            return True
         return False
 
     def operations(self, principal: Principal, host: str, resource_type: ResourceType, name: str) -> int:

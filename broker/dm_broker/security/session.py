@@ -9,8 +9,6 @@ from .listeners import Listener
 from .principal import ANONYMOUS, Principal
 from .sasl import Authenticator
 
-# Requests a SASL listener answers before authentication (Kafka closes the connection on others).
-PRE_AUTH_APIS = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode as E
 from ..binary import FormatError
 from ..log.records import build_batch, decode_records
 from ..partitioners import murmur2_partition
+from ..replication.partition import NotEnoughReplicasError
 from ..tasks import stop_tasks
 from . import metadata as txn
 from .markers import Outcome
@@ -158,8 +159,12 @@ class TransactionCoordinator:
         batch = bytearray(build_batch([(encode_key(tid), value, [])], timestamp_ms=now_ms()))
         try:
             await part.append_internal(batch)
-        except TimeoutError:
+        except (TimeoutError, NotEnoughReplicasError) as exc:
+            # below transaction.state.log.min.isr (before or after the append), or not confirmed in
+            # time: the decision is not durable, so it is not made; the client retries (Kafka's mapping)
             meta.pending = None
+            log.warning("%s: its state is not on enough replicas of %s-%d: %s", tid, TXN_TOPIC, partition,
+                        exc or "timed out")
             return E.coordinator_not_available
         except Exception as exc:  # not leader any more, too few in-sync replicas: the client retries
             meta.pending = None

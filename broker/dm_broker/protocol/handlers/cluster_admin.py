@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...controller.models import PartitionResult, ReassignmentRequest
 from ...errors import KafkaError
-from ...security.acls import CLUSTER_NAME, Operation, ResourceType
+from ...security.acls import Operation, ResourceType
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 
@@ -69,9 +69,6 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
     election = getattr(req, "election_type", ELECTION_PREFERRED)
     if election not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
         return make(cls, throttle_time=ZERO, error_code=ErrorCode.invalid_request, replica_election_results=())
-    if ctx.denied(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
-                    replica_election_results=())
     partitions = None if req.topic_partitions is None else [
         (t.topic, p) for t in req.topic_partitions for p in t.partitions]
     try:
@@ -88,9 +85,6 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
     cls = ctx.response_cls
     topic_cls = nested(cls, "ReassignableTopicResponse")
     part_cls = nested(cls, "ReassignablePartitionResponse")
-    if ctx.denied(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="ALTER on the cluster is not allowed", responses=())
     requests = [ReassignmentRequest(topic=t.name, partition=p.partition_index,
                                     replicas=None if p.replicas is None else list(p.replicas))
                 for t in req.topics for p in t.partitions]
@@ -122,9 +116,6 @@ async def handle_list_partition_reassignments(ctx: RequestContext, req: Any) -> 
     cls = ctx.response_cls
     topic_cls = nested(cls, "OngoingTopicReassignment")
     part_cls = nested(cls, "OngoingPartitionReassignment")
-    if ctx.denied(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="DESCRIBE on the cluster is not allowed", topics=())
     wanted = None if req.topics is None else {(t.name, p) for t in req.topics for p in t.partition_indexes}
     topics = []
     for name, doc in sorted(broker.topics().items()):
@@ -143,8 +134,6 @@ async def handle_describe_log_dirs(ctx: RequestContext, req: Any) -> Any:
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")
     part_cls = nested(cls, "DescribeLogDirsPartition")
-    if ctx.denied(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed, results=())
     wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
     results = []
     for directory in broker.logs.dirs:
@@ -173,17 +162,33 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, req: Any) -> Any:
     topic_cls = nested(cls, "AlterReplicaLogDirTopicResult")
     part_cls = nested(cls, "AlterReplicaLogDirPartitionResult")
     by_topic: dict[str, list[Any]] = {}
-    allowed = not ctx.denied(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
     for target in req.dirs:
         for topic in target.topics:
             for index in topic.partitions:
                 error = ErrorCode.none
                 try:
-                    if not allowed:
-                        raise KafkaError(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is not allowed")
                     await broker.logs.move(topic.name, index, target.path, broker.partition(topic.name, index))
                 except KafkaError as exc:
                     error = exc.code
                 by_topic.setdefault(topic.name, []).append(make(part_cls, partition_index=index, error_code=error))
     return make(cls, throttle_time=ZERO, results=tuple(
         make(topic_cls, topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+
+
+# Refusals of a whole request (the dispatcher answers them when the cluster permission is missing).
+
+def refuse_elect_leaders(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    result_cls, part_cls = nested(cls, "ReplicaElectionResult"), nested(cls, "PartitionResult")
+    results = () if req.topic_partitions is None else tuple(
+        make(result_cls, topic=t.topic, partition_result=tuple(
+            make(part_cls, partition_id=p, error_code=error, error_message=message) for p in t.partitions))
+        for t in req.topic_partitions)
+    return make(cls, throttle_time=ZERO, error_code=error, replica_election_results=results)
+
+
+def refuse_alter_replica_log_dirs(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    topic_cls, part_cls = nested(cls, "AlterReplicaLogDirTopicResult"), nested(cls, "AlterReplicaLogDirPartitionResult")
+    return make(cls, throttle_time=ZERO, results=tuple(
+        make(topic_cls, topic_name=t.name, partitions=tuple(make(part_cls, partition_index=p, error_code=error)
+                                                             for p in t.partitions))
+        for d in req.dirs for t in d.topics))

@@ -17,18 +17,21 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 
+def _key_refusal(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str] | None:
+    """Why a coordinator key is refused before anything is looked up or created, or None."""
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type} (dm has no share groups)"
+    if key_type == KEY_TYPE_GROUP and ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed, f"DESCRIBE on group {key} is not allowed"
+    if key_type == KEY_TYPE_TRANSACTION and ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed, f"DESCRIBE on transactional id {key} is not allowed"
+    if not key:
+        return ErrorCode.invalid_request, "empty group id" if key_type == KEY_TYPE_GROUP else "empty transactional id"
+    return None
+
+
 def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, Any]:
     broker = ctx.broker
-    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type} (dm has no share groups)", None
-    if key_type == KEY_TYPE_GROUP and ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, key):
-        return ErrorCode.group_authorization_failed, f"DESCRIBE on group {key} is not allowed", None
-    if key_type == KEY_TYPE_TRANSACTION and ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-        return (ErrorCode.transactional_id_authorization_failed,
-                f"DESCRIBE on transactional id {key} is not allowed", None)
-    if not key:
-        return ErrorCode.invalid_request, "empty group id" if key_type == KEY_TYPE_GROUP else \
-            "empty transactional id", None
     name, coordinator = (OFFSETS_TOPIC, broker.coordinator) if key_type == KEY_TYPE_GROUP else \
         (TXN_TOPIC, broker.txn_coordinator)
     topic = broker.topic(name)
@@ -47,20 +50,29 @@ def _coordinator_for(ctx: RequestContext, key: str, key_type: int) -> tuple[Erro
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
-    if key_type == KEY_TYPE_TRANSACTION:
-        await ctx.broker.ensure_txn_topic()
-    else:
-        await ctx.broker.ensure_offsets_topic()
+    keys = list(req.coordinator_keys) if has(type(req), "coordinator_keys") else [req.key]
+    # Authorized first: an internal topic is created only for a key the principal may describe.
+    refusals = {key: _key_refusal(ctx, key, key_type) for key in dict.fromkeys(keys)}
+    if any(r is None for r in refusals.values()):
+        if key_type == KEY_TYPE_TRANSACTION:
+            await ctx.broker.ensure_txn_topic()
+        else:
+            await ctx.broker.ensure_offsets_topic()
+
+    def answer(key: str) -> tuple[ErrorCode, str | None, Any]:
+        refusal = refusals[key]
+        return (*refusal, None) if refusal is not None else _coordinator_for(ctx, key, key_type)
+
     if has(type(req), "coordinator_keys"):
         coordinator_cls = nested(cls, "Coordinator")
         results = []
-        for key in req.coordinator_keys:
-            error, message, endpoint = _coordinator_for(ctx, key, key_type)
+        for key in keys:
+            error, message, endpoint = answer(key)
             results.append(coordinator_cls(
                 key=key, node_id=endpoint.node_id if endpoint else -1, host=endpoint.host if endpoint else "",
                 port=endpoint.port if endpoint else -1, error_code=error, error_message=message))
         return make(cls, throttle_time=ZERO, coordinators=tuple(results))
-    error, message, endpoint = _coordinator_for(ctx, req.key, key_type)
+    error, message, endpoint = answer(req.key)
     return make(cls, throttle_time=ZERO, error_code=error, error_message=message,
                 node_id=endpoint.node_id if endpoint else -1, host=endpoint.host if endpoint else "",
                 port=endpoint.port if endpoint else -1)

@@ -17,7 +17,7 @@ from ...log.records import (
     decode_records,
     validate_batches,
 )
-from ...replication.partition import NotLeaderError, Partition
+from ...replication.partition import NotEnoughReplicasError, NotLeaderError, Partition
 from ...security.acls import Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
@@ -67,7 +67,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     for outcome in (o for _, parts in outcomes for o in parts if o.commit is not None):
         part, offset = outcome.commit
         try:
-            await part.wait_for_hw(offset, max(deadline - loop.time(), 0))
+            await part.wait_committed(offset, max(deadline - loop.time(), 0))
         except Exception as exc:
             _fail(ctx, outcome, exc, batch_error_cls)
     if req.acks == 0:
@@ -120,9 +120,8 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
                 # KIP-467: which records were refused, so the client fails those and sends the others again.
                 message = f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}."
                 raise KafkaError(ErrorCode.invalid_record, message, [(i, message) for i in keyless])
-        if req.acks == -1 and len(part.isr) < settings["min.insync.replicas"]:
-            raise KafkaError(ErrorCode.not_enough_replicas, f"ISR {part.isr} is smaller than min.insync.replicas="
-                             f"{settings['min.insync.replicas']}")
+        if req.acks == -1:
+            part.check_min_isr()
         result = await part.append_as_leader(records, headers)
         if req.acks == -1:
             # also for a retried batch: its first attempt may not be committed yet
@@ -173,6 +172,10 @@ def _fail(ctx: RequestContext, outcome: _Outcome, exc: BaseException, batch_erro
         outcome.message = "the ISR did not confirm the batch in time; it may still be committed"
     elif isinstance(exc, NotLeaderError):
         outcome.error, outcome.message = ErrorCode.not_leader_or_follower, str(exc)
+    elif isinstance(exc, NotEnoughReplicasError):
+        outcome.error = ErrorCode.not_enough_replicas_after_append if exc.after_append else \
+            ErrorCode.not_enough_replicas
+        outcome.message = str(exc)
     elif isinstance(exc, RecordTooLargeError):
         outcome.error, outcome.message = ErrorCode.message_too_large, str(exc)
     elif isinstance(exc, CorruptRecordError):

@@ -11,7 +11,6 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaError
 from ...security.acls import (
-    CLUSTER_NAME,
     AclBinding,
     AclFilter,
     Operation,
@@ -26,17 +25,32 @@ from ..dispatch import RequestContext
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name)"
 
 
-def _cluster_denied(ctx: RequestContext, operation: Operation) -> bool:
-    return ctx.denied(operation, ResourceType.CLUSTER, CLUSTER_NAME)
-
-
-def _acl_refusal(ctx: RequestContext, operation: Operation, doing: str) -> tuple[ErrorCode, str] | None:
-    """Why an ACL request is refused as a whole: no authorizer, or not `operation` on the cluster."""
+def _acl_refusal(ctx: RequestContext) -> tuple[ErrorCode, str] | None:
+    """Why an ACL request is refused as a whole once the dispatcher let it through: no authorizer."""
     if not ctx.broker.security.authorization:
         return ErrorCode.security_disabled, NO_AUTHORIZER
-    if _cluster_denied(ctx, operation):
-        return ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is needed to {doing}"
     return None
+
+
+# Refusals of a whole request (the dispatcher answers them when the cluster permission is missing).
+
+def refuse_create_acls(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    result_cls = nested(cls, "AclCreationResult")
+    return make(cls, throttle_time=ZERO, results=tuple(result_cls(error_code=error, error_message=message)
+                                                       for _ in req.creations))
+
+
+def refuse_delete_acls(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    result_cls = nested(cls, "DeleteAclsFilterResult")
+    return make(cls, throttle_time=ZERO, filter_results=tuple(
+        result_cls(error_code=error, error_message=message, matching_acls=()) for _ in req.filters))
+
+
+def refuse_alter_user_scram_credentials(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    result_cls = nested(cls, "AlterUserScramCredentialsResult")
+    users = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
+    return make(cls, throttle_time=ZERO, results=tuple(result_cls(user=u, error_code=error, error_message=message)
+                                                       for u in users))
 
 
 def _binding(c: Any) -> AclBinding:
@@ -68,7 +82,7 @@ async def handle_create_acls(ctx: RequestContext, req: Any) -> Any:
         return make(ctx.response_cls, throttle_time=ZERO, results=tuple(
             result_cls(error_code=code, error_message=message) for _ in req.creations))
 
-    refusal = _acl_refusal(ctx, Operation.ALTER, "create ACLs")
+    refusal = _acl_refusal(ctx)
     if refusal is not None:
         return all_(*refusal)
     bindings: list[AclBinding | None] = []
@@ -96,7 +110,7 @@ async def handle_describe_acls(ctx: RequestContext, req: Any) -> Any:
     def error(code: ErrorCode, message: str) -> Any:
         return make(cls, throttle_time=ZERO, error_code=code, error_message=message, resources=())
 
-    refusal = _acl_refusal(ctx, Operation.DESCRIBE, "describe ACLs")
+    refusal = _acl_refusal(ctx)
     if refusal is not None:
         return error(*refusal)
     try:
@@ -128,7 +142,7 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
         return make(cls, throttle_time=ZERO, filter_results=tuple(
             result_cls(error_code=code, error_message=message, matching_acls=()) for _ in req.filters))
 
-    refusal = _acl_refusal(ctx, Operation.ALTER, "delete ACLs")
+    refusal = _acl_refusal(ctx)
     if refusal is not None:
         return all_(*refusal)
     filters: list[AclFilter | str] = []
@@ -159,9 +173,6 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
 async def handle_describe_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     result_cls, info_cls = nested(cls, "DescribeUserScramCredentialsResult"), nested(cls, "CredentialInfo")
-    if _cluster_denied(ctx, Operation.DESCRIBE):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="DESCRIBE on the cluster is needed to describe SCRAM credentials", results=())
     stored = ctx.broker.metadata.scram if ctx.broker.metadata is not None else {}
     ids = {name: i for i, name in MECHANISM_IDS.items()}
     wanted = [u.name for u in req.users] if req.users else sorted(stored)
@@ -187,10 +198,6 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, req: Any) -> 
     cls = ctx.response_cls
     result_cls = nested(cls, "AlterUserScramCredentialsResult")
     users = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
-    if _cluster_denied(ctx, Operation.ALTER):
-        return make(cls, throttle_time=ZERO, results=tuple(
-            result_cls(user=u, error_code=ErrorCode.cluster_authorization_failed,
-                       error_message="ALTER on the cluster is needed to alter SCRAM credentials") for u in users))
     errors: dict[str, tuple[ErrorCode, str]] = {}
     alterations: list[ScramAlteration] = []
     for d in req.deletions:

@@ -5,6 +5,7 @@ WriteTxnMarkers (broker to broker), DescribeTransactions, ListTransactions, Desc
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -12,7 +13,8 @@ from kio.schema.errors import ErrorCode as E
 from ...groups.coordinator import OFFSETS_TOPIC
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ...txn.metadata import TV2
-from ..build import ZERO, make, nested
+from ..access import UNKNOWN_TIME
+from ..build import ZERO, make, ms_to_datetime, nested
 from ..dispatch import RequestContext
 
 END_TXN_TV2 = 5  # EndTxn from this version on: the epoch is bumped at every transaction end (KIP-890)
@@ -193,7 +195,7 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> Any:
             error, meta = E.transactional_id_authorization_failed, None
         if meta is None:
             states.append(state_cls(error_code=error, transactional_id=tid, transaction_state="",
-                                    transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                                    transaction_timeout=ZERO, transaction_start_time=UNKNOWN_TIME, producer_id=-1,
                                     producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
@@ -201,7 +203,8 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> Any:
             if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic):
                 by_topic.setdefault(topic, []).append(p)
         states.append(state_cls(error_code=E.none, transactional_id=tid, transaction_state=meta.state.kafka_name,
-                                transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms,
+                                transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+                                transaction_start_time=ms_to_datetime(meta.start_ms) or UNKNOWN_TIME,
                                 producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
                                 topics=tuple(topic_cls(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
     return make(cls, throttle_time=ZERO, transaction_states=tuple(states))
