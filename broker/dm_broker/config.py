@@ -9,6 +9,7 @@ increasing priority: defaults, a Kafka-style `.properties` file, `DM_*` environm
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,10 @@ class Property:
     # Kafka's PASSWORD type (passwords, keys, JAAS, inline PEM, the controller token): DescribeConfigs
     # returns it as null and sensitive, and dm never logs it
     secret: bool = False
+    maximum: int | None = None
+    # A Kafka setting dm does not implement: only these values (Kafka's default, or values that
+    # change nothing in dm) are accepted; anything else is refused with INVALID_CONFIG, never ignored.
+    only: tuple[str, ...] = ()
 
     def parse(self, raw: Any) -> Any:
         try:
@@ -66,6 +71,8 @@ class Property:
             value = raw if isinstance(raw, int) and not isinstance(raw, bool) else _parse_int(str(raw))
             if self.minimum is not None and value < self.minimum:
                 raise ConfigError(f"{self.name} must be >= {self.minimum}, got {value}")
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(f"{self.name} must be <= {self.maximum}, got {value}")
             return value
         if self.kind == "bool":
             return raw if isinstance(raw, bool) else _parse_bool(str(raw))
@@ -219,6 +226,28 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=1, topic_name="index.interval.bytes"),
         Property("log.message.timestamp.type", "choice", "CreateTime", "Timestamp stored with records.",
                  choices=("CreateTime", "LogAppendTime"), topic_name="message.timestamp.type"),
+        Property("log.message.timestamp.before.max.ms", "int", LONG_MAX,
+                 "CreateTime topics: a batch with a record timestamp more than this before the broker's clock is "
+                 "refused with INVALID_TIMESTAMP (KIP-937).", minimum=0,
+                 topic_name="message.timestamp.before.max.ms"),
+        Property("log.message.timestamp.after.max.ms", "int", LONG_MAX,
+                 "CreateTime topics: a batch with a record timestamp more than this after the broker's clock is "
+                 "refused with INVALID_TIMESTAMP (KIP-937).", minimum=0,
+                 topic_name="message.timestamp.after.max.ms"),
+        Property("log.message.timestamp.difference.max.ms", "int", LONG_MAX,
+                 "CreateTime topics: a record timestamp further than this from the broker's clock, either way, is "
+                 "refused with INVALID_TIMESTAMP (deprecated in Kafka for the two above).", minimum=0,
+                 topic_name="message.timestamp.difference.max.ms"),
+        Property("compression.type", "choice", "producer",
+                 "The codec batches are stored with: producer keeps the producer's; uncompressed, gzip, snappy, "
+                 "lz4 or zstd make the leader recompress batches that arrive otherwise (as Kafka does).",
+                 choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), topic_name="compression.type"),
+        Property("compression.gzip.level", "int", -1, "Level of the leader's gzip recompression (1-9; -1: 6).",
+                 minimum=-1, maximum=9, topic_name="compression.gzip.level"),
+        Property("compression.lz4.level", "int", 9, "Level of the leader's lz4 recompression (1-17).", minimum=1,
+                 maximum=17, topic_name="compression.lz4.level"),
+        Property("compression.zstd.level", "int", 3, "Level of the leader's zstd recompression (-131072-22).",
+                 minimum=-131072, maximum=22, topic_name="compression.zstd.level"),
         Property("log.cleanup.policy", "choice", "delete",
                  "Segment clean-up policy: delete (retention), compact, both, or empty (\"\": neither — every record "
                  "is kept for good, as Kafka does with an empty policy).",
@@ -302,6 +331,14 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("log.cleaner.min.cleanable.ratio", "float", 0.5,
                  "Compact a log when this share of its closed segments was written since the last compaction.",
                  topic_name="min.cleanable.dirty.ratio"),
+        Property("log.cleaner.min.compaction.lag.ms", "int", 0,
+                 "A record stays uncompacted at least this long: segments with a younger record are not cleaned, "
+                 "and their records do not yet make older values of their keys obsolete.", minimum=0,
+                 topic_name="min.compaction.lag.ms"),
+        Property("log.cleaner.max.compaction.lag.ms", "int", LONG_MAX,
+                 "A compacted log whose oldest uncompacted record is older than this is cleaned whatever its dirty "
+                 "ratio, and its active segment rolls at this age (KIP-354).", minimum=1,
+                 topic_name="max.compaction.lag.ms"),
         Property("log.cleaner.delete.retention.ms", "int", 86_400_000,
                  "How long a tombstone (null value) survives compaction, so consumers see deletes.",
                  minimum=0, topic_name="delete.retention.ms"),
@@ -325,39 +362,35 @@ TOPIC_ONLY_PROPERTIES = [
     Property("follower.replication.throttled.replicas", "list", "",
              "Replicas (partition:broker, or *) whose fetching is throttled by "
              "follower.replication.throttled.rate, besides the replicas a reassignment adds (always throttled)."),
-    Property("compression.type", "choice", "producer",
-             "dm keeps batches as producers compressed them (Kafka's `producer`).",
-             choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), applied=False),
-    Property("compression.gzip.level", "int", -1, "Broker-side recompression level.", applied=False),
-    Property("compression.lz4.level", "int", 9, "Broker-side recompression level.", applied=False),
-    Property("compression.zstd.level", "int", 3, "Broker-side recompression level.", applied=False),
-    Property("file.delete.delay.ms", "int", 60_000, "dm deletes segments at once.", minimum=0, applied=False),
-    Property("local.retention.bytes", "int", -2, "Tiered storage.", minimum=-2, applied=False),
-    Property("local.retention.ms", "int", -2, "Tiered storage.", minimum=-2, applied=False),
-    Property("max.compaction.lag.ms", "int", LONG_MAX, "dm compacts by min.cleanable.dirty.ratio.", minimum=1,
+    Property("file.delete.delay.ms", "int", 60_000, "dm deletes a segment at once (no delay).", minimum=0,
+             applied=False, only=("60000",)),
+    Property("local.retention.bytes", "int", -2, "Tiered storage is not supported.", minimum=-2, applied=False,
+             only=("-2",)),
+    Property("local.retention.ms", "int", -2, "Tiered storage is not supported.", minimum=-2, applied=False,
+             only=("-2",)),
+    Property("message.downconversion.enable", "bool", True,
+             "dm serves magic v2 only (Fetch v4 and newer), so there is nothing to down-convert either way.",
              applied=False),
-    Property("min.compaction.lag.ms", "int", 0, "dm compacts by min.cleanable.dirty.ratio.", minimum=0,
-             applied=False),
-    Property("message.downconversion.enable", "bool", True, "dm serves magic v2 only.", applied=False),
-    Property("message.format.version", "str", "3.0-IV1", "dm writes magic v2 only.", applied=False),
-    Property("message.timestamp.after.max.ms", "int", LONG_MAX, "Timestamps are not range-checked.", minimum=0,
-             applied=False),
-    Property("message.timestamp.before.max.ms", "int", LONG_MAX, "Timestamps are not range-checked.", minimum=0,
-             applied=False),
-    Property("message.timestamp.difference.max.ms", "int", LONG_MAX, "Timestamps are not range-checked.",
-             minimum=0, applied=False),
-    Property("preallocate", "bool", False, "Segments grow as written.", applied=False),
-    Property("remote.storage.enable", "bool", False, "Tiered storage is not supported: only false is accepted.",
-             applied=False),
-    Property("remote.log.copy.disable", "bool", False, "Tiered storage.", applied=False),
-    Property("remote.log.delete.on.disable", "bool", False, "Tiered storage.", applied=False),
-    Property("segment.index.bytes", "int", 10_485_760, "dm's sparse index grows as needed.", minimum=4,
-             applied=False),
-    Property("segment.jitter.ms", "int", 0, "Segments roll at segment.ms exactly.", minimum=0, applied=False),
+    Property("message.format.version", "str", "3.0-IV1",
+             "dm writes magic v2 only: any version from 0.11 on is accepted (they all mean v2), older ones are "
+             "refused.", applied=False),
+    Property("preallocate", "bool", False, "Segments grow as written (no preallocation).", applied=False,
+             only=("false",)),
+    Property("remote.storage.enable", "bool", False, "Tiered storage is not supported.", applied=False,
+             only=("false",)),
+    Property("remote.log.copy.disable", "bool", False, "Tiered storage is not supported.", applied=False,
+             only=("false",)),
+    Property("remote.log.delete.on.disable", "bool", False, "Tiered storage is not supported.", applied=False,
+             only=("false",)),
+    Property("segment.index.bytes", "int", 10_485_760, "dm's sparse index grows as needed (segments do not roll "
+             "on a full index).", minimum=4, applied=False, only=("10485760",)),
+    Property("segment.jitter.ms", "int", 0, "Segments roll at segment.ms exactly (no jitter).", minimum=0,
+             applied=False, only=("0",)),
 ]
 
 TOPIC_PROPERTIES: dict[str, Property] = {
-    **{p.topic_name: Property(p.topic_name, p.kind, p.default, p.doc, p.minimum, p.choices, p.topic_name)
+    **{p.topic_name: Property(p.topic_name, p.kind, p.default, p.doc, p.minimum, p.choices, p.topic_name,
+                              maximum=p.maximum)
        for p in BROKER_PROPERTIES.values() if p.topic_name},
     **{p.name: p for p in TOPIC_ONLY_PROPERTIES},
 }
@@ -451,7 +484,8 @@ def _listener_scoped(name: str) -> Property:
     prop = BROKER_PROPERTIES.get(suffix)
     if prop is None or not suffix.startswith(LISTENER_SCOPED):
         raise ConfigError(f"unknown broker property {name!r} ({suffix!r} cannot be set per listener)")
-    return Property(name, prop.kind, prop.default, prop.doc, prop.minimum, prop.choices, secret=prop.secret)
+    return Property(name, prop.kind, prop.default, prop.doc, prop.minimum, prop.choices, secret=prop.secret,
+                    maximum=prop.maximum)
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -482,6 +516,15 @@ def read_properties(path: Path) -> dict[str, str]:
     return out
 
 
+def _is_magic_v2(version: str) -> bool:
+    """Whether a Kafka message.format.version (0.8.0 ... 3.0-IV1) means record batches of magic v2."""
+    parts = re.findall(r"\d+", version)
+    if len(parts) < 2:
+        return False
+    major, minor = int(parts[0]), int(parts[1])
+    return major >= 1 or minor >= 11
+
+
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Checks topic-level overrides; returns them normalised. Raises ConfigError."""
     out: dict[str, str] = {}
@@ -492,9 +535,16 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
         if value is None:
             raise ConfigError(f"topic config {name!r} needs a value")
         parsed = prop.parse(value)
-        if name == "remote.storage.enable" and parsed:
-            raise ConfigError("remote.storage.enable: tiered storage is not supported by dm")
-        out[name] = prop.render(parsed)
+        rendered = prop.render(parsed)
+        if prop.only and rendered not in prop.only:
+            raise ConfigError(f"{name}={rendered} is not implemented by dm ({prop.doc} Accepted: "
+                              f"{', '.join(prop.only)})")
+        if name == "compression.gzip.level" and parsed == 0:
+            raise ConfigError("compression.gzip.level must be 1-9, or -1 for gzip's default")
+        if name == "message.format.version" and not _is_magic_v2(rendered):
+            raise ConfigError(f"message.format.version={rendered}: dm writes record batches of magic v2 only "
+                              "(0.11 and later)")
+        out[name] = rendered
     return out
 
 

@@ -152,3 +152,48 @@ async def test_transactions_are_compacted_as_kafka_does(tmp_path):
     # The aborted transaction's marker and the fully superseded one's are gone (old enough); the first
     # commit still has a record (a), so its marker stays.
     assert 1 in markers and 2 not in markers and 3 in markers
+
+
+async def test_min_compaction_lag_keeps_young_records_and_what_they_would_hide(tmp_path):
+    """min.compaction.lag.ms: a segment with a record younger than the lag is not cleaned, and its
+    records do not yet make older values obsolete; once old enough, they do."""
+    hour = 3_600_000
+    now = int(time.time() * 1000)
+    plog = make_log(tmp_path / "c-0", **{"min.compaction.lag.ms": str(hour)})
+    filler = b"." * 300
+    for i in range(6):  # old values of k, over several segments
+        put(plog, b"k", b"old-%d" % i + filler, ts=now - 3 * hour)
+    put(plog, b"k", b"young" + filler, ts=now)  # a young value in a later segment
+    for i in range(4):
+        put(plog, b"other-%d" % i, filler, ts=now)
+    cleaner = LogCleaner({("c", 0): plog}, 1000)
+    await cleaner.clean(("c", 0), plog)
+    values = [v for _, k, v in contents(plog) if k == b"k"]
+    # the young value hides nothing yet: the newest old value survives beside it
+    assert values[-2].startswith(b"old-5") and values[-1].startswith(b"young")
+    assert all(not v.startswith(b"old-0") for v in values)  # old ones still compact among themselves
+    plog.settings = TopicSettings(BrokerConfig.build({}, environ={}),
+                                  {"cleanup.policy": "compact", "segment.bytes": "1024"})
+    await cleaner.clean(("c", 0), plog)
+    assert [v for _, k, v in contents(plog) if k == b"k"] == [b"young" + filler]
+
+
+def test_max_compaction_lag_cleans_a_log_below_the_dirty_ratio(tmp_path):
+    now = int(time.time() * 1000)
+    plog = make_log(tmp_path / "c-0", **{"min.cleanable.dirty.ratio": "1.0", "max.compaction.lag.ms": "60000"})
+    for i in range(8):
+        put(plog, b"k%d" % i, b"." * 300, ts=now - 120_000)
+    cleaner = LogCleaner({("c", 0): plog}, 1000)
+    cleaner.cleaned_upto[("c", 0)] = plog.segments[1].base_offset  # only part of the log is dirty
+    assert cleaner.needs_cleaning(("c", 0), plog, now_ms=now)
+    assert not cleaner.needs_cleaning(("c", 0), plog, now_ms=now - 100_000)  # not yet over the lag
+
+
+def test_max_compaction_lag_rolls_the_active_segment(tmp_path):
+    plog = make_log(tmp_path / "c-0", **{"max.compaction.lag.ms": "60000", "segment.bytes": str(1 << 20)})
+    start = int(time.time() * 1000) - 600_000
+    put(plog, b"a", b"1", ts=start)
+    put(plog, b"b", b"2", ts=start + 30_000)
+    assert len(plog.segments) == 1
+    put(plog, b"c", b"3", ts=start + 90_000)  # the active segment is older than the lag: rolled first
+    assert len(plog.segments) == 2

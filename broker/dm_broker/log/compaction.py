@@ -68,24 +68,42 @@ class LogCleaner:
                 except Exception:
                     log.exception("compaction of %s-%d failed; the log is unchanged", *key)
 
-    def needs_cleaning(self, key: tuple[str, int], plog: PartitionLog) -> bool:
+    def needs_cleaning(self, key: tuple[str, int], plog: PartitionLog, now_ms: int | None = None) -> bool:
+        """Enough of the closed segments is dirty (min.cleanable.dirty.ratio), or the oldest dirty
+        record waited longer than max.compaction.lag.ms (KIP-354)."""
         closed = plog.segments[:-1]
         total = sum(s.size for s in closed)
         if total == 0:
             return False
         upto = self.cleaned_upto.get(key, -1)
-        dirty = sum(s.size for s in closed if s.base_offset >= upto)
-        return dirty > 0 and dirty / total >= float(plog.settings["min.cleanable.dirty.ratio"])
+        dirty_segments = [s for s in closed if s.base_offset >= upto and s.size]
+        dirty = sum(s.size for s in dirty_segments)
+        if dirty == 0:
+            return False
+        if dirty / total >= float(plog.settings["min.cleanable.dirty.ratio"]):
+            return True
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        first = dirty_segments[0].first_batch_timestamp
+        return first is not None and first >= 0 and now - first > plog.settings["max.compaction.lag.ms"]
 
     async def clean(self, key: tuple[str, int], plog: PartitionLog) -> CleanResult | None:
         unstable = plog.producers.first_unstable_offset()
         closed = plog.segments[:-1]
         if unstable is not None:
             closed = [s for s in closed if s.next_offset <= unstable]  # a prefix: segments are in order
-        if not closed:
-            return None
         # A value written in a transaction still open must not make the values before it obsolete.
         end_offset = plog.log_end_offset if unstable is None else min(plog.log_end_offset, unstable)
+        min_lag = plog.settings["min.compaction.lag.ms"]
+        if min_lag > 0:
+            # min.compaction.lag.ms: cleaning stops at the first segment holding a record younger than
+            # the lag (nor the active segment), and records from there on make nothing obsolete yet.
+            cutoff = int(time.time() * 1000) - min_lag
+            young = next((i for i, s in enumerate(closed) if s.max_timestamp > cutoff), len(closed))
+            bound = closed[young].base_offset if young < len(closed) else plog.segments[-1].base_offset
+            closed = closed[:young]
+            end_offset = min(end_offset, bound)
+        if not closed:
+            return None
         horizon = int(time.time() * 1000) - plog.settings["delete.retention.ms"]
         max_bytes = plog.settings["segment.bytes"]
         loop = asyncio.get_running_loop()

@@ -290,7 +290,10 @@ class PartitionLog:
         too_big = seg.size + incoming > self.settings["segment.bytes"]
         # As Kafka: age is measured in record time, incoming max timestamp minus the first batch's.
         first_ts = seg.first_batch_timestamp
-        too_old = first_ts is not None and first.max_timestamp - first_ts > self.settings["segment.ms"]
+        roll_ms = self.settings["segment.ms"]
+        if self.settings.compacted:  # KIP-354: the active segment is never cleaned, so it rolls in time
+            roll_ms = min(roll_ms, self.settings["max.compaction.lag.ms"])
+        too_old = first_ts is not None and first.max_timestamp - first_ts > roll_ms
         if too_big or too_old:
             self.roll()
 

@@ -240,19 +240,20 @@ def _snappy_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """`level`: the codec's own level (gzip 1-9, lz4 1-17, zstd -131072-22); None: its default."""
     import cramjam
 
     if codec == 0:
         return data
     if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == 2:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 

@@ -52,11 +52,13 @@ def render() -> str:
     lines += ["", "## Topic configs without a broker property", "", "| topic config | default | meaning |",
               "|---|---|---|"]
     lines += [f"| `{p.name}` | {_default(p.default)} | {p.doc} |" for p in applied]
-    lines += ["", "### Accepted, stored and returned, not acted on", "",
-              "Kafka topic configs dm takes in CreateTopics and AlterConfigs, keeps with the topic and returns in",
-              "DescribeConfigs, so tools that set them work unchanged; dm's behaviour does not depend on them.",
-              "", "| topic config | default | why it has no effect |", "|---|---|---|"]
-    lines += [f"| `{p.name}` | {_default(p.default)} | {p.doc} |" for p in ignored]
+    lines += ["", "### Kafka topic configs dm does not implement", "",
+              "Taken in CreateTopics and AlterConfigs only with a value that changes nothing in dm (Kafka's",
+              "default, or any value where dm's behaviour is the same either way); any other value is refused",
+              "with INVALID_CONFIG naming the config, never stored and ignored.", "",
+              "| topic config | default | accepted | why |", "|---|---|---|---|"]
+    lines += [f"| `{p.name}` | {_default(p.default)} | {', '.join(f'`{v}`' for v in p.only) if p.only else 'any'} | "
+              f"{p.doc} |" for p in ignored]
     return "\n".join(lines) + "\n"
 
 

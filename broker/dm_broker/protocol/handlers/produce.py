@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaError
+from ...log import recompress, timestamps
 from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
 from ...log.records import (
     CorruptRecordError,
@@ -114,6 +116,16 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             if header.producer_id < 0:
                 raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
             await _verify(ctx, req.transactional_id, topic, part, header)
+        limits = timestamps.window(settings)
+        if limits is not None:
+            refused = timestamps.refused_records(records, limits, int(time.time() * 1000))
+            if refused:
+                raise KafkaError(ErrorCode.invalid_timestamp, refused[0][1], refused)
+        stored_as = recompress.target(settings)
+        if stored_as is not None and header.compression != stored_as[0]:
+            records = await recompress.recompress(records, *stored_as)
+            headers = validate_batches(records, settings["max.message.bytes"])
+            header = headers[0]
         if settings.compacted:
             keyless = [i for i, r in enumerate(decode_records(records)) if r.key is None]
             if keyless:
