@@ -20,6 +20,7 @@ from aiohttp import web
 
 from .broker import Broker, embedded_controller
 from .config import BrokerConfig, ConfigError
+from .connection_quotas import ConnectionQuotas
 from .controller.client import HttpControllerClient, LocalControllerClient
 from .dirlock import DirectoryInUse, DirectoryLock
 from .http.app import make_app
@@ -156,8 +157,10 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         await site.start()
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
+    quotas = ConnectionQuotas(config, broker.security.listeners.inter_broker_listener.name)
     servers = [KafkaServer(broker.dispatcher, listener, broker.security, config["socket.request.max.bytes"],
-                           config["connections.max.idle.ms"]) for listener in broker.security.listeners.listeners]
+                           config["connections.max.idle.ms"], quotas)
+               for listener in broker.security.listeners.listeners]
     try:
         # Whose data is this? Asked before a single log is read or written (ADR 0017).
         await until_stopped(broker.check_identity(), stop)

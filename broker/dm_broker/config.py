@@ -173,6 +173,14 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("connections.max.reauth.ms", "int", 0,
                  "SASL sessions expire after this long (KIP-368): the client re-authenticates on the same connection "
                  "or is disconnected at its next request. 0: sessions do not expire.", minimum=0),
+        Property("max.connections", "int", 2**31 - 1,
+                 "Connections the broker accepts at once (listener.name.<listener>.max.connections: on one "
+                 "listener); more are closed as soon as accepted. The inter-broker listener is exempt from the "
+                 "broker-wide limit.", minimum=0),
+        Property("max.connections.per.ip", "int", 2**31 - 1,
+                 "Connections one client address may hold at once; more are closed as soon as accepted.", minimum=0),
+        Property("max.connections.per.ip.overrides", "str", "",
+                 "Per-address exceptions to max.connections.per.ip: host:count,host:count."),
         Property("connection.failed.authentication.delay.ms", "int", 100,
                  "A failed authentication is answered this much later (slows password guessing).", minimum=0),
         Property("authorizer.class.name", "str", "",
@@ -468,7 +476,7 @@ class BrokerConfig(BaseModel):
 LISTENER_PREFIX = "listener.name."
 # Properties a listener may override with listener.name.<listener>.<property>, as in Kafka.
 LISTENER_SCOPED = ("ssl.", "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.server.max.receive.size",
-                   "connections.max.reauth.ms")
+                   "connections.max.reauth.ms", "max.connections")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 

@@ -112,6 +112,8 @@ class BrokerMetrics:
         self.request_errors = Counter("dm_request_errors", "Partition-level errors returned", ["api", "error"],
                                       registry=r)
         self.connections = Gauge("dm_active_connections", "Open Kafka connections", registry=r)
+        self.connections_refused = Counter("dm_connections_refused", "Connections closed at once for "
+                                           "max.connections or max.connections.per.ip", ["listener"], registry=r)
         self.event_loop_lag = Histogram(
             "dm_event_loop_lag_seconds", "How late a timer probing the event loop every 50 ms fired: time the "
             "loop (and so every request) was kept from running", registry=r, buckets=LATENCY_BUCKETS,

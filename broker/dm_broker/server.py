@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any
 
+from .connection_quotas import ConnectionQuotas
 from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
@@ -54,8 +55,9 @@ class KafkaServer:
     """One Kafka listener."""
 
     def __init__(self, dispatcher: Dispatcher, listener: Listener, security: SecuritySetup, max_request_bytes: int,
-                 idle_ms: int) -> None:
+                 idle_ms: int, quotas: ConnectionQuotas | None = None) -> None:
         self.dispatcher = dispatcher
+        self.quotas = quotas  # shared by the broker's listeners
         self.listener = listener
         self.security = security
         self.metrics = dispatcher.broker.metrics
@@ -177,6 +179,21 @@ class KafkaServer:
         assert transport is not None
         peername = transport.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        host = peername[0] if peername else ""
+        refused = self.quotas.refusal(self.listener.name, host) if self.quotas is not None else None
+        if refused is not None:
+            self.metrics.connections_refused.labels(self.listener.name).inc()
+            log.info("listener %s: refusing a connection from %s: %s", self.listener.name, host, refused)
+            conn.abort()
+            return
+        try:
+            await self._serve_counted(conn, transport, peer, host)
+        finally:
+            if self.quotas is not None:
+                self.quotas.release(self.listener.name, host)
+
+    async def _serve_counted(self, conn: FrameProtocol, transport: asyncio.BaseTransport, peer: str,
+                             host: str) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -184,7 +201,7 @@ class KafkaServer:
         self.metrics.connections.inc()
         self._connections[conn] = time.monotonic()
         loop = asyncio.get_running_loop()
-        session = await self._open_session(conn, peername[0] if peername else "")
+        session = await self._open_session(conn, host)
         if session is None:
             self.metrics.connections.dec()
             self._connections.pop(conn, None)
@@ -202,6 +219,9 @@ class KafkaServer:
                 task = loop.create_task(self.dispatcher.handle(frame, peer, session, ordered))
                 task.add_done_callback(functools.partial(_release, ordered))  # a finished request is ordered too
                 await answers.put(task)
+                if not session.authenticated and not await self._answered_before_leaving(conn, ordered):
+                    task.cancel()  # a login waiting its turn (login_guard) for a client that left: dropped
+                    return
                 await ordered
                 if responder.done() or (task.done() and not task.cancelled() and task.exception() is not None):
                     await responder  # it answers what came before, then logs the failure and closes
@@ -223,6 +243,12 @@ class KafkaServer:
             self.metrics.connections.dec()
             self._connections.pop(conn, None)
             conn.close()
+
+    @staticmethod
+    async def _answered_before_leaving(conn: FrameProtocol, ordered: asyncio.Future[None]) -> bool:
+        """Before authentication: whether the request is through before the client hangs up."""
+        await asyncio.wait({ordered, conn.lost}, return_when=asyncio.FIRST_COMPLETED)
+        return ordered.done()
 
     async def _respond(self, conn: FrameProtocol, answers: asyncio.Queue[asyncio.Task[Any]], peer: str) -> None:
         transport = conn.transport

@@ -210,13 +210,13 @@ def sasl(mechanisms: list[str], users: dict[str, str] | None = None, creds: dict
     return Authenticator(SaslSettings(mechanisms, users or {}, lambda u, m: (creds or {}).get((u, m)), 1024))
 
 
-def test_sasl_exchanges_and_their_refusals():
+async def test_sasl_exchanges_and_their_refusals():
     from scramp import ScramClient
 
     creds = {("bob", "SCRAM-SHA-512"): from_password("SCRAM-SHA-512", "bob-pw")}
     a = sasl(["PLAIN", "SCRAM-SHA-512"], {"alice": "alice-pw"}, creds)
     assert not a.handshake("SCRAM-SHA-256") and not a.handshake("GSSAPI")
-    assert a.handshake("PLAIN") and a.step(b"\0alice\0alice-pw") == b"" and a.principal == user("alice")
+    assert a.handshake("PLAIN") and await a.step(b"\0alice\0alice-pw") == b"" and a.principal == user("alice")
     for token, message in ((b"\0alice\0wrong", "Invalid username or password"),
                            (b"\0mallory\0x", "Invalid username or password"),
                            (b"admin\0alice\0alice-pw", "authorization id"),
@@ -224,21 +224,71 @@ def test_sasl_exchanges_and_their_refusals():
                            (b"x" * 2000, "sasl.server.max.receive.size")):
         a.handshake("PLAIN")
         with pytest.raises(AuthenticationFailed, match=message):
-            a.step(token)
+            await a.step(token)
     a.handshake("PLAIN")
-    assert a.step(b"\0bob\0bob-pw") == b"" and a.principal == user("bob")  # PLAIN falls back to SCRAM users
+    assert await a.step(b"\0bob\0bob-pw") == b"" and a.principal == user("bob")  # PLAIN falls back to SCRAM users
     a.handshake("SCRAM-SHA-512")
     client = ScramClient(["SCRAM-SHA-512"], "bob", "bob-pw")
-    client.set_server_first(a.step(client.get_client_first().encode()).decode())
-    client.set_server_final(a.step(client.get_client_final().encode()).decode())  # verifies the server's proof
+    client.set_server_first((await a.step(client.get_client_first().encode())).decode())
+    client.set_server_final((await a.step(client.get_client_final().encode())).decode())  # verifies the server's proof
     assert a.principal == user("bob")
     with pytest.raises(AuthenticationFailed, match="already complete"):
-        a.step(b"more")
+        await a.step(b"more")
     a.handshake("SCRAM-SHA-512")
     wrong = ScramClient(["SCRAM-SHA-512"], "bob", "nope")
-    wrong.set_server_first(a.step(wrong.get_client_first().encode()).decode())
+    wrong.set_server_first((await a.step(wrong.get_client_first().encode())).decode())
     with pytest.raises(AuthenticationFailed, match="invalid credentials"):
-        a.step(wrong.get_client_final().encode())
+        await a.step(wrong.get_client_final().encode())
     assert a.principal is None
     with pytest.raises(AuthenticationFailed, match="before SaslHandshake"):
-        sasl(["PLAIN"]).step(b"\0a\0b")
+        await sasl(["PLAIN"]).step(b"\0a\0b")
+
+
+def test_failures_slow_down_the_same_user_or_address_only():
+    from dm_broker.security.login_guard import BASE_DELAY_S, FREE_FAILURES, MAX_DELAY_S, FailureTracker
+
+    now = [1000.0]
+    tracker = FailureTracker(clock=lambda: now[0])
+    for _ in range(FREE_FAILURES):
+        tracker.record("user:alice", "host:10.0.0.9")
+    assert tracker.delay("user:alice", "host:10.0.0.1") == 0  # a few failures are free
+    tracker.record("user:alice", "host:10.0.0.9")
+    assert tracker.delay("user:alice", "host:10.0.0.1") == BASE_DELAY_S  # by user name, from anywhere
+    assert tracker.delay("user:bob", "host:10.0.0.9") == BASE_DELAY_S  # by address, for any user
+    assert tracker.delay("user:bob", "host:10.0.0.1") == 0
+    for _ in range(20):
+        tracker.record("user:alice", "host:10.0.0.9")
+    assert tracker.delay("user:alice", "host:x") == MAX_DELAY_S  # bounded
+    now[0] += 61  # the window passed
+    assert tracker.delay("user:alice", "host:10.0.0.9") == 0
+
+
+async def test_password_hashing_leaves_the_event_loop_free():
+    """PLAIN against a SCRAM user (PBKDF2, here 100k rounds) runs in the guard's threads: the loop keeps
+    ticking meanwhile."""
+    import asyncio
+    import time
+
+    from dm_broker.security.login_guard import LoginGuard
+
+    guard = LoginGuard()
+    creds = {("bob", "SCRAM-SHA-512"): from_password("SCRAM-SHA-512", "bob-pw", iterations=100_000)}
+    a = Authenticator(SaslSettings(["PLAIN"], {}, lambda u, m: creds.get((u, m)), 1024), "10.0.0.1", guard)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    task = asyncio.ensure_future(ticker())
+    try:
+        a.handshake("PLAIN")
+        started = time.perf_counter()
+        assert await a.step(b"\0bob\0bob-pw") == b""
+        took = time.perf_counter() - started
+        assert ticks >= took / 0.001 / 4, (ticks, took)  # the loop was not blocked while hashing
+    finally:
+        task.cancel()
+        guard.close()

@@ -192,7 +192,12 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self.transport.abort()
 
     async def wait_closed(self) -> None:
-        await self._lost
+        await asyncio.shield(self._lost)  # a cancelled waiter must not cancel the connection's own future
+
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Done once the connection is gone (to wait on beside other futures; never cancel it)."""
+        return self._lost
 
 
 async def open_frame_connection(host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> FrameProtocol:

@@ -1,9 +1,10 @@
 """The server side of SASL PLAIN and SCRAM for one connection (no I/O: tokens in, tokens out).
 
-`Authenticator.handshake(mechanism)` picks the mechanism; `step(token)` consumes a client token and
-returns the server's answer, until `principal` is set. Any failure raises AuthenticationFailed with
+`Authenticator.handshake(mechanism)` picks the mechanism; `await step(token)` consumes a client token
+and returns the server's answer, until `principal` is set. Any failure raises AuthenticationFailed with
 the message the client gets (Kafka's wording, which never tells a wrong password from an unknown
-user).
+user). With a LoginGuard, password hashing runs off the event loop and recent failures of the user
+name or the client address delay the next check (security/login_guard.py).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from dataclasses import dataclass
 
 from scramp import ScramException, ScramMechanism
 
+from .login_guard import LoginGuard, TooManyAttempts
 from .principal import Principal, user
 from .scram import MECHANISMS, ScramCredential, verify_password
 
 CredentialLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism) -> credential
 INVALID = "Authentication failed: Invalid username or password"
+BUSY = "Authentication failed: too many attempts for this user name or from this address; retry later"
 
 
 class AuthenticationFailed(Exception):
@@ -34,8 +37,10 @@ class SaslSettings:
 
 
 class Authenticator:
-    def __init__(self, settings: SaslSettings) -> None:
+    def __init__(self, settings: SaslSettings, host: str = "", guard: LoginGuard | None = None) -> None:
         self.settings = settings
+        self.host = host
+        self.guard = guard
         self.mechanism: str | None = None
         self.principal: Principal | None = None
         self._scram = None  # scramp's server while a SCRAM exchange runs
@@ -50,7 +55,7 @@ class Authenticator:
         self._scram = None
         return True
 
-    def step(self, token: bytes) -> bytes:
+    async def step(self, token: bytes) -> bytes:
         if self.mechanism is None:
             raise AuthenticationFailed("SaslAuthenticate before SaslHandshake")
         if len(token) > self.settings.max_token_bytes:
@@ -58,10 +63,10 @@ class Authenticator:
         if self.principal is not None:
             raise AuthenticationFailed("the SASL exchange is already complete")
         if self.mechanism == "PLAIN":
-            return self._plain(token)
-        return self._scram_step(token)
+            return await self._plain(token)
+        return await self._scram_step(token)
 
-    def _plain(self, token: bytes) -> bytes:
+    async def _plain(self, token: bytes) -> bytes:
         parts = token.split(b"\0")
         if len(parts) != 3:
             raise AuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens")
@@ -76,22 +81,40 @@ class Authenticator:
         if authzid and authzid != name:
             raise AuthenticationFailed("Authentication failed: Client requested an authorization id that is "
                                        "different from username")
-        if not self._plain_ok(name, password):
+        if self.guard is None:
+            ok = await self._plain_ok(name, password)
+        else:
+            try:
+                async with self.guard.attempt(name, self.host, costly=self._hashes(name)):
+                    ok = await self._plain_ok(name, password)
+                    if not ok:
+                        self.guard.failed(name, self.host)
+            except TooManyAttempts:
+                raise AuthenticationFailed(BUSY) from None
+        if not ok:
             raise AuthenticationFailed(INVALID)
         self.principal = user(name)
         return b""
 
-    def _plain_ok(self, name: str, password: str) -> bool:
+    def _hashes(self, name: str) -> bool:
+        """Whether checking a PLAIN password for `name` costs a PBKDF2 (a SCRAM user, not a JAAS one)."""
+        return name not in self.settings.plain_users and any(
+            self.settings.credentials(name, m) is not None for m in ("SCRAM-SHA-512", "SCRAM-SHA-256"))
+
+    async def _plain_ok(self, name: str, password: str) -> bool:
         expected = self.settings.plain_users.get(name)
         if expected is not None:
             return hmac.compare_digest(expected.encode(), password.encode())
         for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
             credential = self.settings.credentials(name, mechanism)
             if credential is not None:
+                # PBKDF2 over the credential's iterations: milliseconds of CPU, never on the event loop
+                if self.guard is not None:
+                    return await self.guard.hash(verify_password, credential, password)
                 return verify_password(credential, password)
         return False
 
-    def _scram_step(self, token: bytes) -> bytes:
+    async def _scram_step(self, token: bytes) -> bytes:
         assert self.mechanism in MECHANISMS
         try:
             text = token.decode()
@@ -113,7 +136,19 @@ class Authenticator:
                 self._scram = server
                 return server.get_server_first().encode()
             server = self._scram
-            server.set_client_final(text)
+            if self.guard is None:
+                server.set_client_final(text)
+            else:
+                try:
+                    async with self.guard.attempt(self._user, self.host, costly=False):
+                        try:
+                            server.set_client_final(text)
+                        except ScramException:
+                            self.guard.failed(self._user, self.host)
+                            raise
+                except TooManyAttempts:
+                    self._scram = None
+                    raise AuthenticationFailed(BUSY) from None
             answer = server.get_server_final().encode()
             self.principal = user(self._user)
             self._scram = None

@@ -14,6 +14,7 @@ from ..controller.models import TlsReport
 from .acls import AclBinding, Authorizer, Operation, ResourceType
 from .jaas import parse_jaas
 from .listeners import Listener, ListenerSetup, enabled_mechanisms, listener_setup
+from .login_guard import LoginGuard
 from .principal import Principal, PrincipalMapper
 from .sasl import Authenticator, CredentialLookup, SaslSettings
 from .session import Session
@@ -61,6 +62,7 @@ class SecuritySetup:
         self.super_users = self._super_users(config["super.users"])
         self.authorizer = Authorizer([], self.super_users, config["allow.everyone.if.no.acl.found"])
         self.client = self._client_security()
+        self.login_guard = LoginGuard()
 
     @staticmethod
     def _super_users(text: str) -> list[str]:
@@ -79,7 +81,7 @@ class SecuritySetup:
         if listener.sasl:
             session.authenticated = False
             session.reauth_ms = self.config.for_listener(listener.name, "connections.max.reauth.ms")
-            session.authenticator = Authenticator(self._sasl_settings(listener))
+            session.authenticator = Authenticator(self._sasl_settings(listener), host, self.login_guard)
         return session
 
     def _sasl_settings(self, listener: Listener) -> SaslSettings:

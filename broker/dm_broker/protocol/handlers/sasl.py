@@ -56,7 +56,7 @@ async def handle_sasl_authenticate(ctx: RequestContext, req: Any) -> Any:
             session.close_after_response = True
         return _answer(ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate without a SaslHandshake first")
     try:
-        token = _step(session, bytes(req.auth_bytes))
+        token = await _step(session, bytes(req.auth_bytes))
     except AuthenticationFailed as exc:
         await _failed(ctx.broker, session, str(exc))
         return _answer(ctx, ErrorCode.sasl_authentication_failed, str(exc))
@@ -75,7 +75,7 @@ async def raw_sasl_token(broker: Broker, session: Session, token: bytes) -> list
     """After SaslHandshake v0 the client sends bare tokens; the answers are bare too. A failure
     closes the connection (v0 has no way to say why)."""
     try:
-        answer = _step(session, token)
+        answer = await _step(session, token)
     except AuthenticationFailed as exc:
         await _failed(broker, session, str(exc))
         raise ProtocolError(f"SASL authentication failed: {exc}") from None
@@ -85,9 +85,9 @@ async def raw_sasl_token(broker: Broker, session: Session, token: bytes) -> list
     return [SIZE.pack(len(answer)) + answer]
 
 
-def _step(session: Session, token: bytes) -> bytes:
+async def _step(session: Session, token: bytes) -> bytes:
     assert session.authenticator is not None
-    return session.authenticator.step(token)
+    return await session.authenticator.step(token)
 
 
 def _authenticated(broker: Broker, session: Session) -> int:

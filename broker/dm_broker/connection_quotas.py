@@ -1,0 +1,61 @@
+"""Kafka's connection limits: `max.connections` (for the broker, and per listener with
+`listener.name.<listener>.max.connections`), `max.connections.per.ip` and
+`max.connections.per.ip.overrides` ("host:count,host:count"). A connection over a limit is closed as
+soon as it is accepted, before it is read (Kafka's acceptor waits for a free slot instead; closing
+keeps a flood from holding sockets open). The inter-broker listener is exempt from the broker-wide
+limit, as in Kafka, so brokers always reach each other."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .config import BrokerConfig, ConfigError
+
+UNLIMITED = 2**31 - 1
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"max.connections.per.ip.overrides: expected host:count, got {item!r}")
+        try:
+            out[host] = int(count)
+        except ValueError:
+            raise ConfigError(f"max.connections.per.ip.overrides: {count!r} is not a number") from None
+    return out
+
+
+class ConnectionQuotas:
+    def __init__(self, config: BrokerConfig, inter_broker_listener: str) -> None:
+        self.config = config
+        self.inter_broker = inter_broker_listener
+        self.broker_limit: int = config["max.connections"]
+        self.per_ip: int = config["max.connections.per.ip"]
+        self.per_ip_overrides = parse_overrides(config["max.connections.per.ip.overrides"])
+        self.total = 0
+        self.by_listener: Counter[str] = Counter()
+        self.by_host: Counter[str] = Counter()
+
+    def refusal(self, listener: str, host: str) -> str | None:
+        """Why a new connection from `host` on `listener` is refused, or None (then it is counted)."""
+        host_limit = self.per_ip_overrides.get(host, self.per_ip)
+        if self.by_host[host] >= host_limit:
+            return f"max.connections.per.ip ({host_limit}) reached for {host}"
+        scoped = f"listener.name.{listener.lower()}.max.connections"
+        if scoped in self.config.scoped and self.by_listener[listener] >= self.config.scoped[scoped]:
+            return f"{scoped} ({self.config.scoped[scoped]}) reached"
+        if listener != self.inter_broker and self.total >= self.broker_limit:
+            return f"max.connections ({self.broker_limit}) reached"
+        self.total += 1
+        self.by_listener[listener] += 1
+        self.by_host[host] += 1
+        return None
+
+    def release(self, listener: str, host: str) -> None:
+        self.total -= 1
+        self.by_listener[listener] -= 1
+        self.by_host[host] -= 1
+        if self.by_host[host] <= 0:
+            del self.by_host[host]
