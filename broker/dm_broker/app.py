@@ -137,7 +137,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
             context = controller_client_context(config)
         except ConfigError as exc:
             raise SystemExit(f"dm: invalid configuration: {exc}") from None
-        client = HttpControllerClient(config["controller.url"], token, ssl_context=context)
+        client = HttpControllerClient(config["controller.url"], token, ssl_context=context,
+                                      server_name=config["controller.tls.server.name"])
     else:
         embedded = await embedded_controller(config)
         embedded.start()

@@ -279,6 +279,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("controller.url", "str", "",
                  "HTTP address of the cluster's controller (e.g. http://127.0.0.1:9990); empty: a standalone "
                  "broker runs its own controller in-process."),
+        Property("controller.tls.server.name", "str", "",
+                 "The name an https controller's certificate must carry, also sent as SNI (the operator answers "
+                 "each secured cluster with a certificate its cluster CA signed for controller.<cluster>."
+                 "<namespace>.dm); empty: the host of controller.url."),
         Property("controller.token", "str", "",
                  "Shared secret for the controller API (also DM_CONTROLLER_TOKEN). `dm controller` refuses to listen "
                  "on an address other than loopback without one.", secret=True),

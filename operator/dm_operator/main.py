@@ -50,7 +50,10 @@ async def run(settings: OperatorSettings) -> None:
     runner = web.AppRunner(operator.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", settings.port).start()
-    log.info("dm-operator: controller API, /healthz, /readyz and /metrics on port %d; watching %s", settings.port,
+    # The same API over TLS, for secured clusters: each answered with its cluster CA's certificate (SNI)
+    await web.TCPSite(runner, "0.0.0.0", settings.tls_port, ssl_context=operator.controller_tls.context).start()
+    log.info("dm-operator: controller API, /healthz, /readyz and /metrics on port %d (the controller API over TLS "
+             "on %d); watching %s", settings.port, settings.tls_port,
              ", ".join(settings.namespaces) or "all namespaces")
 
     # A blocked loop fails the liveness probe and stops every broker's heartbeat: say where.

@@ -14,7 +14,7 @@ from typing import Any
 
 from dm_broker.config import BROKER_PROPERTIES, BrokerConfig, ConfigError
 
-from . import listeners, naming
+from . import controller_tls, listeners, naming
 from .models import DMClusterSpec, Resources
 from .objects import Obj
 from .settings import OperatorSettings
@@ -85,8 +85,17 @@ def min_insync_default(config: dict[str, Any]) -> int:
         return 1
 
 
-def controller_url(settings: OperatorSettings, namespace: str, name: str) -> str:
-    return f"{settings.controller_url.rstrip('/')}/clusters/{namespace}/{name}"
+def controller_url(settings: OperatorSettings, namespace: str, name: str, tls: bool = False) -> str:
+    base = settings.controller_tls_url if tls else settings.controller_url
+    return f"{base.rstrip('/')}/clusters/{namespace}/{name}"
+
+
+def controller_tls_args(namespace: str, name: str) -> list[str]:
+    """A secured cluster's brokers verify the controller API's certificate with their cluster CA, for the
+    name the operator answers them with (controller_tls.py)."""
+    return ["--override", f"listener.name.controller.ssl.truststore.location={listeners.CLUSTER_CA_PATH}/ca.crt",
+            "--override", "listener.name.controller.ssl.truststore.type=PEM",
+            "--override", f"controller.tls.server.name={controller_tls.server_name(namespace, name)}"]
 
 
 def bootstrap_address(name: str, namespace: str, domain: str) -> str:
@@ -165,7 +174,8 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         "--node-id-from-name", "$(POD_NAME)",
         "--data-dir", naming.DATA_PATH, "--host", "0.0.0.0", *listen,
         "--http-port", str(naming.HTTP_PORT),
-        "--controller", controller_url(settings, namespace, name),
+        "--controller", controller_url(settings, namespace, name, tls=listeners.secured(spec)),
+        *(controller_tls_args(namespace, name) if listeners.secured(spec) else []),
         # A force-deleted pod's replacement can start before the old process is gone: wait for it.
         "--override", "log.dirs.lock.wait.ms=30000",
     ]

@@ -14,6 +14,7 @@ from dm_broker.tasks import stop_tasks
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .cache import ObjectCache
+from .controller_tls import ControllerTls
 from .crds import CrdVersions
 from .kube import Kube
 from .metrics import CLUSTERS, REGISTRY
@@ -34,6 +35,7 @@ class Operator:
         self.runtimes: dict[Key, ClusterRuntime] = {}
         self._starting: dict[Key, tuple[str, asyncio.Task[None]]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        self.controller_tls = ControllerTls()
         self.role = "starting"  # "standby" while another instance leads; "leader" once it hosts controllers
         self.kopf_ready = False
 
@@ -64,7 +66,7 @@ class Operator:
             lane = self.kube.lane(CLUSTER_LANE_THREADS)
             try:
                 runtime = await ClusterRuntime.open(lane, self.cache, self.settings, namespace, name, uid,
-                                                    self.crd_versions)
+                                                    self.crd_versions, self.controller_tls)
                 break
             except asyncio.CancelledError:
                 lane.close()
@@ -104,6 +106,7 @@ class Operator:
         if starting is not None:
             await stop_tasks(starting[1])
         runtime = self.runtimes.pop((namespace, name), None)
+        self.controller_tls.remove(namespace, name)
         CLUSTERS.set(len(self.runtimes))
         if runtime is not None:
             log.info("%s/%s: DMCluster deleted; its controller stops", namespace, name)

@@ -24,6 +24,7 @@ from . import API_VERSION, listeners, manifests, naming
 from .cache import ObjectCache
 from .children import Children, ensure_token
 from .conditions import condition
+from .controller_tls import ControllerTls
 from .crds import CrdVersions
 from .events import EventRecorder
 from .fencing import RackResolver, on_pod_event
@@ -63,7 +64,8 @@ def dmcluster_path(namespace: str, name: str) -> str:
 class ClusterRuntime:
     def __init__(self, kube: Kube, cache: ObjectCache, settings: OperatorSettings, namespace: str, name: str,
                  uid: str, controller: Controller, store: CrdStatusStore, token: str, racks: RackResolver,
-                 status: Obj, crd_versions: CrdVersions | None = None) -> None:
+                 status: Obj, crd_versions: CrdVersions | None = None,
+                 controller_tls: ControllerTls | None = None) -> None:
         self.kube = kube
         self.cache = cache
         self.settings = settings
@@ -75,6 +77,7 @@ class ClusterRuntime:
         self.token = token
         self.racks = racks
         self.crd_versions = crd_versions
+        self.controller_tls = controller_tls
         self.labels = {"namespace": namespace, "cluster": name}
         self.path = dmcluster_path(namespace, name)
         self.recorder = EventRecorder(kube, namespace, {"apiVersion": API_VERSION, "kind": "DMCluster", "name": name,
@@ -94,7 +97,8 @@ class ClusterRuntime:
 
     @classmethod
     async def open(cls, kube: Kube, cache: ObjectCache, settings: OperatorSettings, namespace: str, name: str,
-                   uid: str, crd_versions: CrdVersions | None = None) -> ClusterRuntime:
+                   uid: str, crd_versions: CrdVersions | None = None,
+                   controller_tls: ControllerTls | None = None) -> ClusterRuntime:
         """Starts the cluster's controller from the resources' status. Without a cluster document there
         (a re-created DMCluster, a reinstall, a restore) the controller recovers the topics from what the
         brokers hold; it knows how many to wait for."""
@@ -109,7 +113,7 @@ class ClusterRuntime:
         controller.start()
         log.info("%s/%s: controller running (%d topics from status)", namespace, name, len(controller.topics))
         return cls(kube, cache, settings, namespace, name, uid, controller, store, token, racks,
-                   obj.get("status") or {}, crd_versions)
+                   obj.get("status") or {}, crd_versions, controller_tls)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -187,6 +191,9 @@ class ClusterRuntime:
             tls = await self.tls.reconcile(spec, owner)
             conditions.append(condition("Certificates", not tls.problems, "Problem" if tls.problems else "Valid",
                                         "; ".join(tls.problems) or "CAs and the brokers' certificate are valid"))
+            if tls.cluster_ca is not None and self.controller_tls is not None and \
+                    self.controller_tls.install(ns, name, tls.cluster_ca):
+                log.info("%s/%s: the controller API's TLS certificate issued by the cluster CA", ns, name)
         await self.users.reconcile_all(spec, tls)
         await self.children.apply(manifests.service_account(name, ns, owner))
         await self.children.apply(manifests.headless_service(name, ns, owner, spec))

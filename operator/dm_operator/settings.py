@@ -14,6 +14,10 @@ class OperatorSettings(BaseModel):
     image: str = Field("ghcr.io/dm-dev/dm:0.1.0", description="Broker image when a DMCluster names none")
     cluster_domain: str = "cluster.local"
     port: int = 9990
+    # Secured clusters' brokers reach the controller API over TLS here (controller_tls.py)
+    tls_port: int = 9991
+    controller_tls_url: str = Field("https://dm-operator.dm-system.svc.cluster.local:9991",
+                                    description="Where brokers of secured clusters reach the controller API over TLS")
     reconcile_interval_s: float = 5.0
     broker_grace_period_s: int = 60
     manage_crds: bool = True
@@ -39,6 +43,7 @@ class OperatorSettings(BaseModel):
             if listed:
                 values[field] = [n.strip() for n in listed.split(",") if n.strip()]
         for env, field in (("DM_CONTROLLER_URL", "controller_url"), ("DM_IMAGE", "image"),
+                           ("DM_CONTROLLER_TLS_URL", "controller_tls_url"), ("DM_OPERATOR_TLS_PORT", "tls_port"),
                            ("DM_CLUSTER_DOMAIN", "cluster_domain"), ("DM_OPERATOR_PORT", "port"),
                            ("DM_MANAGE_CRDS", "manage_crds"), ("DM_LEADER_ELECTION", "leader_election"),
                            ("DM_LEASE_NAME", "lease_name"), ("DM_POD_NAMESPACE", "lease_namespace"),

@@ -69,7 +69,8 @@ class OperatorProcess:
         self.log = log_dir / f"operator-{name}.log"
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DM_WATCH_NAMESPACES": ns, "DM_LEADER_ELECTION": "true",
                "DM_POD_NAMESPACE": ns, "DM_POD_NAME": name, "DM_LEASE_NAME": "dm-operator", "DM_IMAGE": "dm:test",
-               "DM_CONTROLLER_URL": f"http://dm-operator.{ns}.svc:9990", **LEASE}
+               "DM_CONTROLLER_URL": f"http://dm-operator.{ns}.svc:9990", "DM_OPERATOR_TLS_PORT": str(free_port()),
+               **LEASE}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "dm_operator.main", "--port", str(self.port)],
                                          env=env, stdout=out, stderr=subprocess.STDOUT)

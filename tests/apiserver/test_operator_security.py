@@ -54,6 +54,11 @@ def test_a_secured_cluster_gets_cas_certificates_and_listeners(apiserver: Testbe
         args = pod["containers"][0]["args"]
         assert any(a.startswith("advertised.listeners=REPLICATION://$(POD_NAME).c-brokers") for a in args)
         assert "--port" not in args
+        # the controller API over TLS, verified with the cluster CA for the name the operator answers with
+        assert args[args.index("--controller") + 1].startswith("https://") and \
+            args[args.index("--controller") + 1].endswith(f"/clusters/{ns}/c")
+        assert "listener.name.controller.ssl.truststore.location=/etc/dm/cluster-ca/ca.crt" in args
+        assert f"controller.tls.server.name=controller.c.{ns}.dm" in args
         mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
         assert {"/etc/dm/certs", "/etc/dm/cluster-ca", "/etc/dm/clients-ca"} <= mounts
         ports = [p["port"] for p in tb.kubectl_json("get", "service", "c-brokers", "-n", ns)["spec"]["ports"]]

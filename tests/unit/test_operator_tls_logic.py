@@ -4,6 +4,7 @@ TLS handshake), and Users' ACLs."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ssl
 from pathlib import Path
@@ -174,3 +175,66 @@ def test_the_secured_example_is_valid_and_says_what_the_docs_say():
         (ResourceType.TOPIC, PatternType.PREFIXED), (ResourceType.GROUP, PatternType.LITERAL),
         (ResourceType.TRANSACTIONAL_ID, PatternType.PREFIXED)}
     assert principal("audit", UserSpec.model_validate(docs["audit"]["spec"])) == "User:CN=audit"
+
+
+async def test_the_controller_api_over_tls_answers_each_cluster_with_its_own_ca(tmp_path: Path):
+    """The operator's TLS port (controller_tls.py) with a real controller behind it, and the broker's own
+    controller client configured as the operator configures secured brokers: each cluster's brokers get
+    a certificate their cluster CA signed for their cluster's name; another cluster's CA, another name,
+    or no name at all is refused in the handshake."""
+    from aiohttp import web
+    from dm_broker.config import BrokerConfig
+    from dm_broker.controller.client import ControllerUnavailable, HttpControllerClient
+    from dm_broker.controller.controller import Controller
+    from dm_broker.controller.http import add_controller_routes
+    from dm_broker.controller.store import FileControllerStore
+    from dm_broker.security.tls import TlsSettings, client_context
+    from dm_operator.controller_tls import ControllerTls, server_name
+    from harness import free_port
+
+    controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=1)
+    cas = {c: pki.new_ca(f"CN={c}-cluster-ca", 30 * DAY) for c in ("a", "b")}
+    tls = ControllerTls(tmp_path / "tls")
+    for cluster, ca in cas.items():
+        assert tls.install("ns", cluster, ca) and not tls.install("ns", cluster, ca)  # issued once
+        (tmp_path / f"{cluster}-ca.crt").write_text(ca.cert_pem)
+    app = web.Application()
+    add_controller_routes(app, "/clusters/{ns}/{cluster}", lambda _: controller, lambda _: "t0ken")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=tls.context).start()
+
+    def broker_client(cluster: str, trusted: str, name: str) -> HttpControllerClient:
+        config = BrokerConfig.build({
+            "controller.url": f"https://127.0.0.1:{port}/clusters/ns/{cluster}",
+            "listener.name.controller.ssl.truststore.location": str(tmp_path / f"{trusted}-ca.crt"),
+            "listener.name.controller.ssl.truststore.type": "PEM", "controller.tls.server.name": name}, environ={})
+        context = client_context(TlsSettings.for_listener(config, "CONTROLLER"))
+        return HttpControllerClient(config["controller.url"], "t0ken", 5, context,
+                                    config["controller.tls.server.name"])
+
+    try:
+        for cluster in ("a", "b"):
+            client = broker_client(cluster, cluster, server_name("ns", cluster))
+            assert (await client.cluster_info()).incarnation  # the controller answered, over TLS
+            await client.close()
+        for cluster, trusted, name in (("a", "b", server_name("ns", "a")),  # another cluster's CA
+                                       ("a", "a", server_name("ns", "b")),  # another cluster's name
+                                       ("a", "a", "controller.nobody.ns.dm")):  # a name nobody serves
+            client = broker_client(cluster, trusted, name)
+            with pytest.raises(ControllerUnavailable):
+                await client.cluster_info()
+            await client.close()
+        no_name = ssl.create_default_context(cadata=cas["a"].cert_pem)
+        no_name.check_hostname = False
+        with pytest.raises((ssl.SSLError, ConnectionResetError)):  # no SNI at all: the handshake is refused
+            await asyncio.open_connection("127.0.0.1", port, ssl=no_name, server_hostname=None)
+        # a renewed CA: the next pass issues again
+        renewed = pki.new_ca("CN=a-cluster-ca", 30 * DAY, key_pem=cas["a"].key_pem)
+        assert tls.install("ns", "a", renewed)
+        tls.remove("ns", "b")
+        assert not (tmp_path / "tls" / f"{server_name('ns', 'b')}.pem").exists()
+    finally:
+        await runner.cleanup()
+        await controller.close()

@@ -145,8 +145,10 @@ class HttpControllerClient:
     """`ssl_context`: how an https controller is verified (and, for mTLS, who this broker is)."""
 
     def __init__(self, url: str, token: str = "", timeout_s: float = 10,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, server_name: str = "") -> None:
         self.url = url.rstrip("/")
+        # the name the controller's certificate is checked against (and sent as SNI), if not the URL's host
+        self.server_name = server_name or None
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout_s
         self.ssl_context = ssl_context
@@ -173,7 +175,7 @@ class HttpControllerClient:
         try:
             async with self._sess().request(
                 method, self.url + path, json=body.model_dump() if body is not None else None, params=params,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), server_hostname=self.server_name,
             ) as resp:
                 try:
                     data = await resp.json(content_type=None)
