@@ -483,7 +483,10 @@ class Cluster:
         """The controller's view, straight from its API."""
         import urllib.request
 
-        with urllib.request.urlopen(self.controller.url + "/v1/metadata?version=-1", timeout=10) as resp:
+        token = self.controller.overrides.get("controller.token")
+        request = urllib.request.Request(self.controller.url + "/v1/metadata?version=-1",
+                                         headers={"Authorization": f"Bearer {token}"} if token else {})
+        with urllib.request.urlopen(request, timeout=10) as resp:
             return json.loads(resp.read())
 
     def leader(self, topic: str, partition: int) -> int:

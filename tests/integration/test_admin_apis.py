@@ -34,7 +34,9 @@ def test_create_topics_accepts_every_standard_topic_config(jbod):
     from confluent_kafka.admin import ConfigResource, NewTopic
 
     admin = confluent_admin(jbod)
-    configs = {"compression.type": "zstd", "message.timestamp.type": "LogAppendTime", "preallocate": "true",
+    # every one accepted, stored and described (settings dm does not implement take only values that
+    # change nothing: tests/integration/test_topic_settings_enforced.py)
+    configs = {"compression.type": "zstd", "message.timestamp.type": "LogAppendTime", "preallocate": "false",
                "unclean.leader.election.enable": "false", "message.downconversion.enable": "true",
                "follower.replication.throttled.replicas": "0:0"}
     admin.create_topics([NewTopic("cfg", 1, 1, config=configs)])["cfg"].result(15)

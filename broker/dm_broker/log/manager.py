@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from .compaction import LogCleaner
 from .partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
+STRAY_RESCAN_S = 10
 
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN = ".dm_cleanshutdown"
@@ -85,6 +87,7 @@ class LogManager:
         self.cleaner = LogCleaner(self.logs, config["log.cleaner.backoff.ms"], config["log.cleaner.enable"])
         self.previous_shutdown = "clean"  # clean | unclean | none (a new data directory)
         self.abort_recovery = threading.Event()
+        self._strays: list[strays.Stray] | None = None  # the last scan (strays())
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
         """Opens every partition directory (controller metadata later says which to keep)."""
@@ -121,6 +124,7 @@ class LogManager:
             plog = PartitionLog(path, parsed[0], parsed[1], settings, recovery.get(parsed, 0))
             plog.open()
             self.logs[parsed] = plog
+        self._strays = strays.find(self.dirs)  # here, off the event loop (recovery runs in a thread)
         self.recovery_seconds = time.monotonic() - start
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -130,8 +134,10 @@ class LogManager:
         existing = self.logs.get((topic, partition))
         if existing is not None:
             return existing
-        directory = min(self.dirs, key=lambda d: (sum(1 for p in self.logs.values() if p.directory.parent == d),
-                                                  self.dirs.index(d)))
+        directory = self.dirs[0]
+        if len(self.dirs) > 1:  # JBOD: the directory holding the fewest partitions (one pass, not one per dir)
+            held = Counter(p.directory.parent for p in self.logs.values())
+            directory = min(self.dirs, key=lambda d: (held[d], self.dirs.index(d)))
         plog = PartitionLog(directory / f"{topic}-{partition}", topic, partition, settings)
         plog.open()
         self.logs[(topic, partition)] = plog
@@ -224,11 +230,20 @@ class LogManager:
         plog.directory.rename(target)
         fsync_dir(target.parent)
         self.write_recovery_checkpoint()
+        self._strays = strays.find(self.dirs)  # rare: a log kept aside
         return target
 
     def strays(self) -> list[tuple[str, Path, int]]:
-        """(name, path, bytes) of every stray log directory."""
-        return [(s.name, s.path, s.bytes) for s in strays.find(self.dirs)]
+        """(name, path, bytes) of every stray log directory, as last scanned: every heartbeat reports them,
+        and scanning the log directories (a stat per partition) each time cost a broker with thousands of
+        partitions a third of its idle CPU. The broker rescans when it sets a log aside, and in a worker
+        thread every STRAY_RESCAN_S (a `dm strays delete` run beside it shows up then)."""
+        if self._strays is None:
+            self._strays = strays.find(self.dirs)
+        return [(s.name, s.path, s.bytes) for s in self._strays]
+
+    async def _rescan_strays(self) -> None:
+        self._strays = await asyncio.to_thread(strays.find, self.dirs)
 
     # -- background work -------------------------------------------------------------------
 
@@ -238,6 +253,7 @@ class LogManager:
             asyncio.create_task(self._every(c["log.flush.scheduler.interval.ms"], self._flush_due)),
             asyncio.create_task(self._every(c["log.flush.offset.checkpoint.interval.ms"], self.checkpoint)),
             asyncio.create_task(self._every(c["log.retention.check.interval.ms"], self._retention)),
+            asyncio.create_task(self._every(STRAY_RESCAN_S * 1000, self._rescan_strays)),
         ]
         self.cleaner.start()
 

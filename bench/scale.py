@@ -1,0 +1,177 @@
+"""What a cluster costs as its partition count grows (issue 31).
+
+    .venv/bin/python -m bench.scale [--partitions 300,1500,3000] [--idle-seconds 20] [--produce-seconds 15]
+                                    [--label current] [--plot]
+
+For each count: a local cluster (a controller and 3 brokers as processes, default settings), topics of
+100 partitions at RF 3 created until the count is reached (so every broker hosts every partition), and:
+- create + leaders: from the first CreateTopics to every partition having a leader in the controller;
+- idle CPU per broker: utime + stime over `--idle-seconds` with no client, as % of one core (mean of the
+  three brokers), after 10 s of settling; RSS per broker (mean);
+- full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time);
+- produce over all partitions: confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
+  sent round-robin over every partition for `--produce-seconds`: acknowledged records per second.
+Results are appended to bench/results/scale.jsonl; --plot draws docs/bench/scale.png from the last row
+of each label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+import urllib.request
+from pathlib import Path
+
+from .replication import LocalCluster
+from .tls import cpu_seconds
+
+RESULTS = Path(__file__).parent / "results"
+OUT = Path(__file__).parent.parent / "docs" / "bench"
+PER_TOPIC = 100
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def all_led(cluster: LocalCluster, expected: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.cport}/v1/metadata?version=-1", timeout=30) as r:
+        topics = json.loads(r.read())["topics"]
+    led = sum(1 for name, t in topics.items() if name.startswith("scale-") for p in t["partitions"]
+              if p["leader"] >= 0)
+    return led >= expected
+
+
+def create_all(cluster: LocalCluster, partitions: int) -> float:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 120000})
+    topics = [NewTopic(f"scale-{i:04d}", PER_TOPIC, 3) for i in range(partitions // PER_TOPIC)]
+    started = time.monotonic()
+    for future in admin.create_topics(topics, request_timeout=300).values():
+        future.result(600)
+    while not all_led(cluster, partitions):
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def idle_cpu(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
+    pids = [p.pid for p in cluster.procs.values()]
+    before = [cpu_seconds(pid) for pid in pids]
+    time.sleep(seconds)
+    used = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+    return statistics.mean(used) / seconds * 100, statistics.mean(rss_mb(pid) for pid in pids)
+
+
+def metadata_ms(port: int) -> float:
+    from dm_broker.protocol.access import empty
+    from dm_broker.protocol.client import KafkaConnection
+    from dm_broker.protocol.codec import request_class
+
+    async def run() -> float:
+        conn = await KafkaConnection.open("127.0.0.1", port, "scale-bench", timeout=30)
+        try:
+            times = []
+            for _ in range(7):
+                started = time.perf_counter()
+                await conn.request(empty(request_class(3, 12), topics=None, allow_auto_topic_creation=False), 60)
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1000
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def produce_spread(cluster: LocalCluster, partitions: int, seconds: float) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    acked = [0]
+
+    def report(err, _msg) -> None:
+        if err is None:
+            acked[0] += 1
+
+    topics = [f"scale-{i:04d}" for i in range(partitions // PER_TOPIC)]
+    deadline = time.monotonic() + seconds
+    i = 0
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            p.produce(topics[(i // PER_TOPIC) % len(topics)], b"x" * 100, partition=i % PER_TOPIC, on_delivery=report)
+            i += 1
+        except BufferError:
+            p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+    return acked[0] / (time.monotonic() - started)
+
+
+def measure(partitions: int, idle_s: float, produce_s: float) -> dict:
+    with LocalCluster(3, overrides=[]) as cluster:
+        created = create_all(cluster, partitions)
+        time.sleep(10)  # the ISRs settle, the first checkpoints are written
+        cpu, rss = idle_cpu(cluster, idle_s)
+        meta = metadata_ms(cluster.ports[0])
+        rate = produce_spread(cluster, partitions, produce_s)
+    row = {"partitions": partitions, "create_and_lead_s": created, "idle_cpu_pct_per_broker": cpu,
+           "rss_mb_per_broker": rss, "full_metadata_ms": meta, "produce_spread_rec_s": rate}
+    print(f"{partitions:>6} partitions: create + leaders {created:6.1f} s, idle CPU {cpu:5.1f} % per broker, "
+          f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s", flush=True)
+    return row
+
+
+def plot() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in (RESULTS / "scale.jsonl").read_text().splitlines()]
+    latest = {row["label"]: row for row in rows}
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    for label, row in latest.items():
+        xs = [m["partitions"] for m in row["measurements"]]
+        for ax, key, title in zip(axes, ("create_and_lead_s", "idle_cpu_pct_per_broker", "full_metadata_ms",
+                                         "produce_spread_rec_s"),
+                                  ("create + leaders (s)", "idle CPU per broker (% core)", "full Metadata (ms)",
+                                   "produce over all partitions (rec/s)"), strict=True):
+            ax.plot(xs, [m[key] for m in row["measurements"]], marker="o", label=label)
+            ax.set_title(title)
+            ax.set_xlabel("partitions (RF 3, 3 brokers)")
+    axes[0].legend()
+    fig.tight_layout()
+    OUT.mkdir(parents=True, exist_ok=True)
+    fig.savefig(OUT / "scale.png", dpi=110)
+    print(f"wrote {OUT / 'scale.png'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--partitions", default="300,1500,3000")
+    parser.add_argument("--idle-seconds", type=float, default=20)
+    parser.add_argument("--produce-seconds", type=float, default=15)
+    parser.add_argument("--label", default="current")
+    parser.add_argument("--plot", action="store_true")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.partitions.split(",")]
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "label": args.label,
+           "measurements": [measure(n, args.idle_seconds, args.produce_seconds) for n in counts]}
+    RESULTS.mkdir(exist_ok=True)
+    with (RESULTS / "scale.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    if args.plot:
+        plot()
+
+
+if __name__ == "__main__":
+    main()
