@@ -13,6 +13,7 @@ import signal
 import ssl
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -130,6 +131,8 @@ async def serve(config: BrokerConfig, banner: bool = False) -> None:
 
 async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
+    # num.io.threads: what runs off the event loop (fsync, recovery, compaction, large recompressions)
+    loop.set_default_executor(ThreadPoolExecutor(config["num.io.threads"], thread_name_prefix="dm-io"))
     token = config["controller.token"] or os.environ.get("DM_CONTROLLER_TOKEN", "")
     embedded = None
     if config["controller.url"]:

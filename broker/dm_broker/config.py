@@ -203,6 +203,19 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=1),
         Property("auto.create.topics.enable", "bool", True,
                  "Create a topic when a client asks for its metadata (and allows auto-creation)."),
+        Property("num.io.threads", "int", 8,
+                 "Threads for the work a broker does off its event loop: fsync, log recovery and compaction "
+                 "passes, recompression of large batches (the default executor; password hashing has its own "
+                 "two). More brokers per node, not more threads, is how dm uses more cores (ADR 0028).", minimum=1),
+        Property("num.network.threads", "int", 3,
+                 "Accepted so a Kafka server.properties works; no effect: one event loop reads and writes every "
+                 "connection of a broker (ADR 0028).", minimum=1),
+        Property("socket.send.buffer.bytes", "int", -1,
+                 "SO_SNDBUF of accepted connections; -1: the operating system's (autotuned; Kafka's default is "
+                 "102400).", minimum=-1),
+        Property("socket.receive.buffer.bytes", "int", -1,
+                 "SO_RCVBUF of accepted connections; -1: the operating system's (autotuned; Kafka's default is "
+                 "102400).", minimum=-1),
         Property("socket.request.max.bytes", "int", 100 * 1024 * 1024,
                  "Largest request frame accepted; larger frames close the connection.", minimum=1024),
         Property("message.max.bytes", "int", 1048588, "Largest record batch accepted (after compression).",
@@ -454,6 +467,7 @@ class BrokerConfig(BaseModel):
             if key in env:
                 raw[name] = env[key]
         raw.update(overrides or {})
+        _apply_coarse_spellings(raw)
         values = {name: prop.default for name, prop in BROKER_PROPERTIES.items()}
         scoped: dict[str, Any] = {}
         for name, value in raw.items():
@@ -526,6 +540,26 @@ def read_properties(path: Path) -> dict[str, str]:
             raise ConfigError(f"{path}:{lineno}: expected key=value")
         out[stripped[:sep].strip()] = stripped[sep + 1 :].strip()
     return out
+
+
+# Kafka's coarser spellings of a millisecond property: the finest one given wins (ms over minutes over
+# hours), as in Kafka; they are read into the millisecond property and not kept apart.
+COARSE_SPELLINGS: dict[str, tuple[str, int]] = {
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.roll.hours": ("log.roll.ms", 3_600_000),
+}
+
+
+def _apply_coarse_spellings(raw: dict[str, Any]) -> None:
+    for name in sorted(COARSE_SPELLINGS, key=lambda n: COARSE_SPELLINGS[n][1]):  # finest first
+        if name not in raw:
+            continue
+        target, factor = COARSE_SPELLINGS[name]
+        value = _parse_int(str(raw.pop(name)))
+        if value < -1:
+            raise ConfigError(f"{name} must be >= -1, got {value}")
+        raw.setdefault(target, -1 if value == -1 else value * factor)
 
 
 def _is_magic_v2(version: str) -> bool:

@@ -198,6 +198,12 @@ class KafkaServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for option, name in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"),
+                                 (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+                size = self.security.config[name]
+                if size != -1:  # -1: the kernel's autotuning
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, option, size)
         self.metrics.connections.inc()
         self._connections[conn] = time.monotonic()
         loop = asyncio.get_running_loop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 SECRET_LOOKING = re.compile(r"password|secret|token|jaas|\.key$|\.key\.|certificate|credential|private")
 
 
@@ -30,3 +32,23 @@ def test_a_controller_off_loopback_needs_a_token():
     assert "without a token" in open_controller_refusal("0.0.0.0", "")
     assert "without a token" in open_controller_refusal("10.1.2.3", "")
     assert open_controller_refusal("0.0.0.0", "t0ken") is None
+
+
+def test_kafkas_coarser_spellings_and_thread_settings():
+    """log.retention.hours/minutes and log.roll.hours mean what they mean in Kafka (the finest spelling
+    given wins); num.io.threads and num.network.threads are accepted (a Kafka server.properties has them)."""
+    from dm_broker.config import BrokerConfig, ConfigError
+
+    def build(**values):
+        return BrokerConfig.build({k.replace("_", "."): v for k, v in values.items()}, environ={})
+
+    assert build(log_retention_hours="24")["log.retention.ms"] == 24 * 3_600_000
+    assert build(log_retention_hours="24", log_retention_minutes="30")["log.retention.ms"] == 30 * 60_000
+    assert build(log_retention_hours="24", log_retention_ms="5000")["log.retention.ms"] == 5000
+    assert build(log_retention_hours="-1")["log.retention.ms"] == -1
+    assert build(log_roll_hours="2")["log.roll.ms"] == 7_200_000
+    with pytest.raises(ConfigError, match=r"log\.retention\.hours"):
+        build(log_retention_hours="-5")
+    config = build(num_io_threads="4", num_network_threads="3", socket_send_buffer_bytes="102400",
+                   socket_receive_buffer_bytes="102400")
+    assert config["num.io.threads"] == 4 and config["socket.receive.buffer.bytes"] == 102400
