@@ -25,19 +25,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from .brokers import rss_mb
 from .replication import LocalCluster
 from .tls import cpu_seconds
 
 RESULTS = Path(__file__).parent / "results"
 OUT = Path(__file__).parent.parent / "docs" / "bench"
 PER_TOPIC = 100
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def all_led(cluster: LocalCluster, expected: int) -> bool:

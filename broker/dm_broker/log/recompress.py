@@ -8,19 +8,14 @@ idempotence and transactions see the same batch. Large batches are recompressed 
 from __future__ import annotations
 
 import asyncio
-import struct
-
-import crc32c
 
 from .records import (
-    BATCH_HEADER,
     COMPRESSION_MASK,
-    CRC_START,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     compress,
     decompress,
     parse_header,
+    with_payload,
 )
 
 CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -41,15 +36,8 @@ def target(settings) -> tuple[int, int | None] | None:
 def recompress_batch(batch: bytes | bytearray | memoryview, codec: int, level: int | None) -> bytes:
     header = parse_header(batch)
     raw = decompress(header.compression, bytes(memoryview(batch)[HEADER_SIZE:header.size]))
-    payload = compress(codec, raw, level)
     attributes = (header.attributes & ~COMPRESSION_MASK) | codec
-    out = bytearray(BATCH_HEADER.pack(
-        header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), header.partition_leader_epoch,
-        header.magic, 0, attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp,
-        header.producer_id, header.producer_epoch, header.base_sequence, header.records_count))
-    out += payload
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
+    return with_payload(header, compress(codec, raw, level), attributes, header.records_count)
 
 
 async def recompress(batch: bytes | bytearray | memoryview, codec: int, level: int | None) -> bytes:

@@ -366,12 +366,16 @@ def rebuild_batch(original: bytes, kept: list[Record]) -> bytes:
     body = bytearray()
     for record in kept:
         _encode_record(body, record, header.base_offset, header.base_timestamp)
-    payload = compress(header.compression, bytes(body))
-    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    return with_payload(header, compress(header.compression, bytes(body)), header.attributes, len(kept))
+
+
+def with_payload(header: BatchHeader, payload: bytes, attributes: int, records_count: int) -> bytes:
+    """A batch with `header`'s offsets, timestamps and producer fields around a new (compressed)
+    payload, its length and CRC computed (compaction drops records, recompression re-encodes them)."""
     out = bytearray(BATCH_HEADER.pack(
-        header.base_offset, length, header.partition_leader_epoch, MAGIC_V2, 0, header.attributes,
-        header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
-        header.producer_epoch, header.base_sequence, len(kept),
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), header.partition_leader_epoch, MAGIC_V2, 0,
+        attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, records_count,
     ))
     out += payload
     struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))

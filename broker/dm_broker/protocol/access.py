@@ -20,7 +20,7 @@ import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -50,6 +50,7 @@ class Access:
     refusal: Refusal | None = None
     filtered: bool = False
     note: str = ""
+    _declared: frozenset[tuple[ResourceType, Operation]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.public and (self.checks or self.requires):
@@ -58,12 +59,11 @@ class Access:
             raise ValueError("only a cluster permission is required of a whole request")
         if not self.public and not self.checks and self.requires is None:
             raise ValueError("an API that is not public declares what it checks")
+        every = (*self.checks, *((self.requires,) if self.requires is not None else ()))
+        object.__setattr__(self, "_declared", frozenset((c.resource_type, c.operation) for c in every))
 
     def declares(self, resource_type: ResourceType, operation: Operation) -> bool:
-        if self.requires is not None and (self.requires.resource_type, self.requires.operation) == (
-                resource_type, operation):
-            return True
-        return any(c.resource_type == resource_type and c.operation == operation for c in self.checks)
+        return (resource_type, operation) in self._declared
 
 
 PUBLIC = Access(public=True)
