@@ -54,6 +54,7 @@ from .metrics import BrokerMetrics
 from .protocol.apis import SPECS
 from .protocol.channels import BrokerChannels
 from .protocol.dispatch import Dispatcher
+from .protocol.fetch_sessions import FetchSessionCache
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, NotEnoughReplicasError, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
@@ -136,6 +137,7 @@ class Broker:
         ), self.markers.write)
         self.txn_verifier = TxnVerifier(self, self.channels)
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self._rates: dict[str, int] = {}
         self.leader_quota = ByteRateQuota(lambda: self._rate("leader.replication.throttled.rate"))
         self.follower_quota = ByteRateQuota(lambda: self._rate("follower.replication.throttled.rate"))
@@ -720,6 +722,7 @@ class Broker:
             raise KafkaError(ErrorCode.offset_out_of_range, f"offset {offset} is beyond the high watermark "
                                                             f"{part.high_watermark} of {topic}-{index}")
         start = part.log.advance_start(target)
+        part.notify_changed()  # fetch sessions tell followers the new log start
         log.info("%s-%d: records before %d deleted (log start %d)", topic, index, target, start)
         return start
 

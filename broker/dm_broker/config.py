@@ -308,6 +308,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=10),
         Property("broker.session.timeout.ms", "int", 6000,
                  "A broker that has not heartbeated for this long is fenced and loses its leaderships.", minimum=100),
+        Property("max.incremental.fetch.session.cache.slots", "int", 1000,
+                 "Incremental fetch sessions (KIP-227) a broker keeps for its followers and consumers; 0 turns "
+                 "them off (every fetch then names and answers every partition).", minimum=0),
         Property("replica.lag.time.max.ms", "int", 10_000,
                  "A follower that has not caught up with the leader for this long leaves the ISR.", minimum=10),
         Property("offsets.topic.num.partitions", "int", 50,

@@ -126,6 +126,11 @@ class BrokerMetrics:
         self.authorization_denials = Counter("dm_authorization_denials",
                                              "Requests (or parts of them) refused by the authorizer, by API",
                                              ["api"], registry=r)
+        sessions = Gauge("dm_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker keeps", registry=r)
+        sessions.set_function(lambda: len(broker.fetch_sessions))
+        session_partitions = Gauge("dm_fetch_session_partitions", "Partitions held by this broker's fetch sessions",
+                                   registry=r)
+        session_partitions.set_function(lambda: broker.fetch_sessions.partition_count())
         r.register(_LogCollector(broker))
 
     def forget_topic(self, topic: str) -> None:

@@ -303,7 +303,7 @@ class DmClient:
             if address is not None:
                 try:
                     # decoded by hand: the records stay a view of the received frame (no copy)
-                    _, error, partitions = decode_fetch_response(self._send_frame(address, req))
+                    _, error, _, partitions = decode_fetch_response(self._send_frame(address, req))
                 except (OSError, ConnectionError) as exc:
                     problem = str(exc)
                 else:

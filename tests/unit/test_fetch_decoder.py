@@ -36,7 +36,7 @@ topics = st.lists(st.builds(TopicResult, name=st.text(min_size=1, max_size=20),
 @given(topics=topics, correlation_id=st.integers(-(2**31), 2**31 - 1))
 def test_reads_what_kio_reads(topics, correlation_id):
     frame = frame_of(topics, correlation_id)
-    got_correlation, error, decoded = decode_fetch_response(frame)
+    got_correlation, error, _, decoded = decode_fetch_response(frame)
     decoded = list(decoded)
     kio_correlation, kio = decode_response(1, VERSION, frame)
     assert got_correlation == kio_correlation == correlation_id and error == kio.error_code.value
@@ -56,7 +56,7 @@ def test_reads_what_kio_reads(topics, correlation_id):
 def test_records_are_views_into_the_frame_not_copies():
     batch = build_batch([(b"k", b"v" * 5000, [])], timestamp_ms=1)
     frame = bytearray(frame_of([TopicResult("t", [PartitionResult(0, 0, 1, 1, 0, batch)])]))
-    _, _, decoded = decode_fetch_response(memoryview(frame))
+    _, _, _, decoded = decode_fetch_response(memoryview(frame))
     (_, part), = decoded
     assert isinstance(part.records, memoryview) and part.records.obj is frame
     assert bytes(part.records) == batch
@@ -68,7 +68,7 @@ def test_every_truncation_is_refused():
                                                             diverging_epoch=(1, 1))])])
     for cut in range(len(frame)):
         with pytest.raises(BoundsError):
-            _, _, decoded = decode_fetch_response(frame[:cut])
+            _, _, _, decoded = decode_fetch_response(frame[:cut])
             list(decoded)
 
 
@@ -79,4 +79,4 @@ def test_forged_lengths_are_refused():
     assert len(frame) - at < 0x7F
     frame[at] = 0x7F  # claims 126 bytes, more than the frame has left
     with pytest.raises(BoundsError, match="runs past"):
-        list(decode_fetch_response(bytes(frame))[2])
+        list(decode_fetch_response(bytes(frame))[3])

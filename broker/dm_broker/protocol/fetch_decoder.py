@@ -53,16 +53,16 @@ class _Cursor:
             self.take(self.uvarint())
 
 
-def decode_fetch_response(frame: bytes | memoryview) -> tuple[int, int, Iterator[tuple[str, PartitionResult]]]:
-    """(correlation id, top-level error code, (topic, partition result) pairs) of a v12 response
-    frame without its size prefix. Records are views into `frame`, or None."""
+def decode_fetch_response(frame: bytes | memoryview) -> tuple[int, int, int, Iterator[tuple[str, PartitionResult]]]:
+    """(correlation id, top-level error code, session id, (topic, partition result) pairs) of a v12
+    response frame without its size prefix. Records are views into `frame`, or None."""
     cur = _Cursor(memoryview(frame))
     (correlation_id,) = cur.unpack(I32)
     cur.skip_tagged_fields()  # response header v1
     cur.take(4)  # throttle time
     (error_code,) = cur.unpack(I16)
-    cur.take(4)  # session id
-    return correlation_id, error_code, _partitions(cur)
+    (session_id,) = cur.unpack(I32)
+    return correlation_id, error_code, session_id, _partitions(cur)
 
 
 def _partitions(cur: _Cursor) -> Iterator[tuple[str, PartitionResult]]:

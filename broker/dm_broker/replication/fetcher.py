@@ -23,6 +23,7 @@ from ..protocol.fetch_decoder import VERSION as FETCH_VERSION
 from ..protocol.fetch_decoder import decode_fetch_response
 from ..protocol.fetch_encoder import PartitionResult
 from ..tasks import cancelling, stop_tasks
+from .fetch_session_client import FetchSessionClient, PartitionFetch
 from .partition import FOLLOWER, Partition
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._conn: KafkaConnection | None = None
         self._changed = asyncio.Event()
+        self.session = FetchSessionClient(enabled=broker.config["max.incremental.fetch.session.cache.slots"] > 0)
 
     def add(self, part: Partition) -> None:
         key = (part.topic, part.index)
@@ -65,6 +67,7 @@ class ReplicaFetcher:
         await self._disconnect()
 
     async def _disconnect(self) -> None:
+        self.session.reset()  # the next connection opens a new session with a full fetch
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
@@ -152,24 +155,38 @@ class ReplicaFetcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), BACKOFF_S)
             return
+        wanted = {(p.topic, p.index): PartitionFetch(
+            fetch_offset=p.log.log_end_offset, current_leader_epoch=p.leader_epoch,
+            last_fetched_epoch=p.log.leader_epochs.latest_epoch, log_start_offset=p.log.log_start_offset,
+            partition_max_bytes=self._max_bytes(p, throttled, allowance)) for p in ready}
+        plan = self.session.plan(wanted)
         cls = request_class(1, FETCH_VERSION)
         topic_cls = nested(cls, "FetchTopic")
         part_cls = nested(cls, "FetchPartition")
-        by_topic: dict[str, list[Partition]] = {}
-        for p in ready:
-            by_topic.setdefault(p.topic, []).append(p)
+        forgotten_cls = nested(cls, "ForgottenTopic")
+        by_topic: dict[str, list] = {}
+        for (topic, index), f in plan.partitions.items():
+            by_topic.setdefault(topic, []).append(make(
+                part_cls, partition=index, current_leader_epoch=f.current_leader_epoch, fetch_offset=f.fetch_offset,
+                last_fetched_epoch=f.last_fetched_epoch, log_start_offset=f.log_start_offset,
+                partition_max_bytes=f.partition_max_bytes))
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in plan.forgotten:
+            forgotten.setdefault(topic, []).append(index)
         req = make(
             cls, replica_id=self.broker.node_id, max_wait=datetime.timedelta(milliseconds=MAX_WAIT_MS), min_bytes=1,
-            max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=tuple(topic_cls(topic=topic, partitions=tuple(make(
-                part_cls, partition=p.index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log.log_end_offset,
-                last_fetched_epoch=p.log.leader_epochs.latest_epoch, log_start_offset=p.log.log_start_offset,
-                partition_max_bytes=self._max_bytes(p, throttled, allowance)) for p in parts))
-                for topic, parts in by_topic.items()),
-            forgotten_topics_data=(), rack_id="",
+            max_bytes=64 << 20, isolation_level=0, session_id=plan.session_id, session_epoch=plan.epoch,
+            topics=tuple(topic_cls(topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()),
+            forgotten_topics_data=tuple(forgotten_cls(topic=topic, partitions=tuple(indexes))
+                                        for topic, indexes in forgotten.items()),
+            rack_id="",
         )
         frame = await conn.request_frame(req, timeout=MAX_WAIT_MS / 1000 + 30)
-        _, error, partitions = decode_fetch_response(frame)
+        _, error, session_id, partitions = decode_fetch_response(frame)
+        if not self.session.answered(error, session_id):
+            log.debug("fetch session with leader %d lost (%s): fetching in full", self.leader_id,
+                      ErrorCode(error).name)
+            return
         if error != ErrorCode.none:
             raise ConnectionError(f"fetch from leader {self.leader_id} failed: {ErrorCode(error).name}")
         for topic, r in partitions:

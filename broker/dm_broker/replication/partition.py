@@ -14,9 +14,13 @@ import asyncio
 import heapq
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..log.partition_log import AppendResult, PartitionLog
 from ..log.records import BatchHeader, build_marker_batch, validate_batches
+
+if TYPE_CHECKING:
+    from ..protocol.fetch_sessions import FetchSession
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -42,6 +46,10 @@ class FollowerState:
     log_end_offset: int = -1  # unknown until the follower's first fetch in this leader epoch
     last_caught_up: float = field(default_factory=time.monotonic)
     log_start_offset: int = -1  # as its last fetch reported it (DeleteRecords waits for the lowest)
+    # The incremental fetch session it fetches this partition in: each fetch of the session asks for
+    # the partition again at its cached offset without naming it, so "caught up" is judged from the
+    # session's last use instead of a per-partition update at every fetch.
+    session: FetchSession | None = None
 
 
 @dataclass(eq=False)
@@ -63,6 +71,7 @@ class Partition:
     topic_id: str = ""  # the topic this log belongs to: a topic deleted and created again is another one
     closed: bool = False
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    _sessions: dict[FetchSession, tuple[str, int]] = field(default_factory=dict)  # incremental fetch sessions
     _purgatory: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
     _seq: int = 0
 
@@ -121,6 +130,7 @@ class Partition:
             now = time.monotonic()
             self.followers = {r: FollowerState(last_caught_up=now) for r in replicas if r != self.node_id}
         self.maybe_advance_hw()
+        self._wake_fetchers()  # a fetcher told NOT_LEADER or FENCED may read here now
 
     def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
                         isr: list[int]) -> None:
@@ -133,6 +143,7 @@ class Partition:
         self.followers = {}
         self.pending_isr = None
         self._fail_purgatory()
+        self._wake_fetchers()  # its fetchers hear NOT_LEADER now, not at their max wait
 
     def set_replicas(self, replicas: list[int]) -> None:
         """The assignment changed under the same leader (a reassignment adds or drops replicas):
@@ -201,7 +212,8 @@ class Partition:
             raise NotEnoughReplicasError(f"{self.topic}-{self.index}: written, but the ISR {sorted(self.isr)} "
                                          f"shrank below min.insync.replicas={required}", after_append=True)
 
-    def update_follower(self, replica: int, fetch_offset: int, log_start_offset: int = -1) -> bool:
+    def update_follower(self, replica: int, fetch_offset: int, log_start_offset: int = -1,
+                        session: FetchSession | None = None) -> bool:
         """A follower fetched from `fetch_offset`, so it has everything before it. Returns True
         when the follower caught up and is not in the ISR (the caller asks to expand it)."""
         state = self.followers.get(replica)
@@ -209,6 +221,7 @@ class Partition:
             return False
         now = time.monotonic()
         state.log_end_offset = fetch_offset
+        state.session = session
         if log_start_offset >= 0:
             state.log_start_offset = log_start_offset
         if fetch_offset >= self.log.log_end_offset:
@@ -274,10 +287,35 @@ class Partition:
 
     def stale_followers(self, max_lag_s: float) -> list[int]:
         now = time.monotonic()
-        return [r for r in self.isr if r != self.node_id and r in self.followers
-                and now - self.followers[r].last_caught_up > max_lag_s]
+        stale = []
+        for replica in self.isr:
+            state = self.followers.get(replica)
+            if replica == self.node_id or state is None or now - state.last_caught_up <= max_lag_s:
+                continue
+            if self._caught_up_in_session(state, now, max_lag_s):
+                state.last_caught_up = now
+                continue
+            stale.append(replica)
+        return stale
+
+    def _caught_up_in_session(self, state: FollowerState, now: float, max_lag_s: float) -> bool:
+        """A follower whose session still holds this partition, used within the lag limit, at our log
+        end: its last fetch asked for this partition at the log end, so it was caught up then."""
+        session = state.session
+        return (session is not None and not session.closed and session in self._sessions
+                and now - session.last_used <= max_lag_s and state.log_end_offset >= self.log.log_end_offset)
 
     # -- fetch long-poll ---------------------------------------------------------------------
+
+    def watch(self, session: FetchSession, key: tuple[str, int]) -> None:
+        self._sessions[session] = key
+
+    def unwatch(self, session: FetchSession) -> None:
+        self._sessions.pop(session, None)
+
+    def notify_changed(self) -> None:
+        """Something a fetcher sees changed outside an append or the high watermark (the log start)."""
+        self._wake_fetchers()
 
     def add_waiter(self, fut: asyncio.Future[None]) -> None:
         self._waiters.add(fut)
@@ -286,6 +324,9 @@ class Partition:
         self._waiters.discard(fut)
 
     def _wake_fetchers(self) -> None:
+        if self._sessions:
+            for session, key in self._sessions.items():
+                session.mark(key)
         if self._waiters:
             for fut in self._waiters:
                 if not fut.done():
