@@ -4,7 +4,12 @@ asyncio's StreamReader copies every byte twice on its way to the caller (appende
 buffer, then sliced out by readexactly); at replication rates those copies were a fifth of a
 broker's CPU. This protocol lets the event loop receive a large frame directly into a buffer of
 the frame's size (``recv_into``) and hands it out without copying; small frames (headers,
-metadata, heartbeats) go through a small staging buffer and are copied once.
+metadata, heartbeats) go through a staging buffer and are copied once.
+
+The staging buffer is one per thread, not one per connection: the event loop calls ``get_buffer``,
+receives into it and calls ``buffer_updated`` in one go for one connection (asyncio's selector and
+TLS transports and uvloop alike), so a connection only keeps the few bytes of a frame that has not
+fully arrived. A 64 KiB buffer per connection was most of an idle connection's 76 KB (issue 31).
 """
 
 from __future__ import annotations
@@ -13,11 +18,23 @@ import asyncio
 import collections
 import ssl
 import struct
+import threading
 from collections.abc import Callable
 
 SIZE = struct.Struct(">i")
 STAGING_BYTES = 64 << 10
+OWN_BUFFER_FROM = 4 << 10  # a frame at least this large that arrived in part gets a buffer of its own
 QUEUED_FRAMES_LIMIT = 2  # frames read ahead of the consumer before the socket stops being read
+
+
+_per_thread = threading.local()
+
+
+def _staging_buffer() -> bytearray:
+    staging = getattr(_per_thread, "staging", None)
+    if staging is None:
+        staging = _per_thread.staging = bytearray(STAGING_BYTES)
+    return staging
 
 
 class FrameSizeError(Exception):
@@ -38,9 +55,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._on_connect = on_connect
         self.max_size = max_size
         self.transport: asyncio.Transport | None = None
-        self._staging = bytearray(STAGING_BYTES)
-        self._start = 0  # unconsumed staged bytes are _staging[_start:_end]
-        self._end = 0
+        self._staging = _staging_buffer()  # shared by the thread's connections
+        self._partial = b""  # the start of a small frame that has not fully arrived
+        self._staged = 0  # bytes of _partial put back into the staging buffer by get_buffer
         self._frame: bytearray | None = None  # a large frame being received in place
         self._filled = 0
         self._frames: collections.deque[memoryview] = collections.deque()
@@ -62,9 +79,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
             return memoryview(self._frame)[self._filled:]
-        if self._end == len(self._staging):
-            self._compact()
-        return memoryview(self._staging)[self._end:]
+        staged = self._staged = len(self._partial)
+        if staged:
+            self._staging[:staged] = self._partial
+        return memoryview(self._staging)[staged:]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
@@ -73,8 +91,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 self._push(memoryview(self._frame).toreadonly())
                 self._frame = None
             return
-        self._end += nbytes
-        self._split_staged()
+        self._split_staged(self._staged + nbytes)
 
     def eof_received(self) -> bool:
         self._finish(None)
@@ -94,33 +111,29 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     # -- framing ---------------------------------------------------------------------------
 
-    def _split_staged(self) -> None:
-        staging = self._staging
-        while self._end - self._start >= 4:
-            (size,) = SIZE.unpack_from(staging, self._start)
+    def _split_staged(self, end: int) -> None:
+        staging = memoryview(self._staging)
+        start = 0
+        while end - start >= 4:
+            (size,) = SIZE.unpack_from(staging, start)
             if not self.min_size <= size <= self.max_size:
+                self._partial = b""
                 self._fail(FrameSizeError(size, self.min_size, self.max_size))
                 return
-            body = self._start + 4
-            have = self._end - body
+            body = start + 4
+            have = end - body
             if have >= size:
-                self._push(memoryview(bytes(memoryview(staging)[body:body + size])))
-                self._start = body + size
+                self._push(memoryview(bytes(staging[body:body + size])))
+                start = body + size
                 continue
-            if size > len(staging) // 2:
-                # Large frame: the rest is received straight into a buffer of its own.
+            if size >= OWN_BUFFER_FROM:
+                # The rest is received straight into a buffer of the frame's size.
                 frame = bytearray(size)
-                frame[:have] = memoryview(staging)[body:self._end]
+                frame[:have] = staging[body:end]
                 self._frame, self._filled = frame, have
-                self._start = self._end = 0
+                start = end
             break
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _compact(self) -> None:
-        staged = self._end - self._start
-        self._staging[:staged] = self._staging[self._start:self._end]
-        self._start, self._end = 0, staged
+        self._partial = bytes(staging[start:end]) if start < end else b""
 
     def _push(self, frame: memoryview) -> None:
         self._frames.append(frame)
@@ -156,7 +169,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if self._error is not None:
                 raise self._error
             if self._closed:
-                partial = bytes(self._staging[self._start:self._end])
+                partial = self._partial
                 raise asyncio.IncompleteReadError(partial, None)
             self._waiter = asyncio.get_running_loop().create_future()
             try:
