@@ -289,6 +289,17 @@ def describe_user_scram_credentials() -> Any:
     return req(50, 0, users=None)
 
 
+def describe_client_quotas() -> Any:
+    return req(48, 1, components=(), strict=False)
+
+
+def alter_client_quotas() -> Any:
+    cls = request_class(49, 1)
+    entity = empty(nested(cls, "EntityData"), entity_type="user", entity_name="conf-nobody")
+    op = empty(nested(cls, "OpData"), key="producer_byte_rate", value=0.0, remove=True)
+    return req(49, 1, entries=(empty(nested(cls, "EntryData"), entity=(entity,), ops=(op,)),), validate_only=False)
+
+
 def alter_user_scram_credentials() -> Any:
     return req(51, 0, deletions=(sub(51, 0, "ScramCredentialDeletion", name="conf-nobody", mechanism=1),),
                upsertions=())
@@ -394,6 +405,8 @@ RULES: dict[int, Rule] = {
     31: Rule(3, delete_acls, ((C, CLUSTER, "ALTER"),), _d((C, "ALTER"))),
     50: Rule(0, describe_user_scram_credentials, ((C, CLUSTER, "DESCRIBE"),), _d((C, "DESCRIBE"))),
     51: Rule(0, alter_user_scram_credentials, ((C, CLUSTER, "ALTER"),), _d((C, "ALTER"))),
+    48: Rule(1, describe_client_quotas, ((C, CLUSTER, "DESCRIBE_CONFIGS"),), _d((C, "DESCRIBE_CONFIGS"))),
+    49: Rule(1, alter_client_quotas, ((C, CLUSTER, "ALTER_CONFIGS"),), _d((C, "ALTER_CONFIGS"))),
 }
 
 # Answers to a principal that may not describe everything: left out, not refused.

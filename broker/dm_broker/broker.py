@@ -35,6 +35,8 @@ from .controller.models import (
     HeartbeatRequest,
     ListenerEndpoint,
     PartitionResult,
+    QuotaAlteration,
+    QuotaResult,
     ReassignmentRequest,
     RegisterRequest,
     ScramAlteration,
@@ -55,6 +57,8 @@ from .protocol.apis import SPECS
 from .protocol.channels import BrokerChannels
 from .protocol.dispatch import Dispatcher
 from .protocol.fetch_sessions import FetchSessionCache
+from .quotas.entities import entity_key
+from .quotas.manager import QuotaManager
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, NotEnoughReplicasError, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
@@ -138,6 +142,8 @@ class Broker:
         self.txn_verifier = TxnVerifier(self, self.channels)
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.quotas = QuotaManager(config["quota.window.num"], config["quota.window.size.seconds"],
+                                   self._throttled)
         self._rates: dict[str, int] = {}
         self.leader_quota = ByteRateQuota(lambda: self._rate("leader.replication.throttled.rate"))
         self.follower_quota = ByteRateQuota(lambda: self._rate("follower.replication.throttled.rate"))
@@ -398,6 +404,7 @@ class Broker:
         self.metadata = md
         self._rates = {}
         self.security.set_acls(md.acls)
+        self.quotas.update({q.key: q.values for q in md.quotas})
         hosted: set[tuple[str, int]] = set()
         for name, topic in md.topics.items():
             settings = TopicSettings(self.config, topic.configs)
@@ -765,6 +772,21 @@ class Broker:
         await self._until_visible(lambda: all(self.scram_credential(a.user, a.mechanism) == a.credential
                                               for a in done))
         return results
+
+    async def alter_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[QuotaResult]:
+        results = await self._ask_controller(self.controller.alter_quotas(alterations, validate_only))
+        done = [a for a, r in zip(alterations, results, strict=True) if r.error is None and not validate_only]
+
+        def visible() -> bool:
+            stored = {q.key: q.values for q in self.metadata.quotas} if self.metadata is not None else {}
+            return all(stored.get(entity_key(dict(a.entity)), {}).get(op.key) == (None if op.remove else op.value)
+                       for a in done for op in a.ops)
+
+        await self._until_visible(visible)
+        return results
+
+    def _throttled(self, quota: str, sensor: tuple[str, str], seconds: float) -> None:
+        self.metrics.throttle_time.labels(quota, *sensor).inc(seconds)
 
     async def _ask_controller(self, call: Awaitable[T]) -> T:
         """Runs a controller call; its errors become the Kafka error codes clients expect."""

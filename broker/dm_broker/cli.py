@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .config import BrokerConfig, ConfigError
-from .tools import cluster, consume, groups, produce, reassign, strays, topics
+from .tools import cluster, consume, groups, produce, quotas, reassign, strays, topics
 from .tools.client import DEFAULT_BOOTSTRAP, load_command_config
 
 
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.register(sub, common)
     consume.register(sub, common)
     groups.register(sub, common)
+    quotas.register(sub, common)
     cluster.register(sub)
     reassign.register_cluster(sub, common)
     strays.register(sub)

@@ -308,6 +308,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=10),
         Property("broker.session.timeout.ms", "int", 6000,
                  "A broker that has not heartbeated for this long is fenced and loses its leaderships.", minimum=100),
+        Property("quota.window.num", "int", 11,
+                 "Samples a client quota's rate is measured over (Kafka's quota window).", minimum=1),
+        Property("quota.window.size.seconds", "int", 1,
+                 "Length of one sample of a client quota's rate, in seconds.", minimum=1),
         Property("max.incremental.fetch.session.cache.slots", "int", 1000,
                  "Incremental fetch sessions (KIP-227) a broker keeps for its followers and consumers; 0 turns "
                  "them off (every fetch then names and answers every partition).", minimum=0),

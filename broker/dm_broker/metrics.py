@@ -131,6 +131,9 @@ class BrokerMetrics:
         session_partitions = Gauge("dm_fetch_session_partitions", "Partitions held by this broker's fetch sessions",
                                    registry=r)
         session_partitions.set_function(lambda: broker.fetch_sessions.partition_count())
+        self.throttle_time = Counter("dm_throttle_time_seconds", "Time clients were throttled for exceeding a "
+                                     "client quota, by quota and the user / client id it holds (empty: any)",
+                                     ["quota", "user", "client_id"], registry=r)
         r.register(_LogCollector(broker))
 
     def forget_topic(self, topic: str) -> None:

@@ -219,6 +219,9 @@ class KafkaServer:
             while True:
                 if session.authenticated and conn.max_size != self.max_request_bytes:
                     conn.max_size = self.max_request_bytes
+                muted = session.muted_until - time.monotonic()
+                if muted > 0:  # throttled by a client quota (KIP-219: the channel is muted meanwhile)
+                    await asyncio.sleep(muted)
                 frame = await conn.read_frame()
                 self._connections[conn] = time.monotonic()
                 ordered = loop.create_future()

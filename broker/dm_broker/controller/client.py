@@ -34,6 +34,10 @@ from .models import (
     PartitionResult,
     PartitionResults,
     ProducerIdBlock,
+    QuotaAlteration,
+    QuotaRequest,
+    QuotaResult,
+    QuotaResults,
     ReassignmentRequest,
     ReassignmentsRequest,
     RegisterRequest,
@@ -72,6 +76,7 @@ class ControllerClient(Protocol):
     async def create_acls(self, acls: list[AclBinding]) -> list[str | None]: ...
     async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]: ...
     async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]: ...
+    async def alter_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[QuotaResult]: ...
     async def close(self) -> None: ...
 
 
@@ -136,6 +141,9 @@ class LocalControllerClient:
 
     async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]:
         return await self.controller.alter_scram(alterations)
+
+    async def alter_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[QuotaResult]:
+        return await self.controller.alter_quotas(alterations, validate_only)
 
     async def close(self) -> None:
         await self.controller.close()
@@ -262,6 +270,11 @@ class HttpControllerClient:
     async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]:
         return (await self._call("POST", "/v1/scram", ScramRequest(alterations=alterations),
                                  answer=ScramResults)).results
+
+    async def alter_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[QuotaResult]:
+        return (await self._call("POST", "/v1/quotas", QuotaRequest(alterations=alterations,
+                                                                    validate_only=validate_only),
+                                 answer=QuotaResults)).results
 
     async def hold_session(self, node_id: int, broker_epoch: int, opened: Callable[[], None]) -> None:
         """Keeps the session WebSocket open (`opened` is called once it is); returns when it

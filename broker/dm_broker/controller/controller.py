@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import BaseModel
 
 from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, BrokerConfig, ConfigError, validate_topic_configs
+from ..quotas.entities import QUOTA_KEYS, ClientQuota, EntityKey, entity_key, entity_refusal, value_refusal
 from ..security.acls import AclBinding, AclFilter
 from ..security.acls import validate as validate_acl
 from ..security.scram import MAX_ITERATIONS as SCRAM_MAX_ITERATIONS
@@ -54,6 +55,8 @@ from .models import (
     PartitionResult,
     PartitionState,
     ProducerIdBlock,
+    QuotaAlteration,
+    QuotaResult,
     ReassignmentRequest,
     RegisterRequest,
     RegisterResponse,
@@ -193,7 +196,7 @@ class Controller:
                                controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics,
                                broker_configs=self.cluster.broker_configs,
                                deleted_topics=self.cluster.deleted_topics, acls=self.cluster.acls,
-                               scram=self.cluster.scram)
+                               scram=self.cluster.scram, quotas=self.cluster.quotas)
 
     def cluster_info(self) -> ClusterInfo:
         return ClusterInfo(cluster_id=self.cluster.cluster_id if self.established else None,
@@ -805,6 +808,46 @@ class Controller:
                 results.append(ScramResult(user=a.user))
             if scram != self.cluster.scram:
                 await self._save_cluster(self.cluster.model_copy(update={"scram": scram}))
+                self._bump()
+        return results
+
+    async def alter_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[QuotaResult]:
+        """AlterClientQuotas: each valid entry applied (all together), each invalid one refused with
+        INVALID_REQUEST and its reason, as Kafka answers."""
+        async with self._lock:
+            stored = {q.key: dict(q.values) for q in self.cluster.quotas}
+            entities = {q.key: q.entity for q in self.cluster.quotas}
+            seen: set[EntityKey] = set()
+            results = []
+            for a in alterations:
+                reason = entity_refusal(a.entity)
+                key = entity_key(dict(a.entity)) if reason is None else ()
+                if reason is None and key in seen:
+                    reason = f"entity {dict(a.entity)} appears more than once in the request"
+                keys = [op.key for op in a.ops]
+                if reason is None and len(set(keys)) != len(keys):
+                    reason = "a quota appears more than once for the entity"
+                if reason is None:
+                    reason = next((r for op in a.ops if not op.remove
+                                   for r in (value_refusal(op.key, op.value),) if r), None)
+                if reason is None:
+                    reason = next((f"unknown quota {op.key!r}" for op in a.ops
+                                   if op.remove and op.key not in QUOTA_KEYS), None)
+                if reason is not None:
+                    results.append(QuotaResult(error="invalid_request", message=reason))
+                    continue
+                seen.add(key)
+                values = stored.setdefault(key, {})
+                entities[key] = dict(a.entity)
+                for op in a.ops:
+                    if op.remove:
+                        values.pop(op.key, None)
+                    else:
+                        values[op.key] = op.value
+                results.append(QuotaResult())
+            quotas = [ClientQuota(entity=entities[k], values=v) for k, v in sorted(stored.items(), key=str) if v]
+            if not validate_only and quotas != self.cluster.quotas:
+                await self._save_cluster(self.cluster.model_copy(update={"quotas": quotas}))
                 self._bump()
         return results
 

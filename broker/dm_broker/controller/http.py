@@ -30,6 +30,8 @@ from .models import (
     ElectLeadersRequest,
     HeartbeatRequest,
     PartitionResults,
+    QuotaRequest,
+    QuotaResults,
     ReassignmentsRequest,
     RegisterRequest,
     ScramRequest,
@@ -164,6 +166,10 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
         req = ScramRequest.model_validate(await request.json())
         return reply(ScramResults(results=await c.alter_scram(req.alterations)))
 
+    async def alter_quotas(c: Controller, request: web.Request) -> web.Response:
+        req = QuotaRequest.model_validate(await request.json())
+        return reply(QuotaResults(results=await c.alter_quotas(req.alterations, req.validate_only)))
+
     v1 = f"{prefix}/v1"
     app.router.add_post(f"{v1}/brokers/register", route(register))
     app.router.add_post(f"{v1}/brokers/heartbeat", route(heartbeat))
@@ -183,6 +189,7 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_post(f"{v1}/acls", route(create_acls))
     app.router.add_post(f"{v1}/acls/delete", route(delete_acls))
     app.router.add_post(f"{v1}/scram", route(alter_scram))
+    app.router.add_post(f"{v1}/quotas", route(alter_quotas))
 
 
 def make_app(controller: Controller, token: str = "") -> web.Application:

@@ -6,6 +6,7 @@ import uuid
 
 from pydantic import BaseModel, Field
 
+from ..quotas.entities import ClientQuota
 from ..security.acls import AclBinding, AclFilter
 from ..security.scram import ScramCredential
 
@@ -101,6 +102,7 @@ class ClusterDoc(BaseModel):
     acls: list[AclBinding] = Field(default_factory=list)
     # SCRAM credentials by user and mechanism: salted, never a password (KIP-554).
     scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
+    quotas: list[ClientQuota] = Field(default_factory=list)  # client quotas (KIP-13/124/599)
     version: int = 0
 
 
@@ -117,6 +119,7 @@ class ClusterMetadata(BaseModel):
     deleted_topics: list[DeletedTopic] = Field(default_factory=list)
     acls: list[AclBinding] = Field(default_factory=list)
     scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
+    quotas: list[ClientQuota] = Field(default_factory=list)
 
 
 class HeldPartition(BaseModel):
@@ -293,3 +296,28 @@ class ScramResult(BaseModel):
 
 class ScramResults(BaseModel):
     results: list[ScramResult]
+
+
+class QuotaOp(BaseModel):
+    key: str
+    value: float = 0.0
+    remove: bool = False
+
+
+class QuotaAlteration(BaseModel):
+    entity: list[tuple[str, str | None]]  # as the request lists it: (type, name or None for <default>)
+    ops: list[QuotaOp]
+
+
+class QuotaRequest(BaseModel):
+    alterations: list[QuotaAlteration]
+    validate_only: bool = False
+
+
+class QuotaResult(BaseModel):
+    error: str | None = None  # Kafka's error name, lower-case
+    message: str | None = None
+
+
+class QuotaResults(BaseModel):
+    results: list[QuotaResult]

@@ -18,6 +18,7 @@ from .handlers import (
     metadata,
     offsets,
     produce,
+    quotas,
     sasl,
     security_admin,
     transactions,
@@ -110,4 +111,7 @@ SPECS: list[ApiSpec] = [
             cluster(Op.DESCRIBE)),
     ApiSpec(51, "AlterUserScramCredentials", 0, 0, security_admin.handle_alter_user_scram_credentials,
             cluster(Op.ALTER, security_admin.refuse_alter_user_scram_credentials)),
+    ApiSpec(48, "DescribeClientQuotas", 0, 1, quotas.handle_describe_client_quotas, cluster(Op.DESCRIBE_CONFIGS)),
+    ApiSpec(49, "AlterClientQuotas", 0, 1, quotas.handle_alter_client_quotas,
+            cluster(Op.ALTER_CONFIGS, quotas.refuse_alter_client_quotas)),
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import logging
 import re
 import time
@@ -29,13 +31,17 @@ from .codec import (
 if TYPE_CHECKING:
     from ..broker import Broker
 
+from ..quotas.entities import REQUEST_PERCENTAGE
+from ..quotas.handler_time import TimedCoroutine
 from ..security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..security.session import Session
 from .access import AUTHORIZATION_ERRORS, Access, UndeclaredCheck
+from .fetch_encoder import with_fetch_throttle
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+FETCH_KEY = 1
 
 
 @dataclass(slots=True)
@@ -48,10 +54,24 @@ class RequestContext:
     access: Access
     ordered: asyncio.Future[None] | None = None
     api: str = ""
+    throttle_s: float = 0.0  # a client quota's throttle for this request (the longest asked for)
+    size: int = 0  # bytes of the request frame
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+    def record_quota(self, quota: str, value: float) -> float:
+        """Counts `value` against the client's quota; the request is throttled as long as it asks."""
+        throttle = self.broker.quotas.record(quota, self.session.principal.name, self.client_id, value)
+        if throttle > 0:
+            self.throttle_s = max(self.throttle_s, throttle)
+            self.session.mute(throttle)  # now: the next request may be read before this one is answered
+        return throttle
 
     @property
     def listener_name(self) -> str:
@@ -148,7 +168,8 @@ class Dispatcher:
         header, offset = decode_request(frame, req_cls.__flexible__)
         body = decode_body(frame, offset, req_cls)
         resp_cls = response_class(api_key, version)
-        ctx = RequestContext(self.broker, header, resp_cls, peer, session, spec.access, ordered, spec.name)
+        ctx = RequestContext(self.broker, header, resp_cls, peer, session, spec.access, ordered, spec.name,
+                             size=len(frame))
         started = time.perf_counter()
         required = spec.access.requires
         if required is not None and ctx.denied(required.operation, required.resource_type, CLUSTER_NAME):
@@ -156,12 +177,22 @@ class Dispatcher:
             response = spec.access.refusal(body, resp_cls, AUTHORIZATION_ERRORS[required.resource_type],
                                            f"{required.operation.name} on the cluster is needed for {spec.name}")
         else:
+            call: Any = spec.handler(ctx, body)
+            timed = None
+            if self.broker.quotas.limits(REQUEST_PERCENTAGE) and not _exempt_from_request_quota(spec, body):
+                call = timed = TimedCoroutine(call)
             try:
-                response = await spec.handler(ctx, body)
+                response = await call
             except UndeclaredCheck as exc:
                 log.error("%s", exc)
                 raise ProtocolError(f"{spec.name} is refused: {exc}") from exc
+            if timed is not None:
+                ctx.record_quota(REQUEST_PERCENTAGE, timed.seconds * 100)  # percent of one thread
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
+        if ctx.throttle_s > 0:
+            # KIP-219: answered at once with the throttle time; the connection is not read meanwhile.
+            session.mute(ctx.throttle_s)
+            response = _with_throttle(response, int(ctx.throttle_s * 1000), version)
         if response is None:
             return None
         if isinstance(response, EncodedResponse):
@@ -176,6 +207,22 @@ class Dispatcher:
         cls = response_class(API_VERSIONS_KEY, 0)
         return [encode_response(correlation_id, api_versions_response(cls, self, ErrorCode.unsupported_version),
                                 flexible_header=False)]
+
+
+def _exempt_from_request_quota(spec: ApiSpec, body: Any) -> bool:
+    """Kafka exempts what a client cannot do without (version and login exchanges) and the brokers'
+    own traffic (a follower's fetch: its CLUSTER_ACTION is checked by the fetch itself)."""
+    return spec.access.public or (spec.key == FETCH_KEY and getattr(body, "replica_id", -1) >= 0)
+
+
+def _with_throttle(response: Any, throttle_ms: int, version: int) -> Any:
+    if response is None:
+        return None
+    if isinstance(response, EncodedResponse):
+        return EncodedResponse(with_fetch_throttle(response.chunks, version, throttle_ms))
+    if hasattr(response, "throttle_time"):
+        return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+    return response
 
 
 def api_versions_response(cls: type, dispatcher: Dispatcher, error: ErrorCode = ErrorCode.none) -> Any:

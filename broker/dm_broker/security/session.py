@@ -26,6 +26,10 @@ class Session:
     close_after_response: bool = False
     client_subject: str | None = None  # an mTLS client's certificate subject
     mechanism: str = field(default="")
+    muted_until: float = 0.0  # monotonic: a client quota's throttle; its next request is not read before
+
+    def mute(self, seconds: float) -> None:
+        self.muted_until = max(self.muted_until, time.monotonic() + seconds)
 
     @classmethod
     def plain(cls, listener: Listener, host: str) -> Session:

@@ -143,6 +143,31 @@ class WireAdmin:
             if r.error_code != ErrorCode.none:
                 raise AdminError(f"cannot set the replication throttle: {r.error_code.name}: {r.error_message}")
 
+    async def describe_quotas(self, entity: list[tuple[str, str | None]], strict: bool
+                              ) -> list[tuple[list[tuple[str, str | None]], dict[str, float]]]:
+        """DescribeClientQuotas: entities matching `entity` (a name matches exactly, None the default)."""
+        cls = request_class(48, 1)
+        comp_cls = nested(cls, "ComponentData")
+        components = tuple(make(comp_cls, entity_type=t, match_type=1 if n is None else 0, match=n)
+                           for t, n in entity)
+        resp = await self._call(48, 1, components=components, strict=strict)
+        if resp.error_code != ErrorCode.none:
+            raise AdminError(f"{resp.error_code.name}: {resp.error_message or ''}")
+        return [([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: v.value for v in entry.values})
+                for entry in resp.entries or ()]
+
+    async def alter_quotas(self, entity: list[tuple[str, str | None]], values: dict[str, float | None]) -> None:
+        """AlterClientQuotas on one entity: a value sets a quota, None removes it."""
+        cls = request_class(49, 1)
+        entity_cls, op_cls, entry_cls = nested(cls, "EntityData"), nested(cls, "OpData"), nested(cls, "EntryData")
+        entry = make(entry_cls, entity=tuple(make(entity_cls, entity_type=t, entity_name=n) for t, n in entity),
+                     ops=tuple(make(op_cls, key=k, value=0.0 if v is None else float(v), remove=v is None)
+                               for k, v in values.items()))
+        resp = await self._call(49, 1, entries=(entry,), validate_only=False)
+        for r in resp.entries:
+            if r.error_code != ErrorCode.none:
+                raise AdminError(f"{r.error_code.name}: {r.error_message or ''}")
+
 
 def run(bootstrap: str, work: Any) -> Any:
     """Runs `await work(admin)` on a fresh connection."""

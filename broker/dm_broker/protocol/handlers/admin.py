@@ -19,6 +19,7 @@ from ...config import (
     validate_topic_configs,
 )
 from ...errors import KafkaError
+from ...quotas.entities import CONTROLLER_MUTATION_RATE
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..build import ZERO, make, nested, nested_optional
 from ..dispatch import RequestContext
@@ -33,6 +34,26 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 CONFIG_TYPES = {"bool": 1, "str": 2, "choice": 2, "int": 5, "float": 6}  # BOOLEAN, STRING, LONG, DOUBLE
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+# KIP-599: the versions that know THROTTLING_QUOTA_EXCEEDED
+STRICT_MUTATION_QUOTA_FROM = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
+
+
+def _count_mutations(ctx: RequestContext, partitions: int) -> None:
+    """controller_mutation_rate (KIP-599), counted in partitions created or deleted. Over the quota,
+    versions that know THROTTLING_QUOTA_EXCEEDED get it for the topic (nothing done, the client
+    retries after the throttle); older ones are done and throttled after."""
+    quotas = ctx.broker.quotas
+    if not quotas.limits(CONTROLLER_MUTATION_RATE) or partitions <= 0:
+        return
+    if ctx.version >= STRICT_MUTATION_QUOTA_FROM[ctx.api]:
+        over = quotas.exceeded(CONTROLLER_MUTATION_RATE, ctx.session.principal.name, ctx.client_id)
+        if over > 0:
+            ctx.throttle_s = max(ctx.throttle_s, over)
+            raise KafkaError(ErrorCode.throttling_quota_exceeded,
+                             f"controller_mutation_rate exceeded: retry in {over:.1f} s")
+    ctx.record_quota(CONTROLLER_MUTATION_RATE, partitions)
 
 
 async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
@@ -64,6 +85,8 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
                 assignments = [by_index[i] for i in indexes]
                 partitions, rf = len(indexes), len(assignments[0])
             configs = {c.name: c.value for c in t.configs}
+            if not req.validate_only:
+                _count_mutations(ctx, partitions if partitions > 0 else broker.config["num.partitions"])
             info = await broker.create_topic(t.name, partitions, rf, configs, validate_only=req.validate_only,
                                              assignments=assignments)
         except KafkaError as exc:
@@ -112,6 +135,8 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> Any:
                 name = found.name
             if ctx.denied(Operation.DELETE, ResourceType.TOPIC, name):
                 raise KafkaError(ErrorCode.topic_authorization_failed, f"DELETE on topic {name} is not allowed")
+            existing = broker.topic(name)
+            _count_mutations(ctx, len(existing.partitions) if existing is not None else 0)
             info = await broker.delete_topic(name)
             topic_id = info.uuid
         except KafkaError as exc:
@@ -132,6 +157,9 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> Any:
             if ctx.denied(Operation.ALTER, ResourceType.TOPIC, t.name):
                 raise KafkaError(ErrorCode.topic_authorization_failed, f"ALTER on topic {t.name} is not allowed")
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            existing = broker.topic(t.name)
+            if not req.validate_only and existing is not None:
+                _count_mutations(ctx, t.count - len(existing.partitions))
             await broker.create_partitions(t.name, t.count, req.validate_only, assignments)
         except KafkaError as exc:
             error, message = exc.code, exc.message

@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...log.segment import FileSlice
+from ...quotas.entities import CONSUMER_BYTE_RATE
 from ...replication.partition import Partition
 from ...replication.throttle import ByteRateQuota
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
@@ -162,10 +163,29 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     _track_follower(broker, replica_id, [added], quota is not None, session)
         total = _read_all(fetch.reads, max_bytes, committed, replica, quota)
 
+    if not replica and _throttled(ctx, fetch, session, incremental):
+        # Over consumer_byte_rate: nothing is sent this time (as Kafka), so nothing is counted; the
+        # session keeps every partition read here to be looked at again.
+        return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0,
+                                                     session.id if session is not None and incremental else 0, []))
     topics = _results(ctx, fetch, session, incremental, committed, replica, quota)
     response_session = session.id if session is not None else 0
     return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, response_session,
                                                  topics))
+
+
+def _throttled(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None, incremental: bool) -> bool:
+    size = sum(r.size for topic_reads in fetch.reads for r in topic_reads)
+    if ctx.record_quota(CONSUMER_BYTE_RATE, size) <= 0:
+        return False
+    quotas = ctx.broker.quotas
+    quotas.unrecord(CONSUMER_BYTE_RATE, ctx.session.principal.name, ctx.client_id, size)
+    if session is not None:
+        if incremental:
+            session.dirty.update(r.key for topic_reads in fetch.reads for r in topic_reads)
+        else:  # a session opened by a throttled full fetch: not kept (the client will open another)
+            ctx.broker.fetch_sessions.remove(session.id, session.owner)
+    return True
 
 
 class _Fetch:

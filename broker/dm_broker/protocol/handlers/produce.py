@@ -19,6 +19,7 @@ from ...log.records import (
     decode_records,
     validate_batches,
 )
+from ...quotas.entities import PRODUCER_BYTE_RATE
 from ...replication.partition import NotEnoughReplicasError, NotLeaderError, Partition
 from ...security.acls import Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
@@ -61,6 +62,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                                   if ctx.denied(Operation.WRITE, ResourceType.TOPIC, topic.name) else None)
         outcomes.append((topic.name, [await _append(ctx, req, topic.name, pdata, batch_error_cls, refusal)
                                       for pdata in topic.partition_data]))
+    # Kafka counts the request's size against producer_byte_rate, appended or not; the throttle
+    # mutes the connection before its next request is read.
+    ctx.record_quota(PRODUCER_BYTE_RATE, ctx.size)
     ctx.release_order()
     # One after another against one deadline: every batch is already appended, so this takes as
     # long as the slowest partition, without a task per partition.
