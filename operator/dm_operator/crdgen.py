@@ -51,6 +51,11 @@ def _structural(node: dict[str, Any], in_status: bool) -> dict[str, Any]:
             node["nullable"] = True
     if "const" in node:  # Kubernetes' schemas have no `const` (a one-value Literal): a one-item enum says the same
         node["enum"] = [node.pop("const")]
+    for bound, flag in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), int | float) and not isinstance(node.get(bound), bool):
+            # JSON Schema 2020's numeric exclusive bound is OpenAPI v3's bound plus a boolean (`gt=0`)
+            node[flag] = node.pop(bound)
+            node[bound] = True
     if node.get("default", "missing") is None or in_status:
         node.pop("default", None)
     kind = node.get("type")

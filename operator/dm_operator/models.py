@@ -11,11 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.3.0"
+SCHEMA_VERSION = "0.4.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
     "0.3.0": {"dmclusters": "f6bc46a0ebdb817a", "topics": "179363eaa2749f72", "users": "4ed8935debb7dd20"},
+    "0.4.0": {"dmclusters": "cad499040d82891a", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -252,6 +253,17 @@ class AclStatus(Model):
     permission: str = Field(description="ALLOW or DENY")
 
 
+class QuotaEntityPart(Model):
+    type: Literal["user", "client-id"] = Field(description="Entity type")
+    name: str | None = Field(None, description="Its name; absent for <default>")
+
+
+class ClientQuotaStatus(Model):
+    entity: list[QuotaEntityPart] = Field(description="A user, a client id, or both")
+    values: dict[str, float] = Field(default_factory=dict, description="producer_byte_rate, consumer_byte_rate, "
+                                     "request_percentage, controller_mutation_rate")
+
+
 class ControllerState(Model):
     """The controller's cluster document (what `dm controller` keeps in cluster.json)."""
 
@@ -262,6 +274,7 @@ class ControllerState(Model):
                                                     "brokers delete only logs of these topic ids (or moved away)")
     acls: list[AclStatus] = Field(default_factory=list, description="The cluster's ACLs (SCRAM credentials are in "
                                   "the Secret <cluster>-scram-credentials)")
+    clientQuotas: list[ClientQuotaStatus] = Field(default_factory=list, description="The cluster's client quotas")
     documentVersion: int = Field(0, description="Version of this document (compare-and-set)")
 
 
@@ -375,12 +388,25 @@ class UserAuthorization(Model):
                                 "these for the user's principal)")
 
 
+class UserQuotas(Model):
+    producerByteRate: int | None = Field(None, ge=1, description="Bytes per second the user may produce to each "
+                                         "broker (Kafka's producer_byte_rate)")
+    consumerByteRate: int | None = Field(None, ge=1, description="Bytes per second the user may fetch from each "
+                                         "broker (consumer_byte_rate)")
+    requestPercentage: float | None = Field(None, gt=0, description="Share of one broker thread the user's "
+                                            "requests may take, in percent (request_percentage)")
+    controllerMutationRate: float | None = Field(None, gt=0, description="Partitions per second the user may "
+                                                 "create or delete (controller_mutation_rate)")
+
+
 class UserSpec(Model):
     cluster: str = Field(min_length=1, max_length=63, pattern=K8S_NAME, json_schema_extra=immutable("cluster"),
                          description="Name of the DMCluster in the same namespace (fixed once set)")
     authentication: UserAuthentication = Field(description="How the user authenticates")
     authorization: UserAuthorization | None = Field(None, description="The user's ACLs (the DMCluster needs "
                                                     "spec.authorization)")
+    quotas: UserQuotas | None = Field(None, description="Client quotas on the user (Strimzi's KafkaUser "
+                                      "spec.quotas): throttled, never refused, per broker")
 
 
 class UserStatus(Model):

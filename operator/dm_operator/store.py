@@ -16,9 +16,11 @@ import base64
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from dm_broker.controller.models import ClusterDoc, DeletedTopic, PartitionState, TopicDoc
 from dm_broker.controller.store import ConflictError
+from dm_broker.quotas.entities import ClientQuota
 from dm_broker.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 from dm_broker.security.scram import ScramCredential
 
@@ -101,6 +103,15 @@ def acl_from_status(data: dict[str, str]) -> AclBinding:
                       operation=Operation[data["operation"]], permission=Permission[data["permission"]])
 
 
+def quota_to_status(quota: ClientQuota) -> dict[str, Any]:
+    return {"entity": [{"type": t, **({"name": n} if n is not None else {})} for t, n in quota.key],
+            "values": dict(quota.values)}
+
+
+def quota_from_status(data: dict[str, Any]) -> ClientQuota:
+    return ClientQuota(entity={p["type"]: p.get("name") for p in data["entity"]}, values=data.get("values") or {})
+
+
 def cluster_of(obj: Obj) -> str:
     """The DMCluster a Topic resource belongs to: recorded in its status once it has a topic."""
     return (obj.get("status") or {}).get("cluster") or obj.get("spec", {}).get("cluster", "")
@@ -151,7 +162,9 @@ class CrdStatusStore:
                           broker_configs=state.get("brokerConfigs") or {},
                           deleted_topics=[DeletedTopic(topic_id=t["topicId"], name=t["name"])
                                           for t in state.get("deletedTopics") or []],
-                          acls=self._acls, scram=self._scram, version=state["documentVersion"])
+                          acls=self._acls, scram=self._scram, quotas=[quota_from_status(q) for q in
+                                                                      state.get("clientQuotas") or []],
+                          version=state["documentVersion"])
 
     async def save_cluster(self, doc: ClusterDoc, expected_version: int) -> ClusterDoc:
         if expected_version != self._cluster_version:
@@ -167,6 +180,7 @@ class CrdStatusStore:
                                  "deletedTopics": [{"topicId": t.topic_id, "name": t.name}
                                                    for t in doc.deleted_topics],
                                  "acls": [acl_to_status(a) for a in doc.acls],
+                                 "clientQuotas": [quota_to_status(q) for q in doc.quotas],
                                  "documentVersion": doc.version}}
         for _ in range(CAS_RETRIES):
             try:

@@ -1,6 +1,6 @@
 """User resources of one DMCluster: credentials in a Secret of the User's name (a SCRAM-SHA-512 password,
-or a client certificate the clients CA signs), the credential and the user's ACLs in the cluster's
-controller, exactly as the spec says. Deleting the User removes its credential and ACLs (the
+or a client certificate the clients CA signs), the credential, the user's ACLs and its client quotas in
+the cluster's controller, exactly as the spec says. Deleting the User removes its credential and ACLs (the
 operator's finalizer) and its Secret (owned by the User). Everything is read from the watch cache, so
 a pass that changes nothing reads and writes nothing."""
 
@@ -12,11 +12,12 @@ import secrets
 from typing import Any
 
 from dm_broker.controller.controller import Controller, ControllerError
-from dm_broker.controller.models import ScramAlteration
+from dm_broker.controller.models import QuotaAlteration, ScramAlteration
+from dm_broker.quotas.entities import USER
 from dm_broker.security.acls import AclFilter, PatternType
 from dm_broker.security.scram import ScramCredential, from_password, verify_password
 
-from . import API_VERSION, GROUP, VERSION, certificates, finalizers, naming
+from . import API_VERSION, GROUP, VERSION, certificates, finalizers, naming, user_quotas
 from .cache import ObjectCache
 from .children import Children
 from .conditions import condition, merge_conditions
@@ -116,6 +117,7 @@ class UserReconciler:
                     return condition("Ready", False, "InvalidAcl", "; ".join(errors)[:500]), 0
             if delete:
                 await self.controller.delete_acls([_exact(a) for a in delete])
+            await self._quotas(username(name, spec), user_quotas.wanted(spec))
         except ControllerError as exc:
             return condition("Ready", False, "ControllerRefused", exc.message), 0
         if desired and cluster_spec.authorization is None:
@@ -141,6 +143,15 @@ class UserReconciler:
             if results[0].error:
                 raise ControllerError(results[0].error, results[0].message or results[0].error)
         self._matching[name] = (password, stored)
+
+    async def _quotas(self, user: str, desired: dict[str, float]) -> None:
+        """The user entity's client quotas become exactly `desired` (written only when they differ)."""
+        changes = user_quotas.ops(user_quotas.held(self.controller.cluster.quotas, user), desired)
+        if not changes:
+            return
+        results = await self.controller.alter_quotas([QuotaAlteration(entity=[(USER, user)], ops=changes)], False)
+        if results[0].error:
+            raise ControllerError(results[0].error, results[0].message or results[0].error)
 
     async def _certificate(self, name: str, spec: UserSpec, cluster_spec: DMClusterSpec, tls: TlsState | None,
                            owner: Obj) -> str | None:
@@ -172,6 +183,7 @@ class UserReconciler:
                 await self.controller.alter_scram([ScramAlteration(user=name, mechanism=MECHANISM)])
             if any(a.principal == who for a in self.controller.cluster.acls):
                 await self.controller.delete_acls([AclFilter(principal=who)])
+            await self._quotas(username(name, spec), {})
         log.info("%s: User %s removed from cluster %s", self.namespace, name, self.cluster)
 
 

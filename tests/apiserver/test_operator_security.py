@@ -83,8 +83,9 @@ def test_a_secured_cluster_gets_cas_certificates_and_listeners(apiserver: Testbe
 def test_users_get_credentials_and_acls_and_lose_them_when_deleted(apiserver: Testbed, namespace: str):
     uid = create_cluster(apiserver, namespace, SECURED)
     acl = {"resource": {"type": "topic", "name": "orders"}, "operations": ["Read", "Write"]}
+    quotas = {"producerByteRate": 1048576, "requestPercentage": 50}
     apply_user(apiserver, namespace, "alice", {"authentication": {"type": "scram-sha-512"},
-                                               "authorization": {"acls": [acl]}})
+                                               "authorization": {"acls": [acl]}, "quotas": quotas})
     apply_user(apiserver, namespace, "bob", {"authentication": {"type": "tls"}, "authorization": {"acls": [
         {"resource": {"type": "group", "name": "bob-", "patternType": "prefix"}, "operations": ["Read"]}]}})
 
@@ -111,15 +112,31 @@ def test_users_get_credentials_and_acls_and_lose_them_when_deleted(apiserver: Te
         assert user["status"]["principal"] == "User:alice" and user["status"]["acls"] == 2
         assert user["metadata"]["finalizers"] == ["dm.dev/user"]
         assert [c["status"] for c in user["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
-        # an ACL removed from the spec leaves the cluster
+        # the User's quotas are the cluster's quotas on its user entity
+        assert [(q.entity, q.values) for q in controller.cluster.quotas] == [
+            ({"user": "alice"}, {"producer_byte_rate": 1048576.0, "request_percentage": 50.0})]
+        # an ACL and a quota removed from the spec leave the cluster, a new quota joins
         acl["operations"] = ["Read"]
-        apply_user(tb, ns, "alice", {"authentication": {"type": "scram-sha-512"}, "authorization": {"acls": [acl]}})
+        apply_user(tb, ns, "alice", {"authentication": {"type": "scram-sha-512"}, "authorization": {"acls": [acl]},
+                                     "quotas": {"consumerByteRate": 2097152, "requestPercentage": 50}})
         runtime.cache.expire()
         await runtime.reconcile()
         assert sorted(a.operation.name for a in controller.cluster.acls if a.principal == "User:alice") == ["READ"]
-        # the ACLs and credentials are persisted: a restarted operator has them
+        assert [q.values for q in controller.cluster.quotas] == [
+            {"consumer_byte_rate": 2097152.0, "request_percentage": 50.0}]
+        # the ACLs, quotas and credentials are persisted: a restarted operator has them
         state = tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]["controller"]
         assert len(state["acls"]) == 2
+        assert state["clientQuotas"] == [{"entity": [{"type": "user", "name": "alice"}],
+                                          "values": {"consumer_byte_rate": 2097152.0, "request_percentage": 50.0}}]
+        reloaded = await runtime.controller.store.load_cluster()
+        assert reloaded is not None and reloaded.quotas == controller.cluster.quotas
+        # an invalid quota is refused by the schema before it reaches the operator
+        bad = tb.kubectl("apply", "-n", ns, "-f", "-", check=False, input=json.dumps(
+            {"apiVersion": "dm.dev/v1alpha1", "kind": "User", "metadata": {"name": "alice"},
+             "spec": {"cluster": "c", "authentication": {"type": "scram-sha-512"},
+                      "quotas": {"producerByteRate": 0}}}))
+        assert bad.returncode != 0 and "producerByteRate" in bad.stderr
         assert "alice" in secret(tb, ns, "c-scram-credentials")["credentials.json"]
         # deleting the User takes its credential and ACLs out of the cluster
         tb.kubectl("delete", "user", "alice", "-n", ns, "--wait=false")
@@ -127,6 +144,7 @@ def test_users_get_credentials_and_acls_and_lose_them_when_deleted(apiserver: Te
         await runtime.reconcile()
         assert "alice" not in controller.cluster.scram
         assert all(a.principal != "User:alice" for a in controller.cluster.acls)
+        assert controller.cluster.quotas == []
         for _ in range(50):
             if not tb.kubectl_json("get", "user", "-n", ns)["items"][1:]:
                 break
