@@ -28,8 +28,9 @@ API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, 0)  # size, api key, versi
 async def open_idle(host: str, port: int, count: int) -> list[asyncio.StreamWriter]:
     writers = []
     for start in range(0, count, 200):
-        pairs = await asyncio.gather(*(asyncio.open_connection(host, port) for _ in range(start, min(count, start + 200))))
-        for reader, writer in pairs:
+        batch = range(start, min(count, start + 200))
+        pairs = await asyncio.gather(*(asyncio.open_connection(host, port) for _ in batch))
+        for _, writer in pairs:
             writer.write(API_VERSIONS_V0)
         for reader, writer in pairs:
             (size,) = struct.unpack(">i", await reader.readexactly(4))

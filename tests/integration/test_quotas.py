@@ -5,6 +5,7 @@ and controller_mutation_rate answered with throttle times and THROTTLING_QUOTA_E
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import threading
 import time
@@ -128,8 +129,8 @@ def polite_producer(bootstrap: str, topic: str, seconds: float) -> list[float]:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         sent = time.monotonic()
-        producer.produce(topic, b"p" * 1000,
-                         on_delivery=lambda err, _, sent=sent: err is None and latencies.append(time.monotonic() - sent))
+        producer.produce(topic, b"p" * 1000, on_delivery=lambda err, _, sent=sent: err is None and latencies.append(
+            time.monotonic() - sent))
         producer.poll(0)
         time.sleep(0.005)
     assert producer.flush(30) == 0
@@ -239,7 +240,7 @@ async def test_controller_mutation_rate_refuses_with_throttling_quota_exceeded(q
     assert second.topics[0].error_code == ErrorCode.throttling_quota_exceeded
     assert second.throttle_time.total_seconds() > 0
     assert "mut-b" not in run_dm("topics", "list", "--bootstrap", quota_broker.bootstrap).stdout
-    time.sleep(second.throttle_time.total_seconds() + 0.5)
+    await asyncio.sleep(second.throttle_time.total_seconds() + 0.5)
     third = await conn.request(create_topics_request("mut-b", 1))
     assert third.topics[0].error_code == ErrorCode.none
     await conn.request(alter([("client-id", "creator")], {"controller_mutation_rate": None}))
