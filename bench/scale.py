@@ -8,7 +8,8 @@ For each count: a local cluster (a controller and 3 brokers as processes, defaul
 - create + leaders: from the first CreateTopics to every partition having a leader in the controller;
 - idle CPU per broker: utime + stime over `--idle-seconds` with no client, as % of one core (mean of the
   three brokers), after 10 s of settling; RSS per broker (mean);
-- full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time);
+- full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time until the
+  whole response frame is read, not decoded: what the broker costs a client);
 - produce over all partitions: confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
   sent round-robin over every partition for `--produce-seconds`: acknowledged records per second.
 Results are appended to bench/results/scale.jsonl; --plot draws docs/bench/scale.png from the last row
@@ -74,7 +75,7 @@ def metadata_ms(port: int) -> float:
             times = []
             for _ in range(7):
                 started = time.perf_counter()
-                await conn.request(empty(request_class(3, 12), topics=None, allow_auto_topic_creation=False), 60)
+                await conn.request_frame(empty(request_class(3, 12), topics=None, allow_auto_topic_creation=False), 60)
                 times.append(time.perf_counter() - started)
             return statistics.median(times) * 1000
         finally:

@@ -57,6 +57,7 @@ from .protocol.apis import SPECS
 from .protocol.channels import BrokerChannels
 from .protocol.dispatch import Dispatcher
 from .protocol.fetch_sessions import FetchSessionCache
+from .protocol.metadata_encoder import TopicEntries
 from .quotas.entities import entity_key
 from .quotas.manager import QuotaManager
 from .replication.manager import ReplicaManager
@@ -141,6 +142,7 @@ class Broker:
         ), self.markers.write)
         self.txn_verifier = TxnVerifier(self, self.channels)
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
+        self.metadata_entries = TopicEntries()  # encoded Metadata topic entries (protocol/metadata_encoder.py)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.quotas = QuotaManager(config["quota.window.num"], config["quota.window.size.seconds"],
                                    self._throttled)

@@ -108,7 +108,23 @@ def encode_response(correlation_id: int, response: Any, flexible_header: bool) -
 
 @dataclass(frozen=True, slots=True)
 class EncodedResponse:
-    """A response a handler encoded itself (the zero-copy Fetch path), as frame chunks."""
+    """A response a handler encoded itself (the zero-copy Fetch path, cached Metadata), as frame chunks."""
 
     chunks: list[Any]  # bytes-like, or FileSlice for record data sent from the segment file
+    flexible_header: bool = False
+    throttle_first: bool = False  # the body starts with throttle_time_ms (Fetch, Metadata v3+)
+
+    def with_throttle(self, throttle_ms: int) -> EncodedResponse:
+        """The same response with `throttle_time_ms` set (a client quota's), when it has the field."""
+        if not self.throttle_first:
+            return self
+        at = 8 + (1 if self.flexible_header else 0)  # size, correlation id, the header's tagged fields
+        chunks, pos = list(self.chunks), 0
+        for i, chunk in enumerate(chunks):
+            if pos <= at and at + 4 <= pos + len(chunk):
+                data = bytes(chunk)
+                chunks[i] = data[:at - pos] + SIZE.pack(throttle_ms) + data[at - pos + 4:]
+                break
+            pos += len(chunk)
+        return EncodedResponse(chunks, self.flexible_header, self.throttle_first)
 

@@ -36,7 +36,6 @@ from ..quotas.handler_time import TimedCoroutine
 from ..security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..security.session import Session
 from .access import AUTHORIZATION_ERRORS, Access, UndeclaredCheck
-from .fetch_encoder import with_fetch_throttle
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +191,7 @@ class Dispatcher:
         if ctx.throttle_s > 0:
             # KIP-219: answered at once with the throttle time; the connection is not read meanwhile.
             session.mute(ctx.throttle_s)
-            response = _with_throttle(response, int(ctx.throttle_s * 1000), version)
+            response = _with_throttle(response, int(ctx.throttle_s * 1000))
         if response is None:
             return None
         if isinstance(response, EncodedResponse):
@@ -215,11 +214,11 @@ def _exempt_from_request_quota(spec: ApiSpec, body: Any) -> bool:
     return spec.access.public or (spec.key == FETCH_KEY and getattr(body, "replica_id", -1) >= 0)
 
 
-def _with_throttle(response: Any, throttle_ms: int, version: int) -> Any:
+def _with_throttle(response: Any, throttle_ms: int) -> Any:
     if response is None:
         return None
     if isinstance(response, EncodedResponse):
-        return EncodedResponse(with_fetch_throttle(response.chunks, version, throttle_ms))
+        return response.with_throttle(throttle_ms)
     if hasattr(response, "throttle_time"):
         return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
     return response

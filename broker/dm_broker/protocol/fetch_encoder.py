@@ -72,13 +72,6 @@ def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def with_fetch_throttle(chunks: list[Chunk], version: int, throttle_ms: int) -> list[Chunk]:
-    """The same response with `throttle_time_ms` set (it sits in the first chunk after the size)."""
-    at = 4 + (1 if version >= FLEXIBLE_FROM else 0)  # correlation id, then the header's tagged fields
-    head = bytes(chunks[1])
-    return [chunks[0], head[:at] + I32.pack(throttle_ms) + head[at + 4:], *chunks[2:]]
-
-
 def encode_fetch_response(
     version: int, correlation_id: int, error_code: int, session_id: int, topics: list[TopicResult]
 ) -> list[Chunk]:

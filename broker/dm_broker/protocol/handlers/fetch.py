@@ -23,7 +23,7 @@ from ...replication.throttle import ByteRateQuota
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..codec import EncodedResponse
 from ..dispatch import RequestContext
-from ..fetch_encoder import TOPIC_IDS_FROM, PartitionResult, TopicResult, encode_fetch_response
+from ..fetch_encoder import FLEXIBLE_FROM, TOPIC_IDS_FROM, PartitionResult, TopicResult, encode_fetch_response
 from ..fetch_sessions import INITIAL_EPOCH, FetchSession, SessionKey, next_epoch
 
 READ_COMMITTED = 1
@@ -119,7 +119,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 error = ErrorCode.invalid_fetch_session_epoch
             if error is not None:
                 broker.metrics.request_errors.labels("fetch", error.name).inc()
-                return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id,
+                return _encoded(ctx, encode_fetch_response(ctx.version, ctx.header.correlation_id,
                                                              error.value, 0, []))
             incremental = True
         else:
@@ -166,12 +166,16 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not replica and _throttled(ctx, fetch, session, incremental):
         # Over consumer_byte_rate: nothing is sent this time (as Kafka), so nothing is counted; the
         # session keeps every partition read here to be looked at again.
-        return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0,
+        return _encoded(ctx, encode_fetch_response(ctx.version, ctx.header.correlation_id, 0,
                                                      session.id if session is not None and incremental else 0, []))
     topics = _results(ctx, fetch, session, incremental, committed, replica, quota)
     response_session = session.id if session is not None else 0
-    return EncodedResponse(encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, response_session,
+    return _encoded(ctx, encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, response_session,
                                                  topics))
+
+
+def _encoded(ctx: RequestContext, chunks: list) -> EncodedResponse:
+    return EncodedResponse(chunks, flexible_header=ctx.version >= FLEXIBLE_FROM, throttle_first=True)
 
 
 def _throttled(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None, incremental: bool) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 from typing import Any
 
@@ -13,7 +14,9 @@ from ...errors import KafkaError
 from ...security.acls import CLUSTER_NAME, OPERATIONS, Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, nested
+from ..codec import EncodedResponse, entity_writer
 from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
+from ..metadata_encoder import encode_metadata_response
 
 NULL_UUID = uuid.UUID(int=0)
 
@@ -38,11 +41,21 @@ def _authorized_operations(ctx: RequestContext, resource_type: ResourceType, nam
     return security.authorizer.operations(ctx.session.principal, ctx.session.host, resource_type, name)
 
 
-def _topic_metadata(ctx: RequestContext, topic: TopicDoc, with_operations: bool = False) -> Any:
+def _topic_metadata(ctx: RequestContext, topic: TopicDoc, live: frozenset[int], with_operations: bool = False
+                    ) -> bytes:
+    """The topic's encoded entry: kept between requests while its document, the live brokers and what
+    this principal may do with it stay the same."""
+    operations = _authorized_operations(ctx, ResourceType.TOPIC, topic.name) if with_operations else None
+    topic_cls = nested(ctx.response_cls, "MetadataResponseTopic")
+    key = (topic.topic_id, topic.version, live, operations)
+    return ctx.broker.metadata_entries.get(topic_cls, topic.name, key,
+                                           lambda: _topic_entity(ctx, topic, live, operations))
+
+
+def _topic_entity(ctx: RequestContext, topic: TopicDoc, live: frozenset[int], operations: int | None) -> Any:
     cls = ctx.response_cls
     part_cls = nested(cls, "MetadataResponsePartition")
     topic_cls = nested(cls, "MetadataResponseTopic")
-    live = {e.node_id for e in ctx.broker.endpoints()}
     partitions = []
     for i, state in enumerate(topic.partitions):
         error = ErrorCode.none if state.leader in live else ErrorCode.leader_not_available
@@ -51,8 +64,7 @@ def _topic_metadata(ctx: RequestContext, topic: TopicDoc, with_operations: bool 
             leader_epoch=state.leader_epoch, replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
             offline_replicas=tuple(r for r in state.replicas if r not in live),
         ))
-    extra = {"topic_authorized_operations": _authorized_operations(ctx, ResourceType.TOPIC, topic.name)} \
-        if with_operations else {}
+    extra = {"topic_authorized_operations": operations} if operations is not None else {}
     return make(topic_cls, error_code=ErrorCode.none, name=topic.name, topic_id=topic.uuid,
                 is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions), **extra)
 
@@ -67,10 +79,12 @@ async def _wait_for_suspected_leaders(broker: Any, requested: Any) -> None:
         await broker.wait_for_verdict(leaders, timeout=1.0)
 
 
-def _missing(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
+def _missing(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> bytes:
     topic_cls = nested(ctx.response_cls, "MetadataResponseTopic")
-    return make(topic_cls, error_code=error, name=name, topic_id=topic_id or NULL_UUID, is_internal=False,
-                partitions=())
+    buf = io.BytesIO()
+    entity_writer(topic_cls)(buf, make(topic_cls, error_code=error, name=name, topic_id=topic_id or NULL_UUID,
+                                       is_internal=False, partitions=()))
+    return buf.getvalue()
 
 
 async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
@@ -87,9 +101,13 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     def describable(name: str) -> bool:
         return ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
 
-    topics = []
+    live = frozenset(e.node_id for e in broker.endpoints())
+    topics: list[bytes] = []
     if requested is None:  # every topic this principal may describe, and no word of the others
-        topics = [_topic_metadata(ctx, t, with_ops) for t in broker.topics().values() if describable(t.name)]
+        everything = broker.topics()
+        topics = [_topic_metadata(ctx, t, live, with_ops) for t in everything.values() if describable(t.name)]
+        if len(broker.metadata_entries) > 2 * len(everything) + 64:
+            broker.metadata_entries.forget_except(set(everything))
     else:
         for entry in requested:
             name = entry.name
@@ -99,7 +117,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
                 if found is not None and ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
                     topics.append(_missing(ctx, None, topic_id, ErrorCode.topic_authorization_failed))
                     continue
-                topics.append(_topic_metadata(ctx, found, with_ops) if found else
+                topics.append(_topic_metadata(ctx, found, live, with_ops) if found else
                               _missing(ctx, None, topic_id, ErrorCode.unknown_topic_id))
                 continue
             if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, name):
@@ -112,15 +130,17 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
                 except KafkaError as exc:
                     topics.append(_missing(ctx, name, None, exc.code))
                     continue
-            topics.append(_topic_metadata(ctx, topic, with_ops) if topic else
+            topics.append(_topic_metadata(ctx, topic, live, with_ops) if topic else
                           _missing(ctx, name, None, ErrorCode.unknown_topic_or_partition))
     brokers = tuple(make(broker_cls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                     for e in broker.listed_endpoints(ctx.listener_name))
     extra = {}
     if getattr(req, "include_cluster_authorized_operations", False):
         extra["cluster_authorized_operations"] = _authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-    return make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
-                controller_id=broker.controller_id, topics=tuple(topics), error_code=ErrorCode.none, **extra)
+    response = make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
+                    controller_id=broker.controller_id, topics=(), error_code=ErrorCode.none, **extra)
+    return EncodedResponse([encode_metadata_response(ctx.header.correlation_id, response, topics, cls.__flexible__)],
+                           flexible_header=cls.__flexible__, throttle_first=ctx.version >= 3)
 
 
 def _may_create(ctx: RequestContext, name: str) -> bool:
