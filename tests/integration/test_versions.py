@@ -74,7 +74,7 @@ KAFKA_4_0 = BROKER_API_VERSIONS[(4, 0)]
 # 4.0's APIs dm does not implement, with why (docs/protocol.md lists them).
 NOT_IMPLEMENTED = {
     38: "CreateDelegationToken", 39: "RenewDelegationToken", 40: "ExpireDelegationToken",
-    41: "DescribeDelegationToken", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
+    41: "DescribeDelegationToken",
     55: "DescribeQuorum (KRaft)", 57: "UpdateFeatures",
     64: "UnregisterBroker (KRaft)", 68: "ConsumerGroupHeartbeat (KIP-848)", 69: "ConsumerGroupDescribe (KIP-848)",
     74: "ListClientMetricsResources", 75: "DescribeTopicPartitions", 80: "AddRaftVoter (KRaft)",
