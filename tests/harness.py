@@ -82,8 +82,10 @@ class BrokerProcess:
     """`dm broker` as a subprocess; keeps its ports across restarts so clients reconnect."""
 
     def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, node_id: int = 0,
-                 controller_url: str | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None) -> None:
+                 controller_url: str | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None,
+                 config_file: Path | None = None) -> None:
         self.data_dir = data_dir
+        self.config_file = config_file  # a Kafka server.properties (--config), under the overrides
         self.host = host
         self.prefix = list(prefix or [])  # e.g. ["ip", "netns", "exec", NAME] to run in a namespace
         self.port = free_port()
@@ -107,6 +109,8 @@ class BrokerProcess:
                *port, "--http-port", str(self.http_port), "--node-id", str(self.node_id)]
         if self.controller_url:
             cmd += ["--controller", self.controller_url]
+        if self.config_file is not None:
+            cmd += ["--config", str(self.config_file)]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd

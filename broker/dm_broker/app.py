@@ -20,7 +20,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from .broker import Broker, embedded_controller
-from .config import BrokerConfig, ConfigError
+from .config import BrokerConfig, ConfigError, without_effect
 from .connection_quotas import ConnectionQuotas
 from .controller.client import HttpControllerClient, LocalControllerClient
 from .dirlock import DirectoryInUse, DirectoryLock
@@ -212,6 +212,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
                  "listeners": {name: f"{e.host}:{e.port}" for name, e in endpoints.items()}}
     atomic_write(config.data_dir / "__dm_meta" / "listeners.json", json.dumps(listeners).encode())
     log.info("dm broker %d ready: kafka %s, http %s", broker.node_id, listeners["kafka"], http_port)
+    for accepted in without_effect(config):
+        log.info("accepted without effect: %s", accepted)
     if banner:
         print_banner(listeners["kafka"], http_port)
     print(f"DM_READY {json.dumps(listeners)}", flush=True)

@@ -207,6 +207,27 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Threads for the work a broker does off its event loop: fsync, log recovery and compaction "
                  "passes, recompression of large batches (the default executor; password hashing has its own "
                  "two). More brokers per node, not more threads, is how dm uses more cores (ADR 0028).", minimum=1),
+        Property("process.roles", "choice", "broker",
+                 "KRaft's roles of this process: broker, or broker,controller (either way a dm broker runs the "
+                 "controller in-process unless --controller names one). controller alone is refused: that is "
+                 "`dm controller`.", choices=("broker", "broker,controller")),
+        Property("controller.quorum.bootstrap.servers", "str", "",
+                 "KRaft's controller quorum: accepted so a Kafka server.properties starts, no effect (a dm broker "
+                 "finds its controller with --controller or DM_CONTROLLER; ADR 0031)."),
+        Property("controller.quorum.voters", "str", "",
+                 "KRaft's static controller voters: accepted, no effect (see controller.quorum.bootstrap.servers)."),
+        Property("controller.listener.names", "str", "",
+                 "KRaft's controller listeners: the listeners named here are not opened to Kafka clients (dm's "
+                 "controller serves its own HTTP API), so the CONTROLLER entries of Kafka's listeners, "
+                 "advertised.listeners and protocol map are accepted and left out."),
+        Property("num.recovery.threads.per.data.dir", "int", 1,
+                 "Threads opening (and after a crash recovering) the logs of each log directory at start-up.",
+                 minimum=1),
+        Property("share.coordinator.state.topic.replication.factor", "int", 3,
+                 "Share groups (KIP-932) are not implemented yet: accepted so a Kafka server.properties starts, "
+                 "no effect.", minimum=1),
+        Property("share.coordinator.state.topic.min.isr", "int", 2,
+                 "Share groups (KIP-932) are not implemented yet: accepted, no effect.", minimum=1),
         Property("num.network.threads", "int", 3,
                  "Accepted so a Kafka server.properties works; no effect: one event loop reads and writes every "
                  "connection of a broker (ADR 0028).", minimum=1),
@@ -475,6 +496,7 @@ class BrokerConfig(BaseModel):
                 raw[name] = env[key]
         raw.update(overrides or {})
         _apply_coarse_spellings(raw)
+        _normalize_roles(raw)
         values = {name: prop.default for name, prop in BROKER_PROPERTIES.items()}
         scoped: dict[str, Any] = {}
         for name, value in raw.items():
@@ -521,6 +543,21 @@ def _listener_scoped(name: str) -> Property:
                     maximum=prop.maximum)
 
 
+# Kafka properties a dm broker accepts without acting on them; the broker says so when one is given.
+ACCEPTED_WITHOUT_EFFECT = {
+    "num.network.threads": "one event loop serves every connection (ADR 0028)",
+    "controller.quorum.bootstrap.servers": "dm's controller is not a KRaft quorum: use --controller (ADR 0031)",
+    "controller.quorum.voters": "dm's controller is not a KRaft quorum: use --controller (ADR 0031)",
+    "share.coordinator.state.topic.replication.factor": "share groups (KIP-932) are not implemented yet",
+    "share.coordinator.state.topic.min.isr": "share groups (KIP-932) are not implemented yet",
+}
+
+
+def without_effect(config: BrokerConfig) -> list[str]:
+    """The properties given that change nothing in dm, each with why."""
+    return [f"{name} ({why})" for name, why in ACCEPTED_WITHOUT_EFFECT.items() if name in config.explicit]
+
+
 def read_properties(path: Path) -> dict[str, str]:
     """Reads a Java-style .properties file (key=value or key: value, # and ! comments, a line ending
     in a backslash continues on the next, as JAAS configurations usually do)."""
@@ -556,6 +593,16 @@ COARSE_SPELLINGS: dict[str, tuple[str, int]] = {
     "log.retention.hours": ("log.retention.ms", 3_600_000),
     "log.roll.hours": ("log.roll.ms", 3_600_000),
 }
+
+
+def _normalize_roles(raw: dict[str, Any]) -> None:
+    if "process.roles" not in raw:
+        return
+    roles = sorted({r.strip() for r in str(raw["process.roles"]).split(",") if r.strip()})
+    if roles == ["controller"]:
+        raise ConfigError("process.roles=controller: a dm broker always has the broker role; a controller alone "
+                          "is `dm controller`")
+    raw["process.roles"] = ",".join(roles)
 
 
 def _apply_coarse_spellings(raw: dict[str, Any]) -> None:

@@ -52,3 +52,47 @@ def test_kafkas_coarser_spellings_and_thread_settings():
     config = build(num_io_threads="4", num_network_threads="3", socket_send_buffer_bytes="102400",
                    socket_receive_buffer_bytes="102400")
     assert config["num.io.threads"] == 4 and config["socket.receive.buffer.bytes"] == 102400
+
+
+def test_kafkas_kraft_lines_are_accepted_and_the_controller_listener_left_out():
+    from dm_broker.config import BrokerConfig, ConfigError, without_effect
+    from dm_broker.security.listeners import listener_setup
+
+    config = BrokerConfig.build({
+        "process.roles": "controller, broker", "controller.quorum.bootstrap.servers": "localhost:9093",
+        "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
+        "advertised.listeners": "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "num.recovery.threads.per.data.dir": "2", "share.coordinator.state.topic.min.isr": "1"}, environ={})
+    assert config["process.roles"] == "broker,controller"
+    assert [li.name for li in listener_setup(config).listeners] == ["PLAINTEXT"]
+    assert {line.split(" ")[0] for line in without_effect(config)} == {
+        "controller.quorum.bootstrap.servers", "share.coordinator.state.topic.min.isr"}
+    with pytest.raises(ConfigError, match="dm controller"):
+        BrokerConfig.build({"process.roles": "controller"}, environ={})
+    with pytest.raises(ConfigError, match="every listener"):
+        listener_setup(BrokerConfig.build({"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
+                                           "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"}, environ={}))
+
+
+def test_logs_open_in_several_threads_as_they_were_written(tmp_path):
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log.manager import LogManager
+    from dm_broker.log.records import build_batch, validate_batches
+
+    def manager(threads: int) -> LogManager:
+        return LogManager(BrokerConfig.build({"log.dirs": str(tmp_path / "logs"),
+                                              "num.recovery.threads.per.data.dir": str(threads)}, environ={}))
+
+    config = BrokerConfig.build({}, environ={})
+    first = manager(1)
+    first.open_all(lambda _: TopicSettings(config, {}))
+    for p in range(40):
+        plog = first.create("t", p, TopicSettings(config, {}))
+        for i in range(p % 5 + 1):
+            data = bytearray(build_batch([(None, b"r%d" % i, [])], timestamp_ms=1))
+            plog.append(data, validate_batches(data, 1 << 20), 0)
+    ends = {p: first.get("t", p).log_end_offset for p in range(40)}  # not closed: reopened as after a crash
+    again = manager(4)
+    again.open_all(lambda _: TopicSettings(config, {}))
+    assert {p: again.get("t", p).log_end_offset for p in range(40)} == ends

@@ -94,7 +94,15 @@ def listener_setup(config: BrokerConfig) -> ListenerSetup:
         bound = parse_endpoints(config["listeners"], "listeners")
     else:
         bound = [("PLAINTEXT", config["listener.host"], config["listener.port"])]
-    advertised = {n: (h, p) for n, h, p in parse_endpoints(config["advertised.listeners"], "advertised.listeners")}
+    # KRaft's controller listeners (controller.listener.names) belong to its quorum, not to Kafka clients:
+    # dm's controller has its own API, so they are left out rather than opened.
+    kraft = {n.strip().upper() for n in config["controller.listener.names"].split(",") if n.strip()}
+    if kraft and not {n for n, _, _ in bound} - kraft:
+        raise ConfigError("listeners: every listener is named in controller.listener.names "
+                          f"({', '.join(sorted(kraft))})")
+    bound = [b for b in bound if b[0] not in kraft]
+    advertised = {n: (h, p) for n, h, p in parse_endpoints(config["advertised.listeners"],
+                                                           "advertised.listeners") if n not in kraft}
     unknown = sorted(set(advertised) - {n for n, _, _ in bound})
     if unknown:
         raise ConfigError(f"advertised.listeners names {', '.join(unknown)}, which listeners does not define")
