@@ -451,6 +451,7 @@ class Broker:
             self._retire(key, self.partitions[key].topic_id, md)
         for key in [k for k in self.logs.logs if k not in self.partitions]:  # on disk, hosted by no one
             self._retire_log(key, holdings.disk_topic_id(self.logs.logs[key]), md)
+        self.logs.settle()
         self._sync_coordinator(md)
         holdings.write_cache_if_changed(self._cache_path, md)
         self._metadata_changed.set()

@@ -73,26 +73,3 @@ def test_kafkas_kraft_lines_are_accepted_and_the_controller_listener_left_out():
     with pytest.raises(ConfigError, match="every listener"):
         listener_setup(BrokerConfig.build({"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
                                            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"}, environ={}))
-
-
-def test_logs_open_in_several_threads_as_they_were_written(tmp_path):
-    from dm_broker.config import BrokerConfig, TopicSettings
-    from dm_broker.log.manager import LogManager
-    from dm_broker.log.records import build_batch, validate_batches
-
-    def manager(threads: int) -> LogManager:
-        return LogManager(BrokerConfig.build({"log.dirs": str(tmp_path / "logs"),
-                                              "num.recovery.threads.per.data.dir": str(threads)}, environ={}))
-
-    config = BrokerConfig.build({}, environ={})
-    first = manager(1)
-    first.open_all(lambda _: TopicSettings(config, {}))
-    for p in range(40):
-        plog = first.create("t", p, TopicSettings(config, {}))
-        for i in range(p % 5 + 1):
-            data = bytearray(build_batch([(None, b"r%d" % i, [])], timestamp_ms=1))
-            plog.append(data, validate_batches(data, 1 << 20), 0)
-    ends = {p: first.get("t", p).log_end_offset for p in range(40)}  # not closed: reopened as after a crash
-    again = manager(4)
-    again.open_all(lambda _: TopicSettings(config, {}))
-    assert {p: again.get("t", p).log_end_offset for p in range(40)} == ends

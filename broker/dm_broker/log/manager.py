@@ -88,6 +88,8 @@ class LogManager:
         self.cleaner = LogCleaner(self.logs, config["log.cleaner.backoff.ms"], config["log.cleaner.enable"])
         self.previous_shutdown = "clean"  # clean | unclean | none (a new data directory)
         self.abort_recovery = threading.Event()
+        self._checkpoint_pending = False  # a log was removed since the recovery checkpoint was written
+        self._strays_changed = False
         self._strays: list[strays.Stray] | None = None  # the last scan (strays())
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
@@ -157,10 +159,27 @@ class LogManager:
         if len(self.dirs) > 1:  # JBOD: the directory holding the fewest partitions (one pass, not one per dir)
             held = Counter(p.directory.parent for p in self.logs.values())
             directory = min(self.dirs, key=lambda d: (held[d], self.dirs.index(d)))
+        if self._checkpoint_pending:  # a removed log of this name must not lend the new one its recovery point
+            self.write_recovery_checkpoint()
         plog = PartitionLog(directory / f"{topic}-{partition}", topic, partition, settings)
         plog.open()
         self.logs[(topic, partition)] = plog
         return plog
+
+    def settle(self) -> None:
+        """After a batch of removals (one metadata update may delete or set aside thousands of logs): the
+        recovery checkpoint is written once, and the stray list rescanned once in a worker thread. Per
+        removal, each was a pass over every log on the event loop (O(P^2) for a large topic)."""
+        if self._checkpoint_pending:
+            self.write_recovery_checkpoint()
+        if self._strays_changed:
+            self._strays_changed = False
+            try:
+                task = asyncio.get_running_loop().create_task(self._rescan_strays())
+                self._tasks.append(task)
+                task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+            except RuntimeError:  # no event loop (tools, tests)
+                self._strays = strays.find(self.dirs)
 
     # -- JBOD ------------------------------------------------------------------------------
 
@@ -233,7 +252,7 @@ class LogManager:
             asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, target, True)
         except RuntimeError:  # no event loop (tools, tests): remove it here
             shutil.rmtree(target, ignore_errors=True)
-        self.write_recovery_checkpoint()
+        self._checkpoint_pending = True  # written by settle(), or before the next log is created
 
     # -- stray logs (ADR 0017) ------------------------------------------------------------------
 
@@ -248,8 +267,10 @@ class LogManager:
         target = plog.directory.with_name(f"{plog.directory.name}.{tag}{strays.SUFFIX}")
         plog.directory.rename(target)
         fsync_dir(target.parent)
-        self.write_recovery_checkpoint()
-        self._strays = strays.find(self.dirs)  # rare: a log kept aside
+        if self._strays is not None:  # known at once; sizes and anything else come with settle()'s rescan
+            self._strays = [*self._strays, *strays.find_in(target)]
+        self._checkpoint_pending = True
+        self._strays_changed = True
         return target
 
     def strays(self) -> list[tuple[str, Path, int]]:
@@ -299,6 +320,7 @@ class LogManager:
         await asyncio.get_running_loop().run_in_executor(None, self.write_recovery_checkpoint)
 
     def write_recovery_checkpoint(self) -> None:
+        self._checkpoint_pending = False
         offsets = {key: plog.recovery_point for key, plog in self.logs.items()}
         write_offsets(self.data_dir / RECOVERY_CHECKPOINT, offsets)
 

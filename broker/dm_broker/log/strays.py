@@ -29,9 +29,15 @@ def find(directories: list[Path]) -> list[Stray]:
         if not directory.is_dir():
             continue
         for path in sorted(directory.iterdir()):
-            if path.is_dir() and path.name.endswith(SUFFIX):
-                found.append(Stray(path.name, path, sum(f.stat().st_size for f in path.iterdir() if f.is_file())))
+            found += find_in(path)
     return found
+
+
+def find_in(path: Path) -> list[Stray]:
+    """The stray log at `path` (one or none)."""
+    if not (path.is_dir() and path.name.endswith(SUFFIX)):
+        return []
+    return [Stray(path.name, path, sum(f.stat().st_size for f in path.iterdir() if f.is_file()))]
 
 
 def delete(directories: list[Path], name: str, by: str) -> Stray:

@@ -1,0 +1,58 @@
+"""The log manager at scale: logs opened by several recovery threads come back as written; removing
+many logs (a deleted topic, logs set aside) writes the recovery checkpoint once, not once per log."""
+
+from __future__ import annotations
+
+
+def test_logs_open_in_several_threads_as_they_were_written(tmp_path):
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log.manager import LogManager
+    from dm_broker.log.records import build_batch, validate_batches
+
+    def manager(threads: int) -> LogManager:
+        return LogManager(BrokerConfig.build({"log.dirs": str(tmp_path / "logs"),
+                                              "num.recovery.threads.per.data.dir": str(threads)}, environ={}))
+
+    config = BrokerConfig.build({}, environ={})
+    first = manager(1)
+    first.open_all(lambda _: TopicSettings(config, {}))
+    for p in range(40):
+        plog = first.create("t", p, TopicSettings(config, {}))
+        for i in range(p % 5 + 1):
+            data = bytearray(build_batch([(None, b"r%d" % i, [])], timestamp_ms=1))
+            plog.append(data, validate_batches(data, 1 << 20), 0)
+    ends = {p: first.get("t", p).log_end_offset for p in range(40)}  # not closed: reopened as after a crash
+    again = manager(4)
+    again.open_all(lambda _: TopicSettings(config, {}))
+    assert {p: again.get("t", p).log_end_offset for p in range(40)} == ends
+
+
+def test_removing_many_logs_writes_the_recovery_checkpoint_once(tmp_path, monkeypatch):
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log import manager as manager_module
+    from dm_broker.log.checkpoints import read_offsets
+    from dm_broker.log.manager import RECOVERY_CHECKPOINT, LogManager
+
+    config = BrokerConfig.build({"log.dirs": str(tmp_path / "logs")}, environ={})
+    logs = LogManager(config)
+    logs.open_all(lambda _: TopicSettings(config, {}))
+    for p in range(60):
+        logs.create("t", p, TopicSettings(config, {}))
+    logs.write_recovery_checkpoint()
+    writes = []
+    real = manager_module.write_offsets
+    monkeypatch.setattr(manager_module, "write_offsets", lambda *a: (writes.append(1), real(*a)))
+    for p in range(30):
+        logs.delete_partition("t", p)
+    for p in range(30, 50):
+        logs.set_aside("t", p, "0123456789abcdef")
+    assert writes == []  # nothing per removal
+    assert len(logs.strays()) == 20  # the strays are known at once
+    logs.create("t", 0, TopicSettings(config, {}))  # a new log of a removed one's name: checkpoint first
+    assert len(writes) == 1
+    assert ("t", 0) not in read_offsets(tmp_path / "logs" / RECOVERY_CHECKPOINT)
+    logs.delete_partition("t", 55)
+    logs.settle()
+    assert len(writes) == 2
+    assert set(read_offsets(tmp_path / "logs" / RECOVERY_CHECKPOINT)) == {("t", p) for p in (0, *range(50, 60))
+                                                                           if p != 55}
