@@ -56,3 +56,27 @@ def test_removing_many_logs_writes_the_recovery_checkpoint_once(tmp_path, monkey
     assert len(writes) == 2
     assert set(read_offsets(tmp_path / "logs" / RECOVERY_CHECKPOINT)) == {("t", p) for p in (0, *range(50, 60))
                                                                            if p != 55}
+
+
+def test_an_unchanged_producer_state_is_not_rewritten_and_a_truncation_voids_a_late_snapshot(tmp_path):
+    from dm_broker.log.producer_state import ProducerStateManager
+    from dm_broker.log.records import BatchHeader
+
+    state = ProducerStateManager(tmp_path)
+    header = BatchHeader(base_offset=0, batch_length=0, partition_leader_epoch=0, magic=2, crc=0, attributes=0,
+                         last_offset_delta=0, base_timestamp=1, max_timestamp=1, producer_id=7, producer_epoch=0,
+                         base_sequence=0, records_count=1)
+    state.update(header, 0)
+    state.save(1)
+    first = (tmp_path / "producer-state-1.json").stat().st_mtime_ns
+    assert state.snapshot(1) is None  # nothing changed: nothing to write
+    state.save(1)
+    assert (tmp_path / "producer-state-1.json").stat().st_mtime_ns == first
+    data = state.snapshot(5)  # taken on the loop, written later in a thread...
+    generation = state.generation
+    state.drop_snapshots_after(2)  # ...after a truncation below it
+    state.write_snapshot(5, data, generation)
+    assert not (tmp_path / "producer-state-5.json").exists()
+    assert state.snapshot(5) is not None  # still due
+    reloaded = ProducerStateManager(tmp_path)
+    assert reloaded.load() == 1 and reloaded.snapshot(1) is None

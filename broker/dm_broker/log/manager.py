@@ -65,6 +65,11 @@ def _copy_dir(source: Path, target: Path, only_changed: bool = False) -> int:
     return copied
 
 
+def _write_snapshots(snapshots: list) -> None:
+    for producers, offset, data, generation in snapshots:
+        producers.write_snapshot(offset, data, generation)
+
+
 class RecoveryAborted(Exception):
     """Start-up was stopped (SIGTERM) while the logs were being recovered."""
 
@@ -313,11 +318,19 @@ class LogManager:
                 await plog.flush()
 
     async def checkpoint(self) -> None:
-        """fsyncs every log and records how far each is durable, bounding recovery work."""
+        """fsyncs every log and records how far each is durable, bounding recovery work. Producer-state
+        snapshots are taken here (only of logs whose state changed) and written in a worker thread."""
+        snapshots = []
         for plog in list(self.logs.values()):
-            plog.checkpoint_producers()
+            offset = plog.log_end_offset
+            data = plog.producers.snapshot(offset)
+            if data is not None:
+                snapshots.append((plog.producers, offset, data, plog.producers.generation))
             await plog.flush()
-        await asyncio.get_running_loop().run_in_executor(None, self.write_recovery_checkpoint)
+        loop = asyncio.get_running_loop()
+        if snapshots:
+            await loop.run_in_executor(None, _write_snapshots, snapshots)
+        await loop.run_in_executor(None, self.write_recovery_checkpoint)
 
     def write_recovery_checkpoint(self) -> None:
         self._checkpoint_pending = False
