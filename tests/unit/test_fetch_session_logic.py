@@ -127,3 +127,16 @@ def test_the_fetcher_starts_over_after_a_session_error_or_none_given():
     assert client.plan({("t", 0): fetch(5)}).epoch == 0
     disabled = FetchSessionClient(enabled=False).plan({("t", 0): fetch(5)})
     assert (disabled.session_id, disabled.epoch) == (0, -1)
+
+
+def test_the_fetcher_may_name_only_what_it_touched():
+    client = FetchSessionClient()
+    wanted = {("t", p): fetch(p) for p in range(5)}
+    client.plan(wanted)
+    client.answered(0, 99)
+    wanted[("t", 1)] = fetch(50)
+    del wanted[("t", 3)]
+    plan = client.plan(wanted, touched={("t", 1), ("t", 3), ("t", 4)})
+    assert (plan.partitions, plan.forgotten) == ({("t", 1): fetch(50)}, [("t", 3)])
+    assert client.answered(0, 99)
+    assert client.known == wanted

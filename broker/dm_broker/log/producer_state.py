@@ -217,6 +217,9 @@ class ProducerStateManager:
         (The state changes only with batches, so with the offset, or when producers expire.)"""
         if offset == self.saved_at:
             return None
+        if offset == 0 and not self.producers:  # an empty log: recovery has nothing to rebuild
+            self.saved_at = 0
+            return None
         self.saved_at = offset
         doc = {
             "offset": offset,

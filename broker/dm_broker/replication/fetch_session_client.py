@@ -50,16 +50,21 @@ class FetchSessionClient:
     _pending: FetchPlan | None = None
     _wanted: dict[Key, PartitionFetch] | None = None
 
-    def plan(self, wanted: dict[Key, PartitionFetch]) -> FetchPlan:
-        """The next request for `wanted`: everything when there is no session yet, else the changes."""
+    def plan(self, wanted: dict[Key, PartitionFetch], touched: set[Key] | None = None) -> FetchPlan:
+        """The next request for `wanted`: everything when there is no session yet, else the changes —
+        among `touched` only, when the caller knows nothing else can have changed."""
         if not self.enabled:
             plan = FetchPlan(0, FINAL_EPOCH, dict(wanted), [])
         elif self.session_id == 0:
             plan = FetchPlan(0, INITIAL_EPOCH, dict(wanted), [])
         else:
             known = self.known
-            changed = {k: v for k, v in wanted.items() if known.get(k) != v}
-            forgotten = [k for k in known if k not in wanted]
+            if touched is None:
+                changed = {k: v for k, v in wanted.items() if known.get(k) != v}
+                forgotten = [k for k in known if k not in wanted]
+            else:
+                changed = {k: wanted[k] for k in touched if k in wanted and known.get(k) != wanted[k]}
+                forgotten = [k for k in touched if k in known and k not in wanted]
             plan = FetchPlan(self.session_id, self.epoch, changed, forgotten)
         self._pending, self._wanted = plan, wanted
         return plan

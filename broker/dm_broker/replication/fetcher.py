@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -36,6 +37,7 @@ MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 8 << 20
 THROTTLED_MIN_BYTES = 64 << 10  # a throttled partition still asks for whole batches
 BACKOFF_S = 0.2
+REFRESH_S = 5.0
 
 
 class ReplicaFetcher:
@@ -48,11 +50,18 @@ class ReplicaFetcher:
         self._conn: KafkaConnection | None = None
         self._changed = asyncio.Event()
         self.session = FetchSessionClient(enabled=broker.config["max.incremental.fetch.session.cache.slots"] > 0)
+        # What the next request wants of each partition, kept up to date for the partitions touched since
+        # the last fetch (appended, truncated, added, removed) and in full every REFRESH_S (a local
+        # retention moves a log start without touching the fetcher): an idle fetch costs what changed.
+        self._wanted: dict[tuple[str, int], PartitionFetch] = {}
+        self._touched: set[tuple[str, int]] = set()
+        self._refresh_at = 0.0
 
     def add(self, part: Partition) -> None:
         key = (part.topic, part.index)
         self.partitions[key] = part
         self.needs_truncation.add(key)
+        self._touched.add(key)
         self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -61,6 +70,7 @@ class ReplicaFetcher:
         key = (part.topic, part.index)
         self.partitions.pop(key, None)
         self.needs_truncation.discard(key)
+        self._touched.add(key)
 
     async def close(self) -> None:
         await stop_tasks(self._task)
@@ -138,28 +148,52 @@ class ReplicaFetcher:
                                 plog.log_end_offset, target, self.leader_id, r.leader_epoch)
                     plog.truncate_to(target)
                 self.needs_truncation.discard(key)
+                self._touched.add(key)
+
+    def _wants(self, part: Partition, throttled: set[tuple[str, int]], allowance: int) -> PartitionFetch:
+        plog = part.log
+        return PartitionFetch(fetch_offset=plog.log_end_offset, current_leader_epoch=part.leader_epoch,
+                              last_fetched_epoch=plog.leader_epochs.latest_epoch,
+                              log_start_offset=plog.log_start_offset,
+                              partition_max_bytes=self._max_bytes(part, throttled, allowance))
+
+    def _ready(self, key: tuple[str, int]) -> Partition | None:
+        part = self.partitions.get(key)
+        return part if part is not None and key not in self.needs_truncation and part.role == FOLLOWER else None
 
     async def _fetch_once(self, conn: KafkaConnection) -> None:
-        ready = [p for k, p in self.partitions.items() if k not in self.needs_truncation and p.role == FOLLOWER]
         quota = self.broker.follower_quota
-        allowance = quota.available()
-        throttled = set() if quota.unlimited() else {
-            (p.topic, p.index) for p in ready if self.broker.follower_throttled(p)}
-        if allowance <= 0 and throttled:  # over follower.replication.throttled.rate: in-sync partitions only
-            ready = [p for p in ready if (p.topic, p.index) not in throttled]
-            if not ready:
-                await asyncio.sleep(min(quota.seconds_until_available(), MAX_WAIT_MS / 1000))
-                return
-        if not ready:
+        now = time.monotonic()
+        changed: set[tuple[str, int]] | None
+        throttled: set[tuple[str, int]] = set()
+        if quota.unlimited() and now < self._refresh_at:
+            for key in self._touched:
+                part = self._ready(key)
+                if part is None:
+                    self._wanted.pop(key, None)
+                else:
+                    self._wanted[key] = self._wants(part, set(), 0)
+            changed, self._touched = self._touched, set()
+        else:  # in full: now and then, and always under a replication throttle (its shares move)
+            ready = [p for k, p in self.partitions.items() if self._ready(k) is not None]
+            allowance = quota.available()
+            throttled = set() if quota.unlimited() else {
+                (p.topic, p.index) for p in ready if self.broker.follower_throttled(p)}
+            if allowance <= 0 and throttled:  # over follower.replication.throttled.rate: in-sync partitions only
+                ready = [p for p in ready if (p.topic, p.index) not in throttled]
+                if not ready:
+                    await asyncio.sleep(min(quota.seconds_until_available(), MAX_WAIT_MS / 1000))
+                    return
+            self._wanted = {(p.topic, p.index): self._wants(p, throttled, allowance) for p in ready}
+            self._touched.clear()
+            self._refresh_at = now + REFRESH_S
+            changed = None
+        if not self._wanted:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), BACKOFF_S)
             return
-        wanted = {(p.topic, p.index): PartitionFetch(
-            fetch_offset=p.log.log_end_offset, current_leader_epoch=p.leader_epoch,
-            last_fetched_epoch=p.log.leader_epochs.latest_epoch, log_start_offset=p.log.log_start_offset,
-            partition_max_bytes=self._max_bytes(p, throttled, allowance)) for p in ready}
-        plan = self.session.plan(wanted)
+        plan = self.session.plan(self._wanted, changed)
         cls = request_class(1, FETCH_VERSION)
         topic_cls = nested(cls, "FetchTopic")
         part_cls = nested(cls, "FetchPartition")
@@ -196,6 +230,7 @@ class ReplicaFetcher:
                 continue
             if key in throttled and r.records:
                 quota.record(len(r.records))
+            self._touched.add(key)
             self._apply(key, part, r)
 
     @staticmethod
