@@ -1,7 +1,7 @@
 """What a cluster costs as its partition count grows (issue 31).
 
     .venv/bin/python -m bench.scale [--partitions 300,1500,3000] [--idle-seconds 20] [--produce-seconds 15]
-                                    [--label current] [--plot]
+                                    [--label current] [--plot] [--plot-only LABEL,LABEL]
 
 For each count: a local cluster (a controller and 3 brokers as processes, default settings), topics of
 100 partitions at RF 3 created until the count is reached (so every broker hosts every partition), and:
@@ -12,8 +12,8 @@ For each count: a local cluster (a controller and 3 brokers as processes, defaul
   whole response frame is read, not decoded: what the broker costs a client);
 - produce over all partitions: confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
   sent round-robin over every partition for `--produce-seconds`: acknowledged records per second.
-Results are appended to bench/results/scale.jsonl; --plot draws docs/bench/scale.png from the last row
-of each label.
+Results are appended to bench/results/scale.jsonl; --plot draws docs/bench/scale.png with a line per
+label (each partition count's latest figures of that label).
 """
 
 from __future__ import annotations
@@ -125,16 +125,22 @@ def measure(partitions: int, idle_s: float, produce_s: float) -> dict:
     return row
 
 
-def plot() -> None:
+def plot(labels: list[str] | None = None) -> None:
+    """One line per label (`labels`, or all): for each partition count, that label's latest figures."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [json.loads(line) for line in (RESULTS / "scale.jsonl").read_text().splitlines()]
-    latest = {row["label"]: row for row in rows}
+    merged: dict[str, dict[int, dict]] = {}
+    for row in rows:
+        for m in row["measurements"]:
+            merged.setdefault(row["label"], {})[m["partitions"]] = m
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    for label, row in latest.items():
+    for label in labels or list(merged):
+        measurements = [merged[label][n] for n in sorted(merged[label])]
+        row = {"measurements": measurements}
         xs = [m["partitions"] for m in row["measurements"]]
         for ax, key, title in zip(axes, ("create_and_lead_s", "idle_cpu_pct_per_broker", "full_metadata_ms",
                                          "produce_spread_rec_s"),
@@ -157,7 +163,12 @@ def main() -> None:
     parser.add_argument("--produce-seconds", type=float, default=15)
     parser.add_argument("--label", default="current")
     parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--plot-only", metavar="LABELS", help="draw the plot of these labels (comma-separated) "
+                                                               "from the results, measuring nothing")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(args.plot_only.split(","))
+        return
     counts = [int(n) for n in args.partitions.split(",")]
     row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "label": args.label,
            "measurements": [measure(n, args.idle_seconds, args.produce_seconds) for n in counts]}
