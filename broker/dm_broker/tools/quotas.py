@@ -93,5 +93,5 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                            help="producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage (%% of a "
                                 "thread), controller_mutation_rate (partitions/s)")
         if name == "delete":
-            a.add_argument("quotas", nargs="+", metavar="QUOTA")
+            a.add_argument("quotas", nargs="+", metavar="QUOTA", help="the quotas to remove, e.g. producer_byte_rate")
         a.set_defaults(func=func)
