@@ -50,7 +50,7 @@ class Property:
     choices: tuple[str, ...] = ()
     topic_name: str | None = None  # per-topic override that falls back to this broker property
     dynamic: bool = False  # a broker property that AlterConfigs may change at run time
-    applied: bool = True  # False: a Kafka topic config dm accepts, stores and returns but does not act on
+    applied: bool = True  # False: a Kafka setting dm accepts (and returns) but does not act on
     # Kafka's PASSWORD type (passwords, keys, JAAS, inline PEM, the controller token): DescribeConfigs
     # returns it as null and sensitive, and dm never logs it
     secret: bool = False
@@ -213,9 +213,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "`dm controller`.", choices=("broker", "broker,controller")),
         Property("controller.quorum.bootstrap.servers", "str", "",
                  "KRaft's controller quorum: accepted so a Kafka server.properties starts, no effect (a dm broker "
-                 "finds its controller with --controller or DM_CONTROLLER; ADR 0031)."),
+                 "finds its controller with --controller or DM_CONTROLLER; ADR 0031).", applied=False),
         Property("controller.quorum.voters", "str", "",
-                 "KRaft's static controller voters: accepted, no effect (see controller.quorum.bootstrap.servers)."),
+                 "KRaft's static controller voters: accepted, no effect (see controller.quorum.bootstrap.servers).",
+                 applied=False),
         Property("controller.listener.names", "str", "",
                  "KRaft's controller listeners: the listeners named here are not opened to Kafka clients (dm's "
                  "controller serves its own HTTP API), so the CONTROLLER entries of Kafka's listeners, "
@@ -225,12 +226,12 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=1),
         Property("share.coordinator.state.topic.replication.factor", "int", 3,
                  "Share groups (KIP-932) are not implemented yet: accepted so a Kafka server.properties starts, "
-                 "no effect.", minimum=1),
+                 "no effect.", minimum=1, applied=False),
         Property("share.coordinator.state.topic.min.isr", "int", 2,
-                 "Share groups (KIP-932) are not implemented yet: accepted, no effect.", minimum=1),
+                 "Share groups (KIP-932) are not implemented yet: accepted, no effect.", minimum=1, applied=False),
         Property("num.network.threads", "int", 3,
                  "Accepted so a Kafka server.properties works; no effect: one event loop reads and writes every "
-                 "connection of a broker (ADR 0028).", minimum=1),
+                 "connection of a broker (ADR 0028).", minimum=1, applied=False),
         Property("socket.send.buffer.bytes", "int", -1,
                  "SO_SNDBUF of accepted connections; -1: the operating system's (autotuned; Kafka's default is "
                  "102400).", minimum=-1),
@@ -543,19 +544,10 @@ def _listener_scoped(name: str) -> Property:
                     maximum=prop.maximum)
 
 
-# Kafka properties a dm broker accepts without acting on them; the broker says so when one is given.
-ACCEPTED_WITHOUT_EFFECT = {
-    "num.network.threads": "one event loop serves every connection (ADR 0028)",
-    "controller.quorum.bootstrap.servers": "dm's controller is not a KRaft quorum: use --controller (ADR 0031)",
-    "controller.quorum.voters": "dm's controller is not a KRaft quorum: use --controller (ADR 0031)",
-    "share.coordinator.state.topic.replication.factor": "share groups (KIP-932) are not implemented yet",
-    "share.coordinator.state.topic.min.isr": "share groups (KIP-932) are not implemented yet",
-}
-
-
 def without_effect(config: BrokerConfig) -> list[str]:
-    """The properties given that change nothing in dm, each with why."""
-    return [f"{name} ({why})" for name, why in ACCEPTED_WITHOUT_EFFECT.items() if name in config.explicit]
+    """The properties given that change nothing in dm (applied=False), each with its documentation."""
+    return [f"{name} ({BROKER_PROPERTIES[name].doc})" for name in sorted(config.explicit)
+            if name in BROKER_PROPERTIES and not BROKER_PROPERTIES[name].applied]
 
 
 def read_properties(path: Path) -> dict[str, str]:

@@ -92,7 +92,7 @@ def test_a_bucket_holds_a_window_then_throttles_exactly_the_debt():
 
 def test_a_client_sending_without_pause_is_held_at_its_bound():
     clock = Clock()
-    manager = QuotaManager(samples=2, sample_s=1, on_throttle=lambda *_: None, clock=clock)
+    manager = QuotaManager(window_s=2, on_throttle=lambda *_: None, clock=clock)
     manager.update(quotas(({CLIENT_ID: "greedy"}, 1000)))
     sent = 0
     while clock.now < 160:  # a minute of 100-byte requests, each as soon as the throttle allows

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import BaseModel
 
 from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, BrokerConfig, ConfigError, validate_topic_configs
-from ..quotas.entities import QUOTA_KEYS, ClientQuota, EntityKey, entity_key, entity_refusal, value_refusal
+from ..quotas.entities import ClientQuota, EntityKey, entity_key, entity_refusal, value_refusal
 from ..security.acls import AclBinding, AclFilter
 from ..security.acls import validate as validate_acl
 from ..security.scram import MAX_ITERATIONS as SCRAM_MAX_ITERATIONS
@@ -828,11 +828,8 @@ class Controller:
                 if reason is None and len(set(keys)) != len(keys):
                     reason = "a quota appears more than once for the entity"
                 if reason is None:
-                    reason = next((r for op in a.ops if not op.remove
-                                   for r in (value_refusal(op.key, op.value),) if r), None)
-                if reason is None:
-                    reason = next((f"unknown quota {op.key!r}" for op in a.ops
-                                   if op.remove and op.key not in QUOTA_KEYS), None)
+                    reason = next(filter(None, (value_refusal(op.key, None if op.remove else op.value)
+                                                for op in a.ops)), None)
                 if reason is not None:
                     results.append(QuotaResult(error="invalid_request", message=reason))
                     continue

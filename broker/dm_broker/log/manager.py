@@ -94,7 +94,6 @@ class LogManager:
         self.previous_shutdown = "clean"  # clean | unclean | none (a new data directory)
         self.abort_recovery = threading.Event()
         self._checkpoint_pending = False  # a log was removed since the recovery checkpoint was written
-        self._strays_changed = False
         self._strays: list[strays.Stray] | None = None  # the last scan (strays())
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
@@ -173,18 +172,10 @@ class LogManager:
 
     def settle(self) -> None:
         """After a batch of removals (one metadata update may delete or set aside thousands of logs): the
-        recovery checkpoint is written once, and the stray list rescanned once in a worker thread. Per
-        removal, each was a pass over every log on the event loop (O(P^2) for a large topic)."""
+        recovery checkpoint is written once. Per removal it was a pass over every log, with an fsync, on
+        the event loop (O(P^2) for a large topic)."""
         if self._checkpoint_pending:
             self.write_recovery_checkpoint()
-        if self._strays_changed:
-            self._strays_changed = False
-            try:
-                task = asyncio.get_running_loop().create_task(self._rescan_strays())
-                self._tasks.append(task)
-                task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
-            except RuntimeError:  # no event loop (tools, tests)
-                self._strays = strays.find(self.dirs)
 
     # -- JBOD ------------------------------------------------------------------------------
 
@@ -272,17 +263,16 @@ class LogManager:
         target = plog.directory.with_name(f"{plog.directory.name}.{tag}{strays.SUFFIX}")
         plog.directory.rename(target)
         fsync_dir(target.parent)
-        if self._strays is not None:  # known at once; sizes and anything else come with settle()'s rescan
-            self._strays = [*self._strays, *strays.find_in(target)]
+        if self._strays is not None:  # listed at once, not by rescanning every directory
+            self._strays.extend(strays.find_in(target))
         self._checkpoint_pending = True
-        self._strays_changed = True
         return target
 
     def strays(self) -> list[tuple[str, Path, int]]:
         """(name, path, bytes) of every stray log directory, as last scanned: every heartbeat reports them,
         and scanning the log directories (a stat per partition) each time cost a broker with thousands of
-        partitions a third of its idle CPU. The broker rescans when it sets a log aside, and in a worker
-        thread every STRAY_RESCAN_S (a `dm strays delete` run beside it shows up then)."""
+        partitions a third of its idle CPU. A log set aside is added to the list as it goes, and a worker
+        thread rescans every STRAY_RESCAN_S (a `dm strays delete` run beside it shows up then)."""
         if self._strays is None:
             self._strays = strays.find(self.dirs)
         return [(s.name, s.path, s.bytes) for s in self._strays]

@@ -68,9 +68,14 @@ class RequestContext:
         """Counts `value` against the client's quota; the request is throttled as long as it asks."""
         throttle = self.broker.quotas.record(quota, self.session.principal.name, self.client_id, value)
         if throttle > 0:
-            self.throttle_s = max(self.throttle_s, throttle)
-            self.session.mute(throttle)  # now: the next request may be read before this one is answered
+            self.throttle(throttle)
         return throttle
+
+    def throttle(self, seconds: float) -> None:
+        """KIP-219: the answer carries the longest throttle asked for, and the connection is not read for
+        that long — from now, as the next request may be read before this one is answered."""
+        self.throttle_s = max(self.throttle_s, seconds)
+        self.session.mute(seconds)
 
     @property
     def listener_name(self) -> str:
@@ -188,9 +193,7 @@ class Dispatcher:
             if timed is not None:
                 ctx.record_quota(REQUEST_PERCENTAGE, timed.seconds * 100)  # percent of one thread
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
-        if ctx.throttle_s > 0:
-            # KIP-219: answered at once with the throttle time; the connection is not read meanwhile.
-            session.mute(ctx.throttle_s)
+        if ctx.throttle_s > 0:  # answered at once, with the throttle time (the connection is muted)
             response = _with_throttle(response, int(ctx.throttle_s * 1000))
         if response is None:
             return None

@@ -109,8 +109,8 @@ class FetchSession:
         self.dirty.discard(key)
         if cached is not None and cached.watched is not None:
             cached.watched.unwatch(self)
-        if cached is not None and not any(k[0] == key[0] for k in self.partitions):
-            self.topic_ids.pop(key[0], None)
+        # topic_ids keeps the topic's id: bounded by the topics ever named, and looking for the topic's
+        # other partitions here would cost the whole session per forgotten partition.
 
     def watch(self, key: SessionKey, part: Partition) -> None:
         """The partition now serving `key` marks this session when it changes (a topic deleted and

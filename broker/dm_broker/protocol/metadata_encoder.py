@@ -12,23 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import struct
 from collections.abc import Callable
 from typing import Any
 
+from ..binary import Writer
 from .codec import SIZE, encode_response, entity_writer
 
-I32 = struct.Struct(">i")
 FIELD_BYTES = {"int32": 4, "error_code": 2, "int16": 2}
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _suffix_bytes(cls: type) -> int:
@@ -37,6 +27,13 @@ def _suffix_bytes(cls: type) -> int:
     after = dataclasses.fields(cls)[names.index("topics") + 1:]
     size = sum(FIELD_BYTES[f.metadata["kafka_type"]] for f in after if f.metadata.get("tag") is None)
     return size + (1 if cls.__flexible__ else 0)
+
+
+def encode_topic(topic_cls: type, topic: Any) -> bytes:
+    """One MetadataResponseTopic entry as it sits in a response."""
+    buf = io.BytesIO()
+    entity_writer(topic_cls)(buf, topic)
+    return buf.getvalue()
 
 
 class TopicEntries:
@@ -49,9 +46,7 @@ class TopicEntries:
         found = self._entries.get((topic_cls, name))
         if found is not None and found[0] == key:
             return found[1]
-        buf = io.BytesIO()
-        entity_writer(topic_cls)(buf, build())
-        encoded = buf.getvalue()
+        encoded = encode_topic(topic_cls, build())
         self._entries[(topic_cls, name)] = (key, encoded)
         return encoded
 
@@ -72,6 +67,6 @@ def encode_metadata_response(correlation_id: int, response: Any, topics: list[by
     empty = 1 if cls.__flexible__ else 4
     tail = _suffix_bytes(cls)
     head = frame[4:len(frame) - tail - empty]
-    count = _uvarint(len(topics) + 1) if cls.__flexible__ else I32.pack(len(topics))
+    count = Writer().uvarint(len(topics) + 1).buf if cls.__flexible__ else Writer().i32(len(topics)).buf
     body = b"".join([head, count, *topics, frame[len(frame) - tail:]])
     return SIZE.pack(len(body)) + body

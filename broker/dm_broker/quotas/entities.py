@@ -59,9 +59,12 @@ def entity_refusal(entity: list[tuple[str, str | None]]) -> str | None:
     return None
 
 
-def value_refusal(key: str, value: float) -> str | None:
+def value_refusal(key: str, value: float | None) -> str | None:
+    """Why Kafka would refuse setting `key` to `value` (None: removing it, which needs a known key only)."""
     if key not in QUOTA_KEYS:
         return f"unknown quota {key!r} (one of {', '.join(sorted(QUOTA_KEYS))})"
+    if value is None:
+        return None
     if not value > 0:
         return f"{key} must be positive, got {value}"
     if key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE) and value != int(value):

@@ -19,10 +19,9 @@ PRUNE_EVERY_S = 60.0
 
 
 class QuotaManager:
-    def __init__(self, samples: int, sample_s: float, on_throttle: Callable[[str, SensorKey, float], None],
+    def __init__(self, window_s: float, on_throttle: Callable[[str, SensorKey, float], None],
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.samples = samples
-        self.sample_s = sample_s
+        self.window_s = window_s  # quota.window.num x quota.window.size.seconds: what a bucket holds
         self._on_throttle = on_throttle
         self._clock = clock
         self._quotas: dict[EntityKey, dict[str, float]] = {}
@@ -83,7 +82,7 @@ class QuotaManager:
             self._prune(now)
         found = self._rates.get((quota, sensor))
         if found is None:
-            bucket = TokenBucket(self.samples * self.sample_s, self._clock)
+            bucket = TokenBucket(self.window_s, self._clock)
             self._rates[(quota, sensor)] = (bucket, bound)
             return bucket
         if found[1] != bound:

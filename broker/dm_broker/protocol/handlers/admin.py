@@ -50,7 +50,7 @@ def _count_mutations(ctx: RequestContext, partitions: int) -> None:
     if ctx.version >= STRICT_MUTATION_QUOTA_FROM[ctx.api]:
         over = quotas.exceeded(CONTROLLER_MUTATION_RATE, ctx.session.principal.name, ctx.client_id)
         if over > 0:
-            ctx.throttle_s = max(ctx.throttle_s, over)
+            ctx.throttle(over)
             raise KafkaError(ErrorCode.throttling_quota_exceeded,
                              f"controller_mutation_rate exceeded: retry in {over:.1f} s")
     ctx.record_quota(CONTROLLER_MUTATION_RATE, partitions)

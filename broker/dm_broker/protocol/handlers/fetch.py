@@ -31,7 +31,7 @@ SESSIONS_FROM = 7
 
 
 class _PartitionRead:
-    __slots__ = ("error", "key", "partition", "replica_id", "request", "size", "skipped", "slices", "throttled")
+    __slots__ = ("error", "key", "partition", "request", "size", "skipped", "slices", "throttled")
 
     def __init__(self, request: Any, partition: Partition | None, error: ErrorCode) -> None:
         self.request = request
@@ -42,7 +42,6 @@ class _PartitionRead:
         self.throttled = False  # a replica fetch counted against leader.replication.throttled.rate
         self.skipped = False  # not read: the response was full, or the replication throttle was spent
         self.key: SessionKey | None = None
-        self.replica_id = -1
 
 
 def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
@@ -101,7 +100,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     # A follower says who it is in replica_id, or from v15 on in the replica_state tagged field.
     replica_id = req.replica_id if hasattr(req, "replica_id") else req.replica_state.replica_id
     replica = replica_id >= 0
-    fetch = _Fetch(ctx, replica_id, committed)
+    fetch = _Fetch(ctx, replica_id)
 
     session: FetchSession | None = None
     incremental = False
@@ -179,10 +178,12 @@ def _encoded(ctx: RequestContext, chunks: list) -> EncodedResponse:
 
 
 def _throttled(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None, incremental: bool) -> bool:
+    quotas = ctx.broker.quotas
+    if not quotas.limits(CONSUMER_BYTE_RATE):  # the common case: no sum over the partitions read
+        return False
     size = sum(r.size for topic_reads in fetch.reads for r in topic_reads)
     if ctx.record_quota(CONSUMER_BYTE_RATE, size) <= 0:
         return False
-    quotas = ctx.broker.quotas
     quotas.unrecord(CONSUMER_BYTE_RATE, ctx.session.principal.name, ctx.client_id, size)
     if session is not None:
         if incremental:
@@ -195,9 +196,10 @@ def _throttled(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None,
 class _Fetch:
     """The partitions one request reads, grouped by topic in the order they are answered."""
 
-    def __init__(self, ctx: RequestContext, replica_id: int, committed: bool) -> None:
+    def __init__(self, ctx: RequestContext, replica_id: int) -> None:
         self.ctx = ctx
         self.broker = ctx.broker
+        self.replica_id = replica_id
         self.replica = replica_id >= 0
         # Kafka's checks: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic.
         self.follower_denied = self.replica and ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER,
@@ -316,7 +318,7 @@ def _results(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None, i
                 # may have more to read, or got a cut batch), one skipped for the response's size or
                 # the throttle, an error, and a follower outside the ISR (asks to join at each fetch).
                 if r.size or r.skipped or r.error != ErrorCode.none or (
-                        replica and part is not None and r.replica_id not in part.isr):
+                        replica and part is not None and fetch.replica_id not in part.isr):
                     session.dirty.add(r.key)
                 if cached is not None and not cached.must_respond(r.error.value, r.size, hw, lso, start) \
                         and incremental:
@@ -341,7 +343,6 @@ def _track_follower(broker, replica_id: int, reads: list[list[_PartitionRead]], 
     """A follower's fetch offset is its log end offset: the leader's view of its progress."""
     for topic_reads in reads:
         for r in topic_reads:
-            r.replica_id = replica_id
             part = r.partition
             if part is None or r.error != ErrorCode.none or not part.is_leader:
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import uuid
 from typing import Any
 
@@ -14,9 +13,9 @@ from ...errors import KafkaError
 from ...security.acls import CLUSTER_NAME, OPERATIONS, Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, nested
-from ..codec import EncodedResponse, entity_writer
+from ..codec import EncodedResponse
 from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
-from ..metadata_encoder import encode_metadata_response
+from ..metadata_encoder import encode_metadata_response, encode_topic
 
 NULL_UUID = uuid.UUID(int=0)
 
@@ -81,10 +80,8 @@ async def _wait_for_suspected_leaders(broker: Any, requested: Any) -> None:
 
 def _missing(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> bytes:
     topic_cls = nested(ctx.response_cls, "MetadataResponseTopic")
-    buf = io.BytesIO()
-    entity_writer(topic_cls)(buf, make(topic_cls, error_code=error, name=name, topic_id=topic_id or NULL_UUID,
-                                       is_internal=False, partitions=()))
-    return buf.getvalue()
+    return encode_topic(topic_cls, make(topic_cls, error_code=error, name=name, topic_id=topic_id or NULL_UUID,
+                                        is_internal=False, partitions=()))
 
 
 async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
