@@ -140,3 +140,36 @@ def test_the_fetcher_may_name_only_what_it_touched():
     assert (plan.partitions, plan.forgotten) == ({("t", 1): fetch(50)}, [("t", 3)])
     assert client.answered(0, 99)
     assert client.known == wanted
+
+
+def leader_watched_by(tmp_path, session) -> tuple:
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log.partition_log import PartitionLog
+    from dm_broker.replication.partition import Partition
+
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, TopicSettings(BrokerConfig.build({}, environ={}), {}))
+    plog.open()
+    part = Partition("t", 0, plog, node_id=1)
+    part.become_leader(leader_epoch=1, partition_epoch=1, replicas=[1, 2, 3], isr=[1, 2, 3])
+    key = session.upsert("t", bytes(16), request(0, 0))
+    session.watch(key, part)
+    for replica in (2, 3):
+        part.update_follower(replica, 0, 0, session)
+    session.take_dirty()
+    return part, key
+
+
+def test_a_follower_dropped_from_the_isr_is_read_again_in_its_session(tmp_path):
+    # An idle, caught-up follower names nothing in its incremental fetches: when the ISR loses it (the
+    # controller fenced its broker, or a shrink committed after it caught up), the leader must read the
+    # partition for the session again, or the follower never asks to rejoin.
+    session = FetchSessionCache(10).create(FOLLOWER, False)
+    part, key = leader_watched_by(tmp_path, session)
+    part.update_isr([1, 2, 3], partition_epoch=2)
+    assert session.take_dirty() == set()  # nobody outside the ISR: nothing to read again
+    part.update_isr([1, 3], partition_epoch=3)
+    assert session.take_dirty() == {key}
+    part.set_replicas([1, 2, 3, 4])  # a reassignment's new replica starts outside the ISR
+    assert session.take_dirty() == {key}
+    assert part.update_follower(2, 0, 0, session)  # read again: caught up, so it asks to join
+    part.log.close()

@@ -38,11 +38,6 @@ PARTITION_MAX_BYTES = 8 << 20
 THROTTLED_MIN_BYTES = 64 << 10  # a throttled partition still asks for whole batches
 BACKOFF_S = 0.2
 REFRESH_S = 5.0
-# dm's followers fetch without incremental sessions for now: with them, the kind e2e suite saw idle
-# replicas that caught up not rejoin the ISR (an RF 2 -> 3 change, a drain, pod chaos) and an
-# integration run under load saw the same; not understood yet (docs/benchmarks.md, issue 31's note).
-# Brokers still serve sessions to clients that open them.
-FOLLOWER_SESSIONS = False
 
 
 class ReplicaFetcher:
@@ -55,7 +50,7 @@ class ReplicaFetcher:
         self._conn: KafkaConnection | None = None
         self._changed = asyncio.Event()
         self.session = FetchSessionClient(
-            enabled=FOLLOWER_SESSIONS and broker.config["max.incremental.fetch.session.cache.slots"] > 0)
+            enabled=broker.config["max.incremental.fetch.session.cache.slots"] > 0)
         # What the next request wants of each partition, kept up to date for the partitions touched since
         # the last fetch (appended, truncated, added, removed) and in full every REFRESH_S (a local
         # retention moves a log start without touching the fetcher): an idle fetch costs what changed.

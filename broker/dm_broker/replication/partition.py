@@ -157,6 +157,7 @@ class Partition:
                 self.followers[r] = FollowerState(last_caught_up=now)
         for r in [r for r in self.followers if r not in replicas]:
             del self.followers[r]
+        self._recheck_outside_isr()
 
     def update_isr(self, isr: list[int], partition_epoch: int) -> None:
         if partition_epoch < self.partition_epoch:
@@ -165,6 +166,16 @@ class Partition:
         self.partition_epoch = partition_epoch
         self.pending_isr = None
         self.maybe_advance_hw()
+        self._recheck_outside_isr()
+
+    def _recheck_outside_isr(self) -> None:
+        """A follower outside the ISR asks to join at each fetch that reads this partition. In an
+        incremental session an idle, caught-up follower's fetches name nothing, so after an ISR
+        shrink (the controller's, or ours committed after the follower had caught up) or a new replica
+        the leader must read the partition for its sessions again: mark it in them."""
+        if self.role == LEADER and self._sessions and any(r not in self.isr for r in self.followers):
+            for session, key in self._sessions.items():
+                session.mark(key)
 
     # -- leader: appends and the high watermark ----------------------------------------------
 
