@@ -1,16 +1,18 @@
 """What a cluster costs as its partition count grows (issue 31).
 
     .venv/bin/python -m bench.scale [--partitions 300,1500,3000] [--idle-seconds 20] [--produce-seconds 15]
+                                    [--per-topic 100]
                                     [--label current] [--plot] [--plot-only LABEL,LABEL]
 
 For each count: a local cluster (a controller and 3 brokers as processes, default settings), topics of
-100 partitions at RF 3 created until the count is reached (so every broker hosts every partition), and:
+100 partitions (`--per-topic`) at RF 3 created until the count is reached (so every broker hosts every partition), and:
 - create + leaders: from the first CreateTopics to every partition having a leader in the controller;
 - idle CPU per broker: utime + stime over `--idle-seconds` with no client, as % of one core (mean of the
   three brokers), after 10 s of settling; RSS per broker (mean);
 - full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time until the
   whole response frame is read, not decoded: what the broker costs a client);
-- produce over all partitions: confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
+- produce over all partitions (bench.mock_ceiling measures the same producer against librdkafka's mock
+  cluster): confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
   sent round-robin over every partition for `--produce-seconds`: acknowledged records per second.
 Results are appended to bench/results/scale.jsonl; --plot draws docs/bench/scale.png with a line per
 label (each partition count's latest figures of that label).
@@ -43,11 +45,11 @@ def all_led(cluster: LocalCluster, expected: int) -> bool:
     return led >= expected
 
 
-def create_all(cluster: LocalCluster, partitions: int) -> float:
+def create_all(cluster: LocalCluster, partitions: int, per_topic: int = PER_TOPIC) -> float:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 120000})
-    topics = [NewTopic(f"scale-{i:04d}", PER_TOPIC, 3) for i in range(partitions // PER_TOPIC)]
+    topics = [NewTopic(f"scale-{i:04d}", per_topic, 3) for i in range(partitions // per_topic)]
     started = time.monotonic()
     for future in admin.create_topics(topics, request_timeout=300).values():
         future.result(600)
@@ -84,24 +86,30 @@ def metadata_ms(port: int) -> float:
     return asyncio.run(run())
 
 
-def produce_spread(cluster: LocalCluster, partitions: int, seconds: float) -> float:
+def produce_spread(cluster: LocalCluster, partitions: int, seconds: float, per_topic: int = PER_TOPIC) -> float:
+    topics = [f"scale-{i:04d}" for i in range(partitions // per_topic)]
+    return produce_over({"bootstrap.servers": cluster.bootstrap}, topics, per_topic, seconds)
+
+
+def produce_over(client: dict, topics: list[str], per_topic: int, seconds: float) -> float:
+    """Acknowledged records per second, 100-byte records sent round-robin over every partition of
+    `topics` (each of `per_topic` partitions) by one idempotent acks=all producer configured by `client`."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    p = Producer({**client, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                  "queue.buffering.max.messages": 1_000_000})
     acked = [0]
 
     def report(err, _msg) -> None:
         if err is None:
             acked[0] += 1
 
-    topics = [f"scale-{i:04d}" for i in range(partitions // PER_TOPIC)]
     deadline = time.monotonic() + seconds
     i = 0
     started = time.monotonic()
     while time.monotonic() < deadline:
         try:
-            p.produce(topics[(i // PER_TOPIC) % len(topics)], b"x" * 100, partition=i % PER_TOPIC, on_delivery=report)
+            p.produce(topics[(i // per_topic) % len(topics)], b"x" * 100, partition=i % per_topic, on_delivery=report)
             i += 1
         except BufferError:
             p.poll(0.01)
@@ -111,15 +119,16 @@ def produce_spread(cluster: LocalCluster, partitions: int, seconds: float) -> fl
     return acked[0] / (time.monotonic() - started)
 
 
-def measure(partitions: int, idle_s: float, produce_s: float) -> dict:
+def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = PER_TOPIC) -> dict:
     with LocalCluster(3, overrides=[]) as cluster:
-        created = create_all(cluster, partitions)
+        created = create_all(cluster, partitions, per_topic)
         time.sleep(10)  # the ISRs settle, the first checkpoints are written
         cpu, rss = idle_cpu(cluster, idle_s)
         meta = metadata_ms(cluster.ports[0])
-        rate = produce_spread(cluster, partitions, produce_s)
-    row = {"partitions": partitions, "create_and_lead_s": created, "idle_cpu_pct_per_broker": cpu,
-           "rss_mb_per_broker": rss, "full_metadata_ms": meta, "produce_spread_rec_s": rate}
+        rate = produce_spread(cluster, partitions, produce_s, per_topic)
+    row = {"partitions": partitions, "per_topic": per_topic, "create_and_lead_s": created,
+           "idle_cpu_pct_per_broker": cpu, "rss_mb_per_broker": rss, "full_metadata_ms": meta,
+           "produce_spread_rec_s": rate}
     print(f"{partitions:>6} partitions: create + leaders {created:6.1f} s, idle CPU {cpu:5.1f} % per broker, "
           f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s", flush=True)
     return row
@@ -161,6 +170,8 @@ def main() -> None:
     parser.add_argument("--partitions", default="300,1500,3000")
     parser.add_argument("--idle-seconds", type=float, default=20)
     parser.add_argument("--produce-seconds", type=float, default=15)
+    parser.add_argument("--per-topic", type=int, default=PER_TOPIC, help="partitions per topic (bench.mock_ceiling "
+                                                                         "compares with 4)")
     parser.add_argument("--label", default="current")
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--plot-only", metavar="LABELS", help="draw the plot of these labels (comma-separated) "
@@ -171,7 +182,8 @@ def main() -> None:
         return
     counts = [int(n) for n in args.partitions.split(",")]
     row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "label": args.label,
-           "measurements": [measure(n, args.idle_seconds, args.produce_seconds) for n in counts]}
+           "measurements": [measure(n, args.idle_seconds, args.produce_seconds, args.per_topic)
+                                     for n in counts]}
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "scale.jsonl").open("a") as f:
         f.write(json.dumps(row) + "\n")

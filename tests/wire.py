@@ -33,13 +33,17 @@ def fetch_request(topic: str, partition: int, offset: int, max_wait_ms: int = 0,
                 forgotten_topics_data=(), rack_id="")
 
 
-def create_topics_request(name: str, partitions: int = 1, configs: dict[str, str] | None = None, version: int = 7):
+def create_topics_request(name: str | list[str], partitions: int = 1, configs: dict[str, str] | None = None,
+                          version: int = 7):
+    """CreateTopics for one topic, or for several (`name` a list, duplicates kept) in one request."""
     cls = request_class(19, version)
     topic_cls = nested(cls, "CreatableTopic")
     config_cls = nested(cls, "CreatableTopicConfig")
-    return make(cls, topics=(topic_cls(name=name, num_partitions=partitions, replication_factor=1, assignments=(),
-                                       configs=tuple(config_cls(name=k, value=v)
-                                                     for k, v in (configs or {}).items())),),
+    names = [name] if isinstance(name, str) else name
+    return make(cls, topics=tuple(topic_cls(name=n, num_partitions=partitions, replication_factor=1, assignments=(),
+                                            configs=tuple(config_cls(name=k, value=v)
+                                                          for k, v in (configs or {}).items()))
+                                  for n in names),
                 timeout=datetime.timedelta(seconds=10), validate_only=False)
 
 

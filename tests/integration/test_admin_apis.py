@@ -269,3 +269,43 @@ def test_aiokafka_describes_and_alters_configs(jbod):
     topic, broker = asyncio.run(run())
     assert topic["retention.bytes"] == "123456"
     assert broker["advertised.listeners"] == f"PLAINTEXT://{jbod.bootstrap}"
+
+
+def test_one_create_topics_request_of_many_topics(jbod):
+    # The topics of one request are created side by side (and their logs in the I/O threads): each still
+    # gets its own answer, in request order, a repeated name is refused without stopping the rest, and
+    # the new logs are spread over both log directories.
+    from dm_broker.protocol.client import KafkaConnection
+    from kio.schema.errors import ErrorCode
+    from wire import create_topics_request
+
+    names = [f"many-{i}" for i in range(8)]
+
+    async def run():
+        conn = await KafkaConnection.open("127.0.0.1", jbod.port)
+        try:
+            return await conn.request(create_topics_request([*names[:4], names[1], *names[4:]], partitions=5))
+        finally:
+            await conn.close()
+
+    resp = asyncio.run(run())
+    assert [t.name for t in resp.topics] == [*names[:4], names[1], *names[4:]]
+    assert [t.error_code for t in resp.topics] == [ErrorCode.none] * 4 + [ErrorCode.invalid_request] + \
+        [ErrorCode.none] * 4
+    assert all(t.num_partitions == 5 for i, t in enumerate(resp.topics) if i != 4)
+    from kafka import KafkaAdminClient
+
+    kadmin = KafkaAdminClient(bootstrap_servers=jbod.bootstrap)
+    try:
+        held = {d["log_dir"]: {(t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]
+                               if not p["is_future_key"]}
+                for d in kadmin.describe_log_dirs()[0]["log_dirs"]}
+    finally:
+        kadmin.close()
+    # each new log went to the directory holding fewer partitions, counting those placed before it
+    assert abs(len(held[str(jbod.data_dir)]) - len(held[str(jbod.data_dir.parent / "d2")])) <= 1, \
+        {d: len(h) for d, h in held.items()}
+    for name in names:
+        for p in range(5):
+            path = next(Path(d) for d, h in held.items() if (name, p) in h) / f"{name}-{p}"
+            assert (path / "partition.metadata").read_text().strip(), path  # its topic id, written durably

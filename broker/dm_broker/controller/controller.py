@@ -77,6 +77,10 @@ PRODUCER_ID_BLOCK = 1000
 # yet is not handed out again (a broker uses far fewer between two registrations).
 PRODUCER_ID_RECOVERY_GAP = 1 << 20
 TOMBSTONES_KEPT = 1000
+# The liveness loop's repairs (offline partitions, recoveries, completed reassignments) each look at every
+# partition: they run when the metadata changed since the last run, and otherwise this often, for what
+# changes without a new version (a save that failed half-way).
+REPAIR_EVERY_S = 2.0
 
 RackResolver = Callable[[int, str | None], Awaitable[str | None]]
 
@@ -137,6 +141,8 @@ class Controller:
         self.started_at = clock()
         self.incarnation = uuid.uuid4().hex
         self.version = 0
+        self._repaired_version = -1  # the metadata version the last repairs looked at
+        self._next_repair = 0.0
         self.node_id = -1
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -378,9 +384,11 @@ class Controller:
             # Repair: a leader that is not live (a fence whose saves failed, a broker that never came
             # back after a controller restart) gives its partitions to another ISR member; a
             # reassignment whose new replicas are all in sync completes.
-            changed |= await self._recover_partitions()
-            changed |= await self._elect_offline_partitions()
-            changed |= await self._complete_reassignments()
+            if changed or self.version != self._repaired_version or now >= self._next_repair:
+                self._repaired_version, self._next_repair = self.version, now + REPAIR_EVERY_S
+                changed |= await self._recover_partitions()
+                changed |= await self._elect_offline_partitions()
+                changed |= await self._complete_reassignments()
             if changed:
                 self._bump()
 

@@ -159,16 +159,35 @@ class LogManager:
         existing = self.logs.get((topic, partition))
         if existing is not None:
             return existing
-        directory = self.dirs[0]
-        if len(self.dirs) > 1:  # JBOD: the directory holding the fewest partitions (one pass, not one per dir)
-            held = Counter(p.directory.parent for p in self.logs.values())
+        self.settle()  # a removed log of this name must not lend the new one its recovery point
+        plog = self.prepare(topic, partition, settings, self.place([(topic, partition)])[(topic, partition)])
+        self.adopt(plog)
+        return plog
+
+    def place(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Path]:
+        """The log directory for each of these new logs: with JBOD the one holding the fewest partitions,
+        counting those placed before it in the same call (one pass over the logs, not one per log)."""
+        if len(self.dirs) == 1:
+            return dict.fromkeys(keys, self.dirs[0])
+        held = Counter(p.directory.parent for p in self.logs.values())
+        placed = {}
+        for key in keys:
             directory = min(self.dirs, key=lambda d: (held[d], self.dirs.index(d)))
-        if self._checkpoint_pending:  # a removed log of this name must not lend the new one its recovery point
-            self.write_recovery_checkpoint()
+            held[directory] += 1
+            placed[key] = directory
+        return placed
+
+    @staticmethod
+    def prepare(topic: str, partition: int, settings: TopicSettings, directory: Path) -> PartitionLog:
+        """A new log, opened but not yet one of this manager's: only file work on its own directory, so
+        brokers create many side by side in the I/O threads. Call settle() before, and adopt() after, on
+        the event loop."""
         plog = PartitionLog(directory / f"{topic}-{partition}", topic, partition, settings)
         plog.open()
-        self.logs[(topic, partition)] = plog
         return plog
+
+    def adopt(self, plog: PartitionLog) -> None:
+        self.logs[(plog.topic, plog.partition)] = plog
 
     def settle(self) -> None:
         """After a batch of removals (one metadata update may delete or set aside thousands of logs): the

@@ -3,6 +3,7 @@ AlterConfigs, IncrementalAlterConfigs (topics, and the dynamic broker configs)."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from ...config import (
     TopicSettings,
     validate_topic_configs,
 )
+from ...controller.models import TopicDoc
 from ...errors import KafkaError
 from ...quotas.entities import CONTROLLER_MUTATION_RATE
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
@@ -61,36 +63,23 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested(cls, "CreatableTopicConfigs") if "configs" in result_cls.__dataclass_fields__ else None
-    results = []
     seen: set[str] = set()
     create_any = ctx.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
-    for t in req.topics:
-        error, message, info = ErrorCode.none, None, None
+
+    async def create(t: Any) -> tuple[ErrorCode, str | None, TopicDoc | None]:
         try:
-            if t.name in seen:
-                raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} appears twice in the request")
-            seen.add(t.name)
-            if not create_any and ctx.denied(Operation.CREATE, ResourceType.TOPIC, t.name):
-                raise KafkaError(ErrorCode.topic_authorization_failed,
-                                 f"CREATE on the cluster or on topic {t.name} is not allowed")
-            partitions, rf, assignments = t.num_partitions, t.replication_factor, None
-            if t.assignments:
-                if partitions != -1 or rf != -1:
-                    raise KafkaError(ErrorCode.invalid_request,
-                                     "give either replica assignments or partitions/replication factor")
-                indexes = sorted(a.partition_index for a in t.assignments)
-                if indexes != list(range(len(indexes))):
-                    raise KafkaError(ErrorCode.invalid_replica_assignment, "partitions must be 0..n-1")
-                by_index = {a.partition_index: list(a.broker_ids) for a in t.assignments}
-                assignments = [by_index[i] for i in indexes]
-                partitions, rf = len(indexes), len(assignments[0])
-            configs = {c.name: c.value for c in t.configs}
-            if not req.validate_only:
-                _count_mutations(ctx, partitions if partitions > 0 else broker.config["num.partitions"])
-            info = await broker.create_topic(t.name, partitions, rf, configs, validate_only=req.validate_only,
-                                             assignments=assignments)
+            partitions, rf, assignments, configs = _creatable(ctx, t, seen, create_any, req.validate_only)
+            return ErrorCode.none, None, await broker.create_topic(
+                t.name, partitions, rf, configs, validate_only=req.validate_only, assignments=assignments)
         except KafkaError as exc:
-            error, message = exc.code, exc.message
+            return exc.code, exc.message, None
+
+    # Checked in request order (a name given twice, the mutation quota), created side by side: the
+    # controller takes them one after the other, but the brokers see many in one metadata update instead
+    # of one update (and one full snapshot) per topic waited for in turn.
+    outcomes = await asyncio.gather(*[create(t) for t in req.topics])
+    results = []
+    for t, (error, message, info) in zip(req.topics, outcomes, strict=True):
         configs_out: tuple[Any, ...] = ()
         # A topic's configs are shown to who may describe them (Kafka's DESCRIBE_CONFIGS).
         config_error = ErrorCode.none
@@ -112,6 +101,32 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> Any:
             replication_factor=len(info.partitions[0].replicas) if info else -1, configs=configs_out,
         ))
     return make(cls, throttle_time=ZERO, topics=tuple(results))
+
+
+def _creatable(ctx: RequestContext, t: Any, seen: set[str], create_any: bool,
+               validate_only: bool) -> tuple[int, int, list[list[int]] | None, dict[str, str | None]]:
+    """A CreateTopics entry checked (raises KafkaError): partitions, replication factor, assignments,
+    configs. Runs before the first await of its creation, so entries are checked in request order."""
+    if t.name in seen:
+        raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} appears twice in the request")
+    seen.add(t.name)
+    if not create_any and ctx.denied(Operation.CREATE, ResourceType.TOPIC, t.name):
+        raise KafkaError(ErrorCode.topic_authorization_failed,
+                         f"CREATE on the cluster or on topic {t.name} is not allowed")
+    partitions, rf, assignments = t.num_partitions, t.replication_factor, None
+    if t.assignments:
+        if partitions != -1 or rf != -1:
+            raise KafkaError(ErrorCode.invalid_request,
+                             "give either replica assignments or partitions/replication factor")
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            raise KafkaError(ErrorCode.invalid_replica_assignment, "partitions must be 0..n-1")
+        by_index = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+        assignments = [by_index[i] for i in indexes]
+        partitions, rf = len(indexes), len(assignments[0])
+    if not validate_only:
+        _count_mutations(ctx, partitions if partitions > 0 else ctx.broker.config["num.partitions"])
+    return partitions, rf, assignments, {c.name: c.value for c in t.configs}
 
 
 async def handle_delete_topics(ctx: RequestContext, req: Any) -> Any:
