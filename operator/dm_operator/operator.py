@@ -9,7 +9,7 @@ import logging
 
 from aiohttp import web
 from dm_broker.controller.controller import Controller
-from dm_broker.controller.http import add_controller_routes
+from dm_broker.controller.http import add_controller_routes, controller_application
 from dm_broker.tasks import stop_tasks
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -157,7 +157,7 @@ class Operator:
         async def metrics(_: web.Request) -> web.Response:
             return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-        app = web.Application()
+        app = controller_application()
         add_controller_routes(app, "/clusters/{ns}/{cluster}", self._controller_of, self._token_of)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)

@@ -1,0 +1,60 @@
+"""The controller's HTTP API takes what brokers send at scale: a broker holding 10,000 partitions
+registers (its registration is about 1.7 MB; aiohttp's default limit of 1 MiB refused it and the broker
+retried for ever), and a body over the limit is refused with the controller's own error."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from aiohttp import web
+from dm_broker.controller.client import ControllerError, HttpControllerClient
+from dm_broker.controller.controller import Controller
+from dm_broker.controller.http import make_app
+from dm_broker.controller.models import HeldPartition, RegisterRequest
+from dm_broker.controller.store import FileControllerStore
+from harness import free_port
+
+
+def registration(node_id: int, partitions: int) -> RegisterRequest:
+    topic_id = str(uuid.uuid4())
+    holdings = [HeldPartition(topic=f"scale-{i // 100:04d}", partition=i % 100, topic_id=topic_id, last_leader_epoch=3,
+                              log_end_offset=123456, log_start_offset=0) for i in range(partitions)]
+    return RegisterRequest(node_id=node_id, host="127.0.0.1", port=9092, incarnation=f"i{node_id}",
+                           holdings=holdings)
+
+
+async def test_a_broker_holding_ten_thousand_partitions_registers(tmp_path):
+    controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=1)
+    runner = web.AppRunner(make_app(controller, token="t"))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    client = HttpControllerClient(f"http://127.0.0.1:{port}", "t", timeout_s=60)
+    try:
+        req = registration(0, 10_000)
+        assert len(req.model_dump_json()) > 1 << 20
+        resp = await client.register(req)
+        assert resp.broker_epoch == 1 and controller.brokers[0].epoch == 1
+        runner2 = web.AppRunner(web_app_with_limit(controller, 1 << 20))
+        await runner2.setup()
+        port2 = free_port()
+        await web.TCPSite(runner2, "127.0.0.1", port2).start()
+        small = HttpControllerClient(f"http://127.0.0.1:{port2}", "t", timeout_s=60)
+        try:
+            with pytest.raises(ControllerError, match="over the controller's size limit"):
+                await small.register(registration(1, 10_000))
+        finally:
+            await small.close()
+            await runner2.cleanup()
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+def web_app_with_limit(controller: Controller, limit: int) -> web.Application:
+    from dm_broker.controller.http import add_controller_routes
+
+    app = web.Application(client_max_size=limit)
+    add_controller_routes(app, "", lambda _: controller, lambda _: "t")
+    return app
