@@ -32,8 +32,10 @@ class LocalCluster:
     """A controller and brokers as processes; `overrides` are broker/controller properties (the
     replication benchmark's fast failure detection by default)."""
 
-    def __init__(self, brokers: int = 3, base: str | None = None, overrides: list[str] | None = None) -> None:
+    def __init__(self, brokers: int = 3, base: str | None = None, overrides: list[str] | None = None,
+                 http: bool = False) -> None:
         self.overrides = FAST if overrides is None else overrides
+        self.http_ports = [free_port() for _ in range(brokers)] if http else []  # /metrics of each broker
         self.dir = Path(tempfile.mkdtemp(prefix="dm-rbench-", dir=base))
         self.cport = free_port()
         self.ports = [free_port() for _ in range(brokers)]
@@ -46,7 +48,8 @@ class LocalCluster:
 
     def start_broker(self, i: int) -> None:
         cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--node-id", str(i),
-               "--data-dir", str(self.dir / f"b{i}"), "--port", str(self.ports[i]), "--http-port", "-1",
+               "--data-dir", str(self.dir / f"b{i}"), "--port", str(self.ports[i]),
+               "--http-port", str(self.http_ports[i] if self.http_ports else -1),
                "--controller", f"http://127.0.0.1:{self.cport}"]
         for o in self.overrides:
             cmd += ["--override", o]

@@ -11,6 +11,9 @@ For each count: a local cluster (a controller and 3 brokers as processes, defaul
   three brokers), after 10 s of settling; RSS per broker (mean);
 - full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time until the
   whole response frame is read, not decoded: what the broker costs a client);
+- event-loop stalls: each broker's dm_event_loop_lag_seconds (a 50 ms timer's lateness) read from
+  /metrics around creation (+10 s), the idle period and the produce run: probes late by over 100 ms, and
+  the bound the longest stayed under;
 - produce over all partitions (bench.mock_ceiling measures the same producer against librdkafka's mock
   cluster): confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
   sent round-robin over every partition for `--produce-seconds`: acknowledged records per second.
@@ -119,18 +122,58 @@ def produce_over(client: dict, topics: list[str], per_topic: int, seconds: float
     return acked[0] / (time.monotonic() - started)
 
 
+def loop_lag(cluster: LocalCluster) -> list[dict[float, float]]:
+    """Each broker's event-loop lag histogram (dm_event_loop_lag_seconds: how late a 50 ms timer fired),
+    as cumulative counts by upper bound (+Inf included)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    histograms = []
+    for port in cluster.http_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        buckets = {}
+        for family in text_string_to_metric_families(text):
+            if family.name == "dm_event_loop_lag_seconds":
+                for sample in family.samples:
+                    if sample.name.endswith("_bucket"):
+                        buckets[float(sample.labels["le"])] = sample.value
+        histograms.append(buckets)
+    return histograms
+
+
+def stalls(before: list[dict[float, float]], after: list[dict[float, float]]) -> dict:
+    """Between two loop_lag readings, over all brokers: probes late by more than 100 ms, and the
+    smallest histogram bound no probe exceeded (the longest stall is at most that)."""
+    over_100ms, longest = 0.0, 0.0
+    for b, a in zip(before, after, strict=True):
+        delta = {le: a[le] - b.get(le, 0.0) for le in a}
+        total = delta[float("inf")]
+        over_100ms += total - delta[0.1]
+        longest = max(longest, min(le for le, n in delta.items() if n >= total))
+    return {"over_100ms": int(over_100ms), "longest_at_most_s": longest}
+
+
 def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = PER_TOPIC) -> dict:
-    with LocalCluster(3, overrides=[]) as cluster:
+    with LocalCluster(3, overrides=[], http=True) as cluster:
+        lag0 = loop_lag(cluster)
         created = create_all(cluster, partitions, per_topic)
         time.sleep(10)  # the ISRs settle, the first checkpoints are written
+        lag1 = loop_lag(cluster)
         cpu, rss = idle_cpu(cluster, idle_s)
+        lag2 = loop_lag(cluster)
         meta = metadata_ms(cluster.ports[0])
+        lag3 = loop_lag(cluster)
         rate = produce_spread(cluster, partitions, produce_s, per_topic)
+        lag4 = loop_lag(cluster)
+    loop = {"create": stalls(lag0, lag1), "idle": stalls(lag1, lag2), "produce": stalls(lag3, lag4)}
     row = {"partitions": partitions, "per_topic": per_topic, "create_and_lead_s": created,
            "idle_cpu_pct_per_broker": cpu, "rss_mb_per_broker": rss, "full_metadata_ms": meta,
-           "produce_spread_rec_s": rate}
+           "produce_spread_rec_s": rate, "loop_stalls": loop}
     print(f"{partitions:>6} partitions: create + leaders {created:6.1f} s, idle CPU {cpu:5.1f} % per broker, "
           f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s", flush=True)
+    print("        event loop, all brokers: " + "; ".join(
+        f"{phase} {s['over_100ms']} probes > 100 ms, longest <= {s['longest_at_most_s']:g} s"
+        for phase, s in loop.items()), flush=True)
     return row
 
 
