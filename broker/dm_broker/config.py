@@ -204,8 +204,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("auto.create.topics.enable", "bool", True,
                  "Create a topic when a client asks for its metadata (and allows auto-creation)."),
         Property("num.io.threads", "int", 8,
-                 "Threads for the work a broker does off its event loop: fsync, log recovery and compaction "
-                 "passes, recompression of large batches (the default executor; password hashing has its own "
+                 "Threads for the work a broker does off its event loop: fsync, creating new partitions' logs "
+                 "side by side (ADR 0032), log recovery and compaction passes, recompression of large batches "
+                 "(the default executor; password hashing has its own "
                  "two). More brokers per node, not more threads, is how dm uses more cores (ADR 0028).", minimum=1),
         Property("process.roles", "choice", "broker",
                  "KRaft's roles of this process: broker, or broker,controller (either way a dm broker runs the "

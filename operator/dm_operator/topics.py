@@ -19,7 +19,7 @@ from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequ
 
 from . import API_VERSION, GROUP, VERSION, finalizers
 from .cache import ObjectCache
-from .changes import describe, isr_changes, leader_changes, offline
+from .changes import isr_changes, leader_changes, leader_events, offline
 from .conditions import condition, merge_conditions
 from .events import EventRecorder, reference
 from .kube import ApiError, Kube
@@ -190,10 +190,8 @@ class TopicReconciler:
         if changes:
             ELECTIONS.labels(**self.labels).inc(len(changes))
             involved = reference({"apiVersion": API_VERSION, "kind": "Topic", **obj})
-            for change in changes:
-                kind = "Warning" if change.new < 0 else "Normal"
-                reason = "PartitionOffline" if change.new < 0 else "LeaderElected"
-                self.recorder.record(reason, f"{new.name} {describe(change)}", kind, involved)
+            for reason, message, kind in leader_events(new.name, changes):
+                self.recorder.record(reason, message, kind, involved)
         ISR_CHANGES.labels(**self.labels).inc(isr_changes(old, new))
 
 

@@ -353,3 +353,34 @@ async def test_reassignment_lag_is_what_leaders_last_reported(tmp_path):
     assert controller.reassignment_lag == {("t", 0): 500}
     await controller.heartbeat(HeartbeatRequest(node_id=leader, broker_epoch=epochs[leader]))
     assert controller.reassignment_lag == {}, "a leader that no longer reports it has nothing left to copy"
+
+
+async def test_isr_changes_that_arrive_together_are_stored_together(tmp_path):
+    # A broker back from a restart asks to rejoin the ISR of every partition it follows at once: stored
+    # one save per topic per batch (a Topic resource's whole status, for the operator), not one each.
+    import asyncio
+
+    c, _, epochs = await make(tmp_path)
+    await c.create_topic(CreateTopicRequest(name="t", partitions=60, replication_factor=3))
+    saves = []
+    save_topic = c.store.save_topic
+
+    async def counted(doc, expected):
+        saves.append(doc.name)
+        return await save_topic(doc, expected)
+
+    c.store.save_topic = counted
+    shrinks = []
+    for i, p in enumerate(c.topics["t"].partitions):
+        follower = next(r for r in p.replicas if r != p.leader)
+        shrinks.append(AlterIsrRequest(node_id=p.leader, broker_epoch=epochs[p.leader], topic="t", partition=i,
+                                       leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
+                                       new_isr=[r for r in p.isr if r != follower]))
+    stale = shrinks[0].model_copy(update={"new_isr": list(c.topics["t"].partitions[0].isr)})
+    answers = await asyncio.gather(*(c.alter_isr(r) for r in [*shrinks, stale]))
+    assert all(a.error is None for a in answers[:-1]), [a.error for a in answers if a.error]
+    assert answers[-1].error == "invalid_update_version"  # the same partition's epoch moved in the batch
+    assert len(saves) < 10, f"{len(saves)} saves for 60 changes"
+    for i, p in enumerate(c.topics["t"].partitions):
+        assert p.isr == answers[i].state.isr and len(p.isr) == 2
+    assert (await c.store.load_topics())["t"].partitions == c.topics["t"].partitions  # what was stored

@@ -12,7 +12,7 @@ from dm_broker.config import ConfigError
 from dm_broker.controller.models import NO_LEADER, PartitionState, TopicDoc
 from dm_broker.controller.rebalance import PlanError
 from dm_operator import crdgen, manifests, naming
-from dm_operator.changes import describe, leader_changes, offline, under_replicated
+from dm_operator.changes import LeaderChange, describe, leader_changes, leader_events, offline, under_replicated
 from dm_operator.conditions import condition, merge_conditions
 from dm_operator.models import DMClusterSpec
 from dm_operator.planning import (
@@ -289,6 +289,16 @@ def test_leader_changes_and_counts():
     assert [(c.partition, c.old, c.new) for c in changes] == [(0, 0, 1)]
     assert "leader broker 0 -> broker 1" in describe(changes[0])
     assert under_replicated(new) == 2 and offline(new) == 1
+
+
+def test_many_leader_changes_make_one_event_per_kind():
+    few = [LeaderChange(i, 0, 1, 2) for i in range(3)]
+    assert [(r, k) for r, _, k in leader_events("t", few)] == [("LeaderElected", "Normal")] * 3
+    many = [LeaderChange(i, 0, 1 + i % 2, 2) for i in range(700)] + [LeaderChange(900, 0, NO_LEADER, 2)]
+    events = leader_events("t", many)
+    assert [(r, k) for r, _, k in events] == [("LeaderElected", "Normal"), ("PartitionOffline", "Warning")]
+    assert "700 partitions have new leaders (broker 1: 350, broker 2: 350)" in events[0][1]
+    assert events[0][1].endswith("18, 19, ...") and "partition 900: offline" in events[1][1]
 
 
 def test_conditions_keep_their_transition_time():

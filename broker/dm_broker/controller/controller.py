@@ -142,6 +142,8 @@ class Controller:
         self.incarnation = uuid.uuid4().hex
         self.version = 0
         self._repaired_version = -1  # the metadata version the last repairs looked at
+        self._isr_queue: list[tuple[AlterIsrRequest, asyncio.Future[AlterIsrResponse]]] = []  # to store together
+        self._isr_writer: asyncio.Task[None] | None = None
         self._next_repair = 0.0
         self.node_id = -1
         self._changed = asyncio.Event()
@@ -583,32 +585,79 @@ class Controller:
     # -- ISR -------------------------------------------------------------------------------
 
     async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        async with self._lock:
-            broker = self.brokers.get(req.node_id)
-            doc = self.topics.get(req.topic)
-            if doc is None or not 0 <= req.partition < len(doc.partitions):
-                return AlterIsrResponse(error="unknown_topic_or_partition")
-            p = doc.partitions[req.partition]
-            if broker is None or broker.epoch != req.broker_epoch or broker.fenced:
-                return AlterIsrResponse(error="stale_broker_epoch", state=p)
-            if p.leader != req.node_id or p.leader_epoch != req.leader_epoch:
-                return AlterIsrResponse(error="fenced_leader_epoch", state=p)
-            if p.partition_epoch != req.partition_epoch:
-                return AlterIsrResponse(error="invalid_update_version", state=p)
-            new_isr = sorted(set(req.new_isr), key=p.replicas.index) if set(req.new_isr) <= set(p.replicas) else None
-            if new_isr is None or req.node_id not in new_isr:
-                return AlterIsrResponse(error="invalid_request", state=p)
-            live = self._live_ids()
-            if any(r not in live and r not in p.isr for r in new_isr):
-                return AlterIsrResponse(error="ineligible_replica", state=p)
-            new = self._completed(p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1}))
-            await self._save(self._replaced(doc, req.partition, new))
-            log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, p.isr, new_isr)
-            if p.reassigning and not new.reassigning:
-                log.info("%s-%d: reassignment to %s complete (leader %d)", req.topic, req.partition, new.replicas,
-                         new.leader)
+        """An ISR change from a partition's leader, answered once stored. Changes that arrive while
+        others are being stored are stored together, one save per topic (group commit): a broker back
+        from a restart asks to rejoin the ISR of every partition it follows at once, and at thousands of
+        partitions one save each (a Topic resource's whole status, for the operator) took minutes."""
+        fut: asyncio.Future[AlterIsrResponse] = asyncio.get_running_loop().create_future()
+        self._isr_queue.append((req, fut))
+        if self._isr_writer is None or self._isr_writer.done():
+            self._isr_writer = asyncio.create_task(self._write_isr_changes())
+        return await fut
+
+    async def _write_isr_changes(self) -> None:
+        while self._isr_queue:
+            batch, self._isr_queue = self._isr_queue, []
+            try:
+                async with self._lock:
+                    await self._apply_isr_changes(batch)
+            except BaseException as exc:  # (cancelled) every waiter hears of it, none waits for ever
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc if isinstance(exc, Exception) else ControllerError(
+                            "controller_unavailable", "the controller is stopping"))
+                if not isinstance(exc, Exception):
+                    raise
+
+    async def _apply_isr_changes(self, batch: list[tuple[AlterIsrRequest, asyncio.Future[AlterIsrResponse]]]) -> None:
+        changed: dict[str, TopicDoc] = {}
+        accepted: dict[str, list[tuple[asyncio.Future[AlterIsrResponse], AlterIsrRequest, PartitionState,
+                                       PartitionState]]] = {}
+        live = self._live_ids()
+        for req, fut in batch:
+            doc = changed.get(req.topic) or self.topics.get(req.topic)
+            refusal, new = self._isr_change(req, doc, live)
+            if refusal is not None:
+                fut.set_result(refusal)
+                continue
+            old = doc.partitions[req.partition]
+            changed[req.topic] = self._replaced(doc, req.partition, new)
+            accepted.setdefault(req.topic, []).append((fut, req, old, new))
+        names = list(changed)
+        saved = await asyncio.gather(*(self._save(changed[n]) for n in names), return_exceptions=True)
+        for name, outcome in zip(names, saved, strict=True):
+            for fut, req, old, new in accepted[name]:
+                if isinstance(outcome, BaseException):
+                    fut.set_exception(outcome)
+                    continue
+                log.info("%s-%d: ISR %s -> %s", req.topic, req.partition, old.isr, new.isr)
+                if old.reassigning and not new.reassigning:
+                    log.info("%s-%d: reassignment to %s complete (leader %d)", req.topic, req.partition, new.replicas,
+                             new.leader)
+                fut.set_result(AlterIsrResponse(state=new))
+        if any(not isinstance(outcome, BaseException) for outcome in saved):
             self._bump()
-            return AlterIsrResponse(state=new)
+
+    def _isr_change(self, req: AlterIsrRequest, doc: TopicDoc | None,
+                    live: set[int]) -> tuple[AlterIsrResponse | None, PartitionState | None]:
+        """(a refusal, None) or (None, the partition with the new ISR), checked against `doc` as the
+        changes before it in the same batch left it."""
+        if doc is None or not 0 <= req.partition < len(doc.partitions):
+            return AlterIsrResponse(error="unknown_topic_or_partition"), None
+        p = doc.partitions[req.partition]
+        broker = self.brokers.get(req.node_id)
+        if broker is None or broker.epoch != req.broker_epoch or broker.fenced:
+            return AlterIsrResponse(error="stale_broker_epoch", state=p), None
+        if p.leader != req.node_id or p.leader_epoch != req.leader_epoch:
+            return AlterIsrResponse(error="fenced_leader_epoch", state=p), None
+        if p.partition_epoch != req.partition_epoch:
+            return AlterIsrResponse(error="invalid_update_version", state=p), None
+        new_isr = sorted(set(req.new_isr), key=p.replicas.index) if set(req.new_isr) <= set(p.replicas) else None
+        if new_isr is None or req.node_id not in new_isr:
+            return AlterIsrResponse(error="invalid_request", state=p), None
+        if any(r not in live and r not in p.isr for r in new_isr):
+            return AlterIsrResponse(error="ineligible_replica", state=p), None
+        return None, self._completed(p.model_copy(update={"isr": new_isr, "partition_epoch": p.partition_epoch + 1}))
 
     # -- reassignments (KIP-455) and elections (KIP-460) --------------------------------------
 
