@@ -58,3 +58,31 @@ def web_app_with_limit(controller: Controller, limit: int) -> web.Application:
     app = web.Application(client_max_size=limit)
     add_controller_routes(app, "", lambda _: controller, lambda _: "t")
     return app
+
+
+async def test_isr_changes_in_one_batch_over_http(tmp_path):
+    # A leader sends its ISR changes together (POST /v1/isr/batch): answered in order, each on its own.
+    from dm_broker.controller.models import AlterIsrRequest, CreateTopicRequest
+
+    controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=3)
+    runner = web.AppRunner(make_app(controller, token="t"))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    client = HttpControllerClient(f"http://127.0.0.1:{port}", "t", timeout_s=60)
+    try:
+        epochs = {i: (await client.register(registration(i, 0))).broker_epoch for i in range(3)}
+        await client.create_topic(CreateTopicRequest(name="t", partitions=300, replication_factor=3))
+        changes = []
+        for i, p in enumerate(controller.topics["t"].partitions):
+            changes.append(AlterIsrRequest(node_id=p.leader, broker_epoch=epochs[p.leader], topic="t", partition=i,
+                                           leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
+                                           new_isr=[p.leader, p.replicas[-1] if p.replicas[-1] != p.leader
+                                                    else p.replicas[0]]))
+        changes[7] = changes[7].model_copy(update={"leader_epoch": 99})
+        answers = await client.alter_isr_batch(changes)
+        assert [a.error for a in answers] == [None] * 7 + ["fenced_leader_epoch"] + [None] * 292
+        assert all(len(controller.topics["t"].partitions[i].isr) == 2 for i in range(300) if i != 7)
+    finally:
+        await client.close()
+        await runner.cleanup()

@@ -23,9 +23,9 @@ class RefusingController:
         self.state = state
         self.requests: list[AlterIsrRequest] = []
 
-    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        self.requests.append(req)
-        return AlterIsrResponse(error="invalid_update_version", state=self.state)
+    async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
+        self.requests += reqs
+        return [AlterIsrResponse(error="invalid_update_version", state=self.state) for _ in reqs]
 
 
 def leader_of(tmp_path: Path) -> Partition:

@@ -20,6 +20,8 @@ from .models import (
     AclResults,
     AclsRequest,
     AlterConfigsRequest,
+    AlterIsrBatch,
+    AlterIsrBatchResponse,
     AlterIsrRequest,
     AlterIsrResponse,
     BrokerConfigsRequest,
@@ -63,6 +65,7 @@ class ControllerClient(Protocol):
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse: ...
     async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata: ...
     async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse: ...
+    async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]: ...
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc: ...
     async def delete_topic(self, name: str) -> TopicDoc: ...
     async def create_partitions(self, name: str, req: CreatePartitionsRequest) -> TopicDoc: ...
@@ -100,6 +103,9 @@ class LocalControllerClient:
 
     async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
         return await self.controller.alter_isr(req)
+
+    async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
+        return await self.controller.alter_isr_batch(reqs)
 
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
         return await self.controller.create_topic(req)
@@ -227,6 +233,14 @@ class HttpControllerClient:
 
     async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
         return await self._call("POST", "/v1/isr", req, answer=AlterIsrResponse)
+
+    async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
+        # A batch waits for the changes queued before it to be stored too: longer than one request.
+        answer = await self._call("POST", "/v1/isr/batch", AlterIsrBatch(changes=reqs), timeout=3 * self.timeout,
+                                  answer=AlterIsrBatchResponse)
+        if len(answer.responses) != len(reqs):
+            raise ControllerUnavailable(f"POST /v1/isr/batch: {len(answer.responses)} answers to {len(reqs)} changes")
+        return answer.responses
 
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc:
         return await self._call("POST", "/v1/topics", req, answer=TopicDoc)

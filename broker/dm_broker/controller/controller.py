@@ -595,6 +595,11 @@ class Controller:
             self._isr_writer = asyncio.create_task(self._write_isr_changes())
         return await fut
 
+    async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
+        """Each change answered on its own; one that could not be stored is refused as `not_stored`."""
+        outcomes = await asyncio.gather(*(self.alter_isr(r) for r in reqs), return_exceptions=True)
+        return [o if isinstance(o, AlterIsrResponse) else AlterIsrResponse(error="not_stored") for o in outcomes]
+
     async def _write_isr_changes(self) -> None:
         while self._isr_queue:
             batch, self._isr_queue = self._isr_queue, []

@@ -23,6 +23,8 @@ from .models import (
     AclResults,
     AclsRequest,
     AlterConfigsRequest,
+    AlterIsrBatch,
+    AlterIsrBatchResponse,
     AlterIsrRequest,
     BrokerConfigsRequest,
     CreatePartitionsRequest,
@@ -137,6 +139,10 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     async def alter_isr(c: Controller, request: web.Request) -> web.Response:
         return reply(await c.alter_isr(AlterIsrRequest.model_validate(await request.json())))
 
+    async def alter_isr_batch(c: Controller, request: web.Request) -> web.Response:
+        batch = AlterIsrBatch.model_validate(await request.json())
+        return reply(AlterIsrBatchResponse(responses=await c.alter_isr_batch(batch.changes)))
+
     async def create_topic(c: Controller, request: web.Request) -> web.Response:
         return reply(await c.create_topic(CreateTopicRequest.model_validate(await request.json())))
 
@@ -191,6 +197,7 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_post(f"{v1}/brokers/{{node_id}}/shutdown", route(shutdown))
     app.router.add_get(f"{v1}/metadata", route(metadata))
     app.router.add_post(f"{v1}/isr", route(alter_isr))
+    app.router.add_post(f"{v1}/isr/batch", route(alter_isr_batch))
     app.router.add_post(f"{v1}/topics", route(create_topic))
     app.router.add_delete(f"{v1}/topics/{{name}}", route(delete_topic))
     app.router.add_post(f"{v1}/topics/{{name}}/partitions", route(create_partitions))

@@ -201,6 +201,17 @@ class AlterIsrResponse(BaseModel):
     state: PartitionState | None = None
 
 
+class AlterIsrBatch(BaseModel):
+    """The ISR changes a leader asks for together (Kafka's AlterPartition carries many partitions): a broker
+    back from a restart rejoins thousands of ISRs at once."""
+
+    changes: list[AlterIsrRequest]
+
+
+class AlterIsrBatchResponse(BaseModel):
+    responses: list[AlterIsrResponse]  # in the order of the changes
+
+
 class CreateTopicRequest(BaseModel):
     name: str
     partitions: int

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..controller.client import ControllerUnavailable
 from ..controller.controller import ControllerError
-from ..controller.models import AlterIsrRequest
+from ..controller.models import AlterIsrRequest, AlterIsrResponse
 from ..tasks import stop_tasks
 from .fetcher import ReplicaFetcher
 from .partition import LEADER, Partition
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXPAND_REFUSED_BACKOFF_S = 1.0
+ISR_BATCH_MAX = 1000  # ISR changes per request to the controller
+ISR_RETRY_S = 0.5  # after a batch the controller did not answer
 
 
 class ReplicaManager:
@@ -31,7 +33,11 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._following: dict[tuple[str, int], int] = {}
         self._task: asyncio.Task[None] | None = None
-        self._isr_tasks: set[asyncio.Task[None]] = set()
+        # ISR changes waiting to be sent, one per partition, sent in batches with one batch in flight:
+        # a broker back from a restart asks to rejoin thousands of ISRs at once, and one request each
+        # flooded the controller (its answers timed out, heartbeats with them, and brokers were fenced).
+        self._isr_queue: dict[tuple[str, int], tuple[Partition, list[int], AlterIsrRequest]] = {}
+        self._isr_sender: asyncio.Task[None] | None = None
         # (topic, partition, replica) -> until when an ISR expansion the controller refused (a
         # replica that is shutting down or fenced, or a refusal that left our state as it was) is
         # not asked for again: a caught-up follower fetches every few milliseconds.
@@ -41,7 +47,7 @@ class ReplicaManager:
         self._task = asyncio.create_task(self._isr_loop())
 
     async def close(self) -> None:
-        await stop_tasks(self._task, *self._isr_tasks)
+        await stop_tasks(self._task, self._isr_sender)
         for fetcher in self.fetchers.values():
             await fetcher.close()
 
@@ -88,24 +94,34 @@ class ReplicaManager:
 
     def request_isr_change(self, part: Partition, new_isr: list[int]) -> None:
         part.pending_isr = [r for r in new_isr if r not in part.isr]  # additions count for the HW at once
-        task = asyncio.create_task(self._alter_isr(part, new_isr))
-        self._isr_tasks.add(task)
-        task.add_done_callback(self._isr_tasks.discard)
+        self._isr_queue[(part.topic, part.index)] = (part, new_isr, AlterIsrRequest(
+            node_id=self.broker.node_id, broker_epoch=self.broker.broker_epoch, topic=part.topic,
+            partition=part.index, leader_epoch=part.leader_epoch, partition_epoch=part.partition_epoch,
+            new_isr=new_isr))
+        if self._isr_sender is None or self._isr_sender.done():
+            self._isr_sender = asyncio.create_task(self._send_isr_changes())
 
-    async def _alter_isr(self, part: Partition, new_isr: list[int]) -> None:
-        req = AlterIsrRequest(node_id=self.broker.node_id, broker_epoch=self.broker.broker_epoch, topic=part.topic,
-                              partition=part.index, leader_epoch=part.leader_epoch,
-                              partition_epoch=part.partition_epoch, new_isr=new_isr)
-        try:
-            resp = await self.broker.controller.alter_isr(req)
-        except (ControllerUnavailable, ControllerError) as exc:
-            log.warning("%s-%d: ISR change to %s not possible: %s", part.topic, part.index, new_isr, exc)
-            part.pending_isr = None
-            return
-        except Exception:  # a change left pending would block every later one of this partition
-            log.exception("%s-%d: ISR change to %s failed", part.topic, part.index, new_isr)
-            part.pending_isr = None
-            return
+    async def _send_isr_changes(self) -> None:
+        while self._isr_queue:
+            keys = list(self._isr_queue)[:ISR_BATCH_MAX]
+            batch = [self._isr_queue.pop(key) for key in keys]
+            try:
+                answers = await self.broker.controller.alter_isr_batch([req for _, _, req in batch])
+            except (ControllerUnavailable, ControllerError) as exc:
+                log.warning("ISR changes of %d partitions not possible: %s", len(batch), exc)
+                answers = None
+            except Exception:  # a change left pending would block every later one of its partition
+                log.exception("ISR changes of %d partitions failed", len(batch))
+                answers = None
+            for i, (part, new_isr, _) in enumerate(batch):
+                if answers is None:
+                    part.pending_isr = None
+                else:
+                    self._isr_answered(part, new_isr, answers[i])
+            if answers is None:
+                await asyncio.sleep(ISR_RETRY_S)  # the changes still wanted are asked for again meanwhile
+
+    def _isr_answered(self, part: Partition, new_isr: list[int], resp: AlterIsrResponse) -> None:
         if resp.error is None and resp.state is not None:
             part.update_isr(resp.state.isr, resp.state.partition_epoch)
             log.info("%s-%d: ISR is now %s", part.topic, part.index, resp.state.isr)
