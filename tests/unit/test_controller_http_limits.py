@@ -4,13 +4,15 @@ retried for ever), and a body over the limit is refused with the controller's ow
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 from dm_broker.controller.client import ControllerError, HttpControllerClient
 from dm_broker.controller.controller import Controller
-from dm_broker.controller.http import make_app
+from dm_broker.controller.http import add_controller_routes, make_app
 from dm_broker.controller.models import HeldPartition, RegisterRequest
 from dm_broker.controller.store import FileControllerStore
 from harness import free_port
@@ -24,40 +26,37 @@ def registration(node_id: int, partitions: int) -> RegisterRequest:
                            holdings=holdings)
 
 
-async def test_a_broker_holding_ten_thousand_partitions_registers(tmp_path):
-    controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=1)
-    runner = web.AppRunner(make_app(controller, token="t"))
+@contextlib.asynccontextmanager
+async def served(app: web.Application) -> AsyncIterator[HttpControllerClient]:
+    """`app` on a local port, and a client of it (token "t")."""
+    runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     client = HttpControllerClient(f"http://127.0.0.1:{port}", "t", timeout_s=60)
     try:
-        req = registration(0, 10_000)
-        assert len(req.model_dump_json()) > 1 << 20
-        resp = await client.register(req)
-        assert resp.broker_epoch == 1 and controller.brokers[0].epoch == 1
-        runner2 = web.AppRunner(web_app_with_limit(controller, 1 << 20))
-        await runner2.setup()
-        port2 = free_port()
-        await web.TCPSite(runner2, "127.0.0.1", port2).start()
-        small = HttpControllerClient(f"http://127.0.0.1:{port2}", "t", timeout_s=60)
-        try:
-            with pytest.raises(ControllerError, match="over the controller's size limit"):
-                await small.register(registration(1, 10_000))
-        finally:
-            await small.close()
-            await runner2.cleanup()
+        yield client
     finally:
         await client.close()
         await runner.cleanup()
 
 
-def web_app_with_limit(controller: Controller, limit: int) -> web.Application:
-    from dm_broker.controller.http import add_controller_routes
-
+def app_with_limit(controller: Controller, limit: int) -> web.Application:
     app = web.Application(client_max_size=limit)
     add_controller_routes(app, "", lambda _: controller, lambda _: "t")
     return app
+
+
+async def test_a_broker_holding_ten_thousand_partitions_registers(tmp_path):
+    controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=1)
+    async with served(make_app(controller, token="t")) as client:
+        req = registration(0, 10_000)
+        assert len(req.model_dump_json()) > 1 << 20
+        resp = await client.register(req)
+        assert resp.broker_epoch == 1 and controller.brokers[0].epoch == 1
+    async with served(app_with_limit(controller, 1 << 20)) as small:
+        with pytest.raises(ControllerError, match="over the controller's size limit"):
+            await small.register(registration(1, 10_000))
 
 
 async def test_isr_changes_in_one_batch_over_http(tmp_path):
@@ -65,12 +64,7 @@ async def test_isr_changes_in_one_batch_over_http(tmp_path):
     from dm_broker.controller.models import AlterIsrRequest, CreateTopicRequest
 
     controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=3)
-    runner = web.AppRunner(make_app(controller, token="t"))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    client = HttpControllerClient(f"http://127.0.0.1:{port}", "t", timeout_s=60)
-    try:
+    async with served(make_app(controller, token="t")) as client:
         epochs = {i: (await client.register(registration(i, 0))).broker_epoch for i in range(3)}
         await client.create_topic(CreateTopicRequest(name="t", partitions=300, replication_factor=3))
         changes = []
@@ -83,6 +77,3 @@ async def test_isr_changes_in_one_batch_over_http(tmp_path):
         answers = await client.alter_isr_batch(changes)
         assert [a.error for a in answers] == [None] * 7 + ["fenced_leader_epoch"] + [None] * 292
         assert all(len(controller.topics["t"].partitions[i].isr) == 2 for i in range(300) if i != 7)
-    finally:
-        await client.close()
-        await runner.cleanup()
