@@ -6,9 +6,11 @@ point where its log and the current leader's agree.
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
-from .checkpoints import atomic_write
+from .checkpoints import atomic_write, fsync_dir, replace_unsynced
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -18,6 +20,10 @@ class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: list[tuple[int, int]] = []  # (epoch, start offset), both increasing
+        # A follower records a new epoch without an fsync on its event loop; the log's next flush makes
+        # it durable (sync(), in the flush's thread) before the records it covers (ADR 0032).
+        self.unsynced = False
+        self._file_lock = threading.Lock()
         try:
             lines = path.read_text().splitlines()
             count = int(lines[1])
@@ -31,13 +37,14 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
+    def assign(self, epoch: int, start_offset: int, durable: bool = True) -> None:
+        """`durable=False` (a follower's append): written now, fsynced by the log's next flush."""
         if self.entries and epoch <= self.entries[-1][0]:
             return
         # A new epoch starting before older ones (after truncation) replaces them.
         self.entries = [(e, o) for e, o in self.entries if o < start_offset]
         self.entries.append((epoch, start_offset))
-        self._save()
+        self._save(durable)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= requested, end offset of that epoch), as OffsetForLeaderEpoch."""
@@ -67,6 +74,26 @@ class LeaderEpochCache:
             self.entries = kept
             self._save()
 
-    def _save(self) -> None:
+    def sync(self) -> None:
+        """Makes the last write durable (the file, then its directory entry). Called from a flush's
+        thread; the lock keeps a write on the event loop from replacing the file between the two."""
+        with self._file_lock:
+            if not self.unsynced:
+                return
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(self.path.parent)
+            self.unsynced = False
+
+    def _save(self, durable: bool = True) -> None:
         lines = ["0", str(len(self.entries))] + [f"{e} {o}" for e, o in self.entries]
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        data = ("\n".join(lines) + "\n").encode()
+        with self._file_lock:
+            if durable:
+                atomic_write(self.path, data)
+            else:
+                replace_unsynced(self.path, data)
+            self.unsynced = not durable

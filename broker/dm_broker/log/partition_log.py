@@ -257,8 +257,8 @@ class PartitionLog:
         end = located[-1][0] + located[-1][1].size
         markers = {}
         for pos, header in located:
-            if header.partition_leader_epoch >= 0:
-                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+            if header.partition_leader_epoch >= 0:  # fsynced by the flush that covers these records
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, durable=False)
             if header.is_control:
                 markers[header.base_offset] = control_marker(bytes(memoryview(data)[pos:pos + header.size]))
         self._write([memoryview(data)[start:end]], [(pos - start, h) for pos, h in located], None, markers)
@@ -339,6 +339,9 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
 
     def _fsync(self, segments: list[Segment]) -> None:
+        # The epochs of the records being made durable first: every epoch assigned before the flush took
+        # its end offset is in the file synced here.
+        self.leader_epochs.sync()
         for seg in segments:
             if seg.fd >= 0:
                 seg.flush(fsync=True)
