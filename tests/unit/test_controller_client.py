@@ -45,8 +45,8 @@ async def test_what_is_not_the_controllers_answer_is_unavailable(kind: str) -> N
     client = HttpControllerClient(url, timeout_s=5)
     try:
         calls = [client.heartbeat(HeartbeatRequest(node_id=0, broker_epoch=1)),
-                 client.alter_isr(AlterIsrRequest(node_id=0, broker_epoch=1, topic="t", partition=0, leader_epoch=0,
-                                                  partition_epoch=0, new_isr=[0])),
+                 client.alter_isr_batch([AlterIsrRequest(node_id=0, broker_epoch=1, topic="t", partition=0,
+                                                         leader_epoch=0, partition_epoch=0, new_isr=[0])]),
                  client.controlled_shutdown(0, 1)]
         for call in calls:
             if kind == "refusal-409":

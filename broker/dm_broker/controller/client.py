@@ -64,7 +64,6 @@ class ControllerClient(Protocol):
     async def register(self, req: RegisterRequest) -> RegisterResponse: ...
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse: ...
     async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata: ...
-    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse: ...
     async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]: ...
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc: ...
     async def delete_topic(self, name: str) -> TopicDoc: ...
@@ -100,9 +99,6 @@ class LocalControllerClient:
 
     async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
         return await self.controller.wait_for_change(known_version, incarnation, wait_s)
-
-    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        return await self.controller.alter_isr(req)
 
     async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
         return await self.controller.alter_isr_batch(reqs)
@@ -230,9 +226,6 @@ class HttpControllerClient:
         params = {"version": str(known_version), "incarnation": incarnation, "wait_ms": str(int(wait_s * 1000))}
         return await self._call("GET", "/v1/metadata", params=params, timeout=wait_s + self.timeout,
                                 answer=ClusterMetadata)
-
-    async def alter_isr(self, req: AlterIsrRequest) -> AlterIsrResponse:
-        return await self._call("POST", "/v1/isr", req, answer=AlterIsrResponse)
 
     async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
         # A batch waits for the changes queued before it to be stored too: longer than one request.

@@ -196,7 +196,7 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_get(f"{v1}/brokers/{{node_id}}/session", route(session))
     app.router.add_post(f"{v1}/brokers/{{node_id}}/shutdown", route(shutdown))
     app.router.add_get(f"{v1}/metadata", route(metadata))
-    app.router.add_post(f"{v1}/isr", route(alter_isr))
+    app.router.add_post(f"{v1}/isr", route(alter_isr))  # one change: what brokers before the batches send
     app.router.add_post(f"{v1}/isr/batch", route(alter_isr_batch))
     app.router.add_post(f"{v1}/topics", route(create_topic))
     app.router.add_delete(f"{v1}/topics/{{name}}", route(delete_topic))

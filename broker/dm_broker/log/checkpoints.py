@@ -8,28 +8,25 @@ from pathlib import Path
 
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    _replace(path, data, durable=True)
     fsync_dir(path.parent)
 
 
 def replace_unsynced(path: Path, data: bytes) -> None:
     """Replaces `path` with `data` through a temporary name, without fsync: a reader sees the old
     file or the new one, never half of one; durable only once fsynced later (the caller tracks that)."""
+    _replace(path, data, durable=False)
+
+
+def _replace(path: Path, data: bytes, durable: bool) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
