@@ -6,9 +6,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -20,13 +22,63 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
-class _LogCollector(Collector):
-    """Reads offsets and sizes from the logs at scrape time instead of on every append."""
+@dataclass(slots=True)
+class _State:
+    """What the broker's state metrics show, copied on the event loop: the exposition is then built
+    from plain values in a worker thread, never from structures the loop is changing."""
+
+    partitions: list[tuple[str, str, int, int, int, int, int | None]] = field(default_factory=list)
+    strays: list[tuple[str, Path, int]] = field(default_factory=list)
+    groups: list[tuple[str, str, int, int, str | None, list[tuple[str, str, int]]]] = field(default_factory=list)
+    txn_states: dict[str, int] = field(default_factory=dict)
+    oldest_open_txn_s: float = 0.0
+    fetch_sessions: int = 0
+    fetch_session_partitions: int = 0
+
+
+class _StateCollector(Collector):
+    """Reads offsets, sizes, groups and transactions at scrape time instead of on every append."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.taken: _State | None = None  # set by the scrape, on the loop, for the collect that follows
+
+    def snapshot(self) -> _State:
+        """Copies the state (on the event loop; about 2 µs per partition)."""
+        broker = self.broker
+        state = _State(strays=broker.logs.strays(), fetch_sessions=len(broker.fetch_sessions),
+                       fetch_session_partitions=broker.fetch_sessions.partition_count())
+        for (topic, index), part in broker.partitions.items():
+            log_ = part.log
+            state.partitions.append((topic, str(index), log_.log_end_offset, log_.log_start_offset,
+                                     part.high_watermark, log_.size_bytes,
+                                     part.high_watermark - part.last_stable_offset if part.is_leader else None))
+        for group in broker.coordinator.groups.values():
+            lags = []
+            for (topic, index), committed in group.offsets.items():
+                part = broker.partition(topic, index)
+                if part is not None:
+                    lags.append((topic, str(index), max(0, part.high_watermark - committed.offset)))
+            state.groups.append((group.group_id, group.state.value, len(group.members), group.generation,
+                                 group.leader_id or None, lags))
+        now = time.time() * 1000
+        for meta in broker.txn_coordinator.txns.values():
+            name = meta.state.kafka_name
+            state.txn_states[name] = state.txn_states.get(name, 0) + 1
+            if name == "Ongoing" and meta.start_ms > 0:
+                state.oldest_open_txn_s = max(state.oldest_open_txn_s, (now - meta.start_ms) / 1000)
+        return state
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self.taken or self.snapshot()
+        yield from self._logs(state)
+        yield from self._strays(state)
+        yield from self._groups(state)
+        yield from self._transactions(state)
+        yield from self._fetch_sessions(state)
+
+    @staticmethod
+    def _logs(state: _State) -> Iterator[GaugeMetricFamily]:
         end = GaugeMetricFamily("dm_log_end_offset", "Log end offset", labels=["topic", "partition"])
         start = GaugeMetricFamily("dm_log_start_offset", "Log start offset", labels=["topic", "partition"])
         hw = GaugeMetricFamily("dm_high_watermark", "High watermark", labels=["topic", "partition"])
@@ -34,47 +86,38 @@ class _LogCollector(Collector):
         unstable = GaugeMetricFamily("dm_unstable_offsets", "High watermark minus last stable offset: offsets "
                                      "read_committed consumers wait for (open transactions), partitions led here",
                                      labels=["topic", "partition"])
-        for (topic, index), part in list(self.broker.partitions.items()):
-            labels = [topic, str(index)]
-            end.add_metric(labels, part.log.log_end_offset)
-            start.add_metric(labels, part.log.log_start_offset)
-            hw.add_metric(labels, part.high_watermark)
-            size.add_metric(labels, part.log.size_bytes)
-            if part.is_leader:
-                unstable.add_metric(labels, part.high_watermark - part.last_stable_offset)
+        for topic, index, end_offset, start_offset, high_watermark, size_bytes, unstable_offsets in state.partitions:
+            labels = [topic, index]
+            end.add_metric(labels, end_offset)
+            start.add_metric(labels, start_offset)
+            hw.add_metric(labels, high_watermark)
+            size.add_metric(labels, size_bytes)
+            if unstable_offsets is not None:
+                unstable.add_metric(labels, unstable_offsets)
         yield from (end, start, hw, size, unstable)
-        yield from self._strays()
-        yield from self._groups()
-        yield from self._transactions()
 
-    def _transactions(self) -> Iterator[GaugeMetricFamily]:
-        coordinator = self.broker.txn_coordinator
+    @staticmethod
+    def _transactions(state: _State) -> Iterator[GaugeMetricFamily]:
         count = GaugeMetricFamily("dm_transactions", "Transactional ids this broker coordinates, by state",
                                   labels=["state"])
         oldest = GaugeMetricFamily("dm_transaction_oldest_open_seconds",
                                    "Age of the oldest open transaction this broker coordinates (0: none)")
-        states: dict[str, int] = {}
-        now = time.time() * 1000
-        age = 0.0
-        for meta in list(coordinator.txns.values()):
-            states[meta.state.kafka_name] = states.get(meta.state.kafka_name, 0) + 1
-            if meta.state.kafka_name == "Ongoing" and meta.start_ms > 0:
-                age = max(age, (now - meta.start_ms) / 1000)
-        for state, n in sorted(states.items()):
-            count.add_metric([state], n)
-        oldest.add_metric([], age)
+        for name, n in sorted(state.txn_states.items()):
+            count.add_metric([name], n)
+        oldest.add_metric([], state.oldest_open_txn_s)
         yield from (count, oldest)
 
-    def _strays(self) -> Iterator[GaugeMetricFamily]:
+    @staticmethod
+    def _strays(state: _State) -> Iterator[GaugeMetricFamily]:
         """Logs kept aside because no recorded decision allows deleting them (ADR 0017)."""
-        found = self.broker.logs.strays()
         count = GaugeMetricFamily("dm_stray_logs", "Log directories kept aside as stray (dm strays lists them)")
-        count.add_metric([], len(found))
+        count.add_metric([], len(state.strays))
         size = GaugeMetricFamily("dm_stray_bytes", "Bytes held by stray log directories")
-        size.add_metric([], sum(n for _, _, n in found))
+        size.add_metric([], sum(n for _, _, n in state.strays))
         yield from (count, size)
 
-    def _groups(self) -> Iterator[GaugeMetricFamily]:
+    @staticmethod
+    def _groups(state: _State) -> Iterator[GaugeMetricFamily]:
         members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])
         lag = GaugeMetricFamily("dm_group_lag", "High watermark minus committed offset, for partitions led here",
                                 labels=["group", "topic", "partition"])
@@ -82,16 +125,22 @@ class _LogCollector(Collector):
                                        labels=["group"])
         leader = GaugeMetricFamily("dm_group_leader_info", "The member leading (assigning for) a consumer group",
                                    labels=["group", "member"])
-        for group in list(self.broker.coordinator.groups.values()):
-            members.add_metric([group.group_id, group.state.value], len(group.members))
-            generation.add_metric([group.group_id], group.generation)
-            if group.leader_id:
-                leader.add_metric([group.group_id, group.leader_id], 1)
-            for (topic, index), committed in list(group.offsets.items()):
-                part = self.broker.partition(topic, index)
-                if part is not None:
-                    lag.add_metric([group.group_id, topic, str(index)], max(0, part.high_watermark - committed.offset))
+        for group_id, group_state, member_count, group_generation, leader_id, lags in state.groups:
+            members.add_metric([group_id, group_state], member_count)
+            generation.add_metric([group_id], group_generation)
+            if leader_id:
+                leader.add_metric([group_id, leader_id], 1)
+            for topic, index, behind in lags:
+                lag.add_metric([group_id, topic, index], behind)
         yield from (members, lag, generation, leader)
+
+    @staticmethod
+    def _fetch_sessions(state: _State) -> Iterator[GaugeMetricFamily]:
+        sessions = GaugeMetricFamily("dm_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker keeps")
+        sessions.add_metric([], state.fetch_sessions)
+        held = GaugeMetricFamily("dm_fetch_session_partitions", "Partitions held by this broker's fetch sessions")
+        held.add_metric([], state.fetch_session_partitions)
+        yield from (sessions, held)
 
 
 class BrokerMetrics:
@@ -126,15 +175,23 @@ class BrokerMetrics:
         self.authorization_denials = Counter("dm_authorization_denials",
                                              "Requests (or parts of them) refused by the authorizer, by API",
                                              ["api"], registry=r)
-        sessions = Gauge("dm_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker keeps", registry=r)
-        sessions.set_function(lambda: len(broker.fetch_sessions))
-        session_partitions = Gauge("dm_fetch_session_partitions", "Partitions held by this broker's fetch sessions",
-                                   registry=r)
-        session_partitions.set_function(lambda: broker.fetch_sessions.partition_count())
         self.throttle_time = Counter("dm_throttle_time_seconds", "Time clients were throttled for exceeding a "
                                      "client quota, by quota and the user / client id it holds (empty: any)",
                                      ["quota", "user", "client_id"], registry=r)
-        r.register(_LogCollector(broker))
+        self.state = _StateCollector(broker)
+        r.register(self.state)
+        self._scrape_lock = asyncio.Lock()
+
+    async def exposition(self) -> bytes:
+        """The Prometheus text of every metric: the broker's state copied on the loop, the text built
+        in a worker thread (at 10,000 partitions ~50,000 samples, a quarter of a second of Python that
+        would otherwise stall the loop in one piece on every scrape)."""
+        async with self._scrape_lock:
+            self.state.taken = self.state.snapshot()
+            try:
+                return await asyncio.to_thread(generate_latest, self.registry)
+            finally:
+                self.state.taken = None
 
     def forget_topic(self, topic: str) -> None:
         for metric in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out,

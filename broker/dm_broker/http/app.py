@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -21,7 +21,7 @@ def make_app(broker: Broker) -> web.Application:
         return web.json_response({"status": "recovering"}, status=503)
 
     async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(broker.metrics.registry)
+        body = await broker.metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
