@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import statistics
@@ -21,11 +22,22 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from .brokers import dm_bench, free_port, wait_port, warm_memory
 
 RESULTS = Path(__file__).parent / "results"
 FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
+
+
+def _log_sink(name: str) -> Any:
+    """Where a process's log goes: $DM_BENCH_LOGS/<name>.log (appended) when that variable names a
+    directory, otherwise nowhere (a benchmark's figures should not include writing logs)."""
+    directory = os.environ.get("DM_BENCH_LOGS")
+    if not directory:
+        return subprocess.DEVNULL
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return open(Path(directory) / f"{name}.log", "ab")  # the child process keeps it
 
 
 class LocalCluster:
@@ -53,7 +65,7 @@ class LocalCluster:
                "--controller", f"http://127.0.0.1:{self.cport}"]
         for o in self.overrides:
             cmd += ["--override", o]
-        self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=_log_sink(f"broker-{i}"))
         wait_port(self.ports[i])
 
     def __enter__(self) -> LocalCluster:
@@ -61,7 +73,7 @@ class LocalCluster:
                str(self.dir / "controller"), "--port", str(self.cport)]
         for o in self.overrides:
             cmd += ["--override", o]
-        self.controller = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.controller = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=_log_sink("controller"))
         wait_port(self.cport)
         for i in range(len(self.ports)):
             self.start_broker(i)

@@ -159,6 +159,7 @@ class Broker:
         self._initial_hw: dict[tuple[str, int], int] = {}
         self._meta_dir = config.data_dir / "__dm_meta"
         self._cache_path = self._meta_dir / TOPICS_CACHE
+        self._cache_writer = holdings.CacheWriter(self._cache_path)
         self.cluster_id_on_disk: str | None = None
         self.registered_incarnation = ""  # the controller incarnation this broker registered with
         self._register_lock = asyncio.Lock()
@@ -350,12 +351,22 @@ class Broker:
                               "fence this broker")
                 raise
 
-    async def _fetch_metadata(self, version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
+    async def _fetch_metadata(self, version: int, incarnation: str, wait_s: float,
+                              known: ClusterMetadata | None = None) -> ClusterMetadata:
+        """The controller's metadata newer than `version`, whole; with `known` (the snapshot at
+        `version`) asked as a delta and merged into it (ADR 0033)."""
         while True:
             try:
-                md = await self.controller.metadata(version, incarnation, wait_s)
+                md = await self.controller.metadata(version, incarnation, wait_s, delta=known is not None)
                 self._unreachable.succeeded()
-                return md
+                if md.delta_from < 0:
+                    return md
+                if known is not None and md.delta_from == known.version and md.incarnation == known.incarnation:
+                    return md.merged_into(known)
+                log.warning("metadata delta from version %d does not apply to version %s; asking for all of it",
+                            md.delta_from, known.version if known else None)
+                known = None
+                version = -1
             except (ControllerUnavailable, ControllerError) as exc:
                 self._unreachable.failed("metadata poll", exc)
                 await asyncio.sleep(0.5)
@@ -363,7 +374,9 @@ class Broker:
     async def _metadata_loop(self) -> None:
         while True:
             known = self.metadata
-            md = await self._fetch_metadata(known.version if known else -1, known.incarnation if known else "", 10)
+            current = known is not None and known.incarnation == self.registered_incarnation
+            md = await self._fetch_metadata(known.version if known else -1, known.incarnation if known else "", 10,
+                                            known if current else None)
             if md.incarnation != self.registered_incarnation:
                 # A controller this broker has not registered with (it restarted): it learns what this
                 # broker holds first, so its metadata can name it, and only then is its word acted on.
@@ -404,19 +417,26 @@ class Broker:
             old = previous.get(b.node_id)
             if old is not None and (old.epoch != b.epoch or b.fenced):
                 self._suspected.pop(b.node_id, None)  # the controller's word on it is newer
+        before = self.metadata.topics if self.metadata is not None else {}
         self.metadata = md
         self._rates = {}
         self.security.set_acls(md.acls)
         self.quotas.update({q.key: q.values for q in md.quotas})
         hosted: set[tuple[str, int]] = set()
         for name, topic in md.topics.items():
-            settings = TopicSettings(self.config, topic.configs)
+            # A topic whose document is the one applied last time (a delta keeps those objects) changed
+            # in nothing: only its partitions not yet hosted (a log that failed to open) need the work.
+            unchanged = before.get(name) is topic
+            settings: TopicSettings | None = None
             for index, state in enumerate(topic.partitions):
                 if self.node_id not in state.replicas:
                     continue
                 key = (name, index)
                 hosted.add(key)
                 part = self.partitions.get(key)
+                if unchanged and part is not None:
+                    continue
+                settings = settings or TopicSettings(self.config, topic.configs)
                 if part is not None and part.topic_id != topic.topic_id:
                     self._retire(key, part.topic_id, md)  # another topic of that name since the last snapshot
                     part = None
@@ -454,7 +474,7 @@ class Broker:
             self._retire_log(key, holdings.disk_topic_id(self.logs.logs[key]), md)
         self.logs.settle()
         self._sync_coordinator(md)
-        holdings.write_cache_if_changed(self._cache_path, md)
+        self._cache_writer.update(md)
         self._metadata_changed.set()
         self._metadata_changed = asyncio.Event()
 
@@ -464,7 +484,8 @@ class Broker:
         first leader epoch, each written durably. Done one by one on the event loop, 3,000 new
         partitions held it for seconds of fsyncs (issue 31). A log that fails here is created (and
         fails) as before, in apply_metadata."""
-        new = [(topic, index, state) for name, topic in md.topics.items()
+        before = self.metadata.topics if self.metadata is not None else {}
+        new = [(topic, index, state) for name, topic in md.topics.items() if before.get(name) is not topic
                for index, state in enumerate(topic.partitions)
                if self.node_id in state.replicas and (name, index) not in self.partitions
                and self.logs.get(name, index) is None]

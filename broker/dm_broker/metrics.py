@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -178,6 +178,9 @@ class BrokerMetrics:
         self.throttle_time = Counter("dm_throttle_time_seconds", "Time clients were throttled for exceeding a "
                                      "client quota, by quota and the user / client id it holds (empty: any)",
                                      ["quota", "user", "client_id"], registry=r)
+        # process_open_fds / process_max_fds beside the CPU and memory figures: each log segment holds
+        # a descriptor, so these say how close a broker with many partitions is to its limit
+        ProcessCollector(registry=r)
         self.state = _StateCollector(broker)
         r.register(self.state)
         self._scrape_lock = asyncio.Lock()

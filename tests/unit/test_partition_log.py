@@ -179,3 +179,35 @@ def test_bytes_from_an_offset_to_the_end_across_segments(plog):
     assert plog.bytes_from(plog.log_end_offset) == 0
     middle = plog.bytes_from(20)
     assert middle == plog.size_bytes - sum(s.size for s in plog.read(0, 1 << 30, 20, True).slices)
+
+
+def open_files_under(directory: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
+
+
+def test_only_segment_files_stay_open_and_flushed_indexes_survive_reopening(tmp_path):
+    """One descriptor per segment (as Kafka); index files are opened only while a flush writes them, so a
+    broker of 10,000 partitions needs 10,000 descriptors, not 30,000 (issue 31)."""
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "4096"}))
+    log.open()
+    for i in range(60):
+        append(log, b"v%03d" % i + b"." * 60, ts=1_000 + i)
+    log.flush_sync()
+    held = open_files_under(tmp_path / "t-0")
+    assert sorted(held) == sorted(str(s.path) for s in log.segments) and len(log.segments) > 1
+    index_entries = [len(s.index._relative) for s in log.segments]
+    log.close()
+    again = PartitionLog(tmp_path / "t-0", "t", 0, settings(**{"segment.bytes": "4096"}), log.log_end_offset)
+    again.open()
+    assert [len(s.index._relative) for s in again.segments] == index_entries
+    assert again.offset_for_timestamp(1_030) is not None
+    assert values(again, 30)[0].startswith(b"v030")
+    again.close()

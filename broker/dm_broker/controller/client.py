@@ -63,7 +63,8 @@ class ControllerClient(Protocol):
     async def cluster_info(self) -> ClusterInfo: ...
     async def register(self, req: RegisterRequest) -> RegisterResponse: ...
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse: ...
-    async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata: ...
+    async def metadata(self, known_version: int, incarnation: str, wait_s: float,
+                       delta: bool = False) -> ClusterMetadata: ...
     async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]: ...
     async def create_topic(self, req: CreateTopicRequest) -> TopicDoc: ...
     async def delete_topic(self, name: str) -> TopicDoc: ...
@@ -97,8 +98,9 @@ class LocalControllerClient:
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         return await self.controller.heartbeat(req)
 
-    async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
-        return await self.controller.wait_for_change(known_version, incarnation, wait_s)
+    async def metadata(self, known_version: int, incarnation: str, wait_s: float,
+                       delta: bool = False) -> ClusterMetadata:
+        return await self.controller.wait_for_change(known_version, incarnation, wait_s, delta)
 
     async def alter_isr_batch(self, reqs: list[AlterIsrRequest]) -> list[AlterIsrResponse]:
         return await self.controller.alter_isr_batch(reqs)
@@ -222,8 +224,11 @@ class HttpControllerClient:
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         return await self._call("POST", "/v1/brokers/heartbeat", req, answer=HeartbeatResponse)
 
-    async def metadata(self, known_version: int, incarnation: str, wait_s: float) -> ClusterMetadata:
+    async def metadata(self, known_version: int, incarnation: str, wait_s: float,
+                       delta: bool = False) -> ClusterMetadata:
         params = {"version": str(known_version), "incarnation": incarnation, "wait_ms": str(int(wait_s * 1000))}
+        if delta:  # a controller of the previous release ignores it and answers whole
+            params["delta"] = "1"
         return await self._call("GET", "/v1/metadata", params=params, timeout=wait_s + self.timeout,
                                 answer=ClusterMetadata)
 

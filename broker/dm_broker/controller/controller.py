@@ -141,6 +141,10 @@ class Controller:
         self.started_at = clock()
         self.incarnation = uuid.uuid4().hex
         self.version = 0
+        # For metadata deltas: the version at which each topic's document last changed (or it went),
+        # found by identity (a stored document is replaced, never changed in place) at each _bump.
+        self._topic_changed_at: dict[str, int] = {}
+        self._topics_seen: dict[str, TopicDoc] = {}
         self._repaired_version = -1  # the metadata version the last repairs looked at
         self._isr_queue: list[tuple[AlterIsrRequest, asyncio.Future[AlterIsrResponse]]] = []  # to store together
         self._isr_writer: asyncio.Task[None] | None = None
@@ -173,6 +177,7 @@ class Controller:
         self.established = stored is not None
         self.cluster = stored if stored is not None else ClusterDoc(cluster_id="")
         self.topics = await self.store.load_topics()
+        self._note_topic_changes()
         self.started_at = self.clock()
         if not self.established:
             log.info("no cluster document stored: the first broker to register gives the cluster id%s",
@@ -196,15 +201,38 @@ class Controller:
 
     def _bump(self) -> None:
         self.version += 1
+        self._note_topic_changes()
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def metadata(self) -> ClusterMetadata:
+    def _note_topic_changes(self) -> None:
+        """Records the current version for each topic whose document was replaced, added or removed
+        since the last look: one identity check per topic, not per partition."""
+        for name, doc in self.topics.items():
+            if self._topics_seen.get(name) is not doc:
+                self._topics_seen[name] = doc
+                self._topic_changed_at[name] = self.version
+        if len(self._topics_seen) != len(self.topics):
+            for name in [n for n in self._topics_seen if n not in self.topics]:
+                del self._topics_seen[name]
+                self._topic_changed_at[name] = self.version
+
+    def metadata(self, since: int = -1) -> ClusterMetadata:
+        """The metadata at the current version: all of it, or (`since` a version of this incarnation)
+        only the topics changed after `since` and the names of those removed (ADR 0033). Brokers,
+        configs, ACLs, credentials and quotas always come whole; they are small."""
+        topics, removed, delta_from = self.topics, [], -1
+        if 0 <= since <= self.version:
+            changed = [n for n, v in self._topic_changed_at.items() if v > since]
+            topics = {n: self.topics[n] for n in changed if n in self.topics}
+            removed = [n for n in changed if n not in self.topics]
+            delta_from = since
         return ClusterMetadata(version=self.version, incarnation=self.incarnation, cluster_id=self.cluster.cluster_id,
-                               controller_id=self.node_id, brokers=list(self.brokers.values()), topics=self.topics,
+                               controller_id=self.node_id, brokers=list(self.brokers.values()), topics=topics,
                                broker_configs=self.cluster.broker_configs,
                                deleted_topics=self.cluster.deleted_topics, acls=self.cluster.acls,
-                               scram=self.cluster.scram, quotas=self.cluster.quotas)
+                               scram=self.cluster.scram, quotas=self.cluster.quotas, delta_from=delta_from,
+                               removed_topics=removed)
 
     def cluster_info(self) -> ClusterInfo:
         return ClusterInfo(cluster_id=self.cluster.cluster_id if self.established else None,
@@ -236,12 +264,14 @@ class Controller:
     def _tombstoned(self) -> set[str]:
         return {t.topic_id for t in self.cluster.deleted_topics}
 
-    async def wait_for_change(self, known_version: int, incarnation: str, timeout: float) -> ClusterMetadata:
-        """Long-poll: returns once the metadata is newer than `known_version` (or at timeout)."""
+    async def wait_for_change(self, known_version: int, incarnation: str, timeout: float,
+                              delta: bool = False) -> ClusterMetadata:
+        """Long-poll: returns once the metadata is newer than `known_version` (or at timeout); with
+        `delta`, only what changed since `known_version` when that is a version of this incarnation."""
         if incarnation == self.incarnation and known_version >= self.version:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-        return self.metadata()
+        return self.metadata(known_version if delta and incarnation == self.incarnation else -1)
 
     # -- brokers ---------------------------------------------------------------------------
 

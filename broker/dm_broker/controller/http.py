@@ -133,7 +133,8 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     async def metadata(c: Controller, request: web.Request) -> web.Response:
         version = int(request.query.get("version", "-1"))
         wait = min(int(request.query.get("wait_ms", "0")), 60_000) / 1000
-        md = await c.wait_for_change(version, request.query.get("incarnation", ""), wait)
+        md = await c.wait_for_change(version, request.query.get("incarnation", ""), wait,
+                                     delta=request.query.get("delta") == "1")
         return reply(md)
 
     async def alter_isr(c: Controller, request: web.Request) -> web.Response:

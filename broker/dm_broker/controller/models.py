@@ -107,7 +107,9 @@ class ClusterDoc(BaseModel):
 
 
 class ClusterMetadata(BaseModel):
-    """What brokers learn from the controller: a full snapshot at `version`."""
+    """What brokers learn from the controller: a full snapshot at `version`, or (`delta_from` >= 0) the
+    snapshot at `delta_from` changed to `version`: `topics` holds the topics changed since, whole, and
+    `removed_topics` those gone; everything else is whole (ADR 0033)."""
 
     version: int
     incarnation: str
@@ -120,6 +122,21 @@ class ClusterMetadata(BaseModel):
     acls: list[AclBinding] = Field(default_factory=list)
     scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
     quotas: list[ClientQuota] = Field(default_factory=list)
+    delta_from: int = -1
+    removed_topics: list[str] = Field(default_factory=list)
+
+    def merged_into(self, known: ClusterMetadata) -> ClusterMetadata:
+        """This delta applied to `known` (the snapshot at `delta_from`): a full snapshot at `version`
+        that keeps `known`'s TopicDoc objects for the topics that did not change."""
+        if self.delta_from < 0:
+            return self
+        if known.incarnation != self.incarnation or known.version != self.delta_from:
+            raise ValueError(f"a delta from version {self.delta_from} of controller {self.incarnation[:8]} "
+                             f"cannot apply to version {known.version} of {known.incarnation[:8]}")
+        topics = {**known.topics, **self.topics}
+        for name in self.removed_topics:
+            topics.pop(name, None)
+        return self.model_copy(update={"topics": topics, "delta_from": -1, "removed_topics": []})
 
 
 class HeldPartition(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
 from array import array
 from pathlib import Path
 
@@ -18,12 +19,18 @@ TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 
 
 class _IndexFile:
-    """Append-only entry file shared by both indexes: buffered appends, atomic rewrites."""
+    """Append-only entry file shared by both indexes: buffered appends, atomic rewrites.
+
+    No file descriptor is kept between flushes: a broker holds one segment per partition at least,
+    and two index descriptors beside each log's would triple what it needs (10,000 partitions would
+    take 30,000, over a common limit of 20,000; Kafka mmaps its indexes and closes them too). A
+    flush opens, appends, fsyncs when asked, and closes, in the flushing thread."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd = -1
         self._pending = bytearray()
+        self._unsynced = False  # written by a flush without fsync
+        self._lock = threading.Lock()  # entries are added on the loop while a thread flushes
 
     def read(self, entry: struct.Struct) -> list[tuple[int, int]] | None:
         try:
@@ -35,40 +42,43 @@ class _IndexFile:
         return list(entry.iter_unpack(data))
 
     def add(self, packed: bytes) -> None:
-        self._pending += packed
+        with self._lock:
+            self._pending += packed
 
     def rewrite(self, data: bytes) -> None:
-        self._close_fd()
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, self.path)
-        self._pending.clear()
+        with self._lock:
+            self._pending.clear()
+        self._unsynced = True
 
     def delete(self) -> None:
-        self._pending.clear()
-        self._close_fd()
+        with self._lock:
+            self._pending.clear()
+        self._unsynced = False
         try:
             self.path.unlink()
         except FileNotFoundError:
             pass
 
     def flush(self, fsync: bool) -> None:
-        if self._pending:
-            if self._fd < 0:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.write(self._fd, self._pending)
-            self._pending.clear()
-        if fsync and self._fd >= 0:
-            os.fsync(self._fd)
-
-    def _close_fd(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if not self._pending and not (fsync and self._unsynced):
+            return
+        with self._lock:
+            pending, self._pending = self._pending, bytearray()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if pending:
+                os.write(fd, pending)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._unsynced = not fsync
 
     def close(self) -> None:
         self.flush(fsync=False)
-        self._close_fd()
 
 
 class OffsetIndex:

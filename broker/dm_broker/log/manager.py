@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from .. import open_files
 from ..config import BrokerConfig, TopicSettings
 from ..errors import KafkaError
 from ..tasks import stop_tasks
@@ -95,6 +96,8 @@ class LogManager:
         self.abort_recovery = threading.Event()
         self._checkpoint_pending = False  # a log was removed since the recovery checkpoint was written
         self._strays: list[strays.Stray] | None = None  # the last scan (strays())
+        self.open_file_limit = open_files.raise_soft_limit()
+        self._short_of_files = False  # warned that the limit is too low (once until it is enough again)
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
         """Opens every partition directory (controller metadata later says which to keep)."""
@@ -151,6 +154,16 @@ class LogManager:
             self.logs[(plog.topic, plog.partition)] = plog
         self._strays = strays.find(self.dirs)  # here, off the event loop (recovery runs in a thread)
         self.recovery_seconds = time.monotonic() - start
+        self.check_open_files()
+
+    def check_open_files(self) -> None:
+        """Warns (once, until it is enough again) when the open-file limit is below what the open
+        segments need. At start and with each stray rescan (every STRAY_RESCAN_S)."""
+        segments = sum(len(plog.segments) for plog in list(self.logs.values()))
+        problem = open_files.shortfall(self.open_file_limit, segments, self.config["max.connections"])
+        if problem is not None and not self._short_of_files:
+            log.warning("%s", problem)
+        self._short_of_files = problem is not None
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
@@ -298,6 +311,7 @@ class LogManager:
 
     async def _rescan_strays(self) -> None:
         self._strays = await asyncio.to_thread(strays.find, self.dirs)
+        self.check_open_files()
 
     # -- background work -------------------------------------------------------------------
 

@@ -1,0 +1,45 @@
+"""The process's open-file limit: raised to the hard limit at start, and compared with what the
+logs hold open.
+
+Every log segment keeps its file open (as Kafka's do), so a broker needs one descriptor per segment
+plus its connections. A limit reached does not fail one request: accepts, new segments and flushes
+fail together. Raising the soft limit to the hard one is what any server may do unprivileged (the
+JVM does it for Kafka); past that, only the operator can help (ulimit -n, systemd LimitNOFILE, the
+container runtime), so the broker says so early instead of failing at the first busy hour."""
+
+from __future__ import annotations
+
+import logging
+import resource
+
+log = logging.getLogger(__name__)
+
+# descriptors a broker needs beside its segments: sockets, the controller session, checkpoint and
+# index writes in flight, the HTTP port
+HEADROOM = 1024
+
+
+def raise_soft_limit() -> int:
+    """Raises RLIMIT_NOFILE's soft limit to the hard one; returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+    return soft
+
+
+def shortfall(limit: int, open_segments: int, max_connections: int) -> str | None:
+    """Why `limit` is too low for this many open segments and the connections allowed (None: enough)."""
+    connections = min(max_connections, limit)
+    needed = open_segments + HEADROOM
+    if needed <= limit:
+        return None
+    return (f"the open-file limit ({limit}) is below what this broker's {open_segments} open log segments "
+            f"need ({needed} with {HEADROOM} for connections and writes; up to {connections} connections are "
+            f"allowed): new segments, flushes and connections will fail once it is reached. Raise it "
+            f"(ulimit -n, systemd LimitNOFILE, the container runtime's nofile) or use fewer or larger segments "
+            f"(segment.bytes, segment.ms)")

@@ -1,0 +1,29 @@
+"""The open-file limit: raised to the hard limit, and a warning when the open segments need more."""
+
+from __future__ import annotations
+
+import resource
+
+from dm_broker import open_files
+
+
+def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        lower = min(soft, 1024) if hard == resource.RLIM_INFINITY else min(hard - 1, 1024)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lower, hard))
+        limit = open_files.raise_soft_limit()
+        now_soft, now_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        assert now_hard == hard and limit == now_soft and now_soft > lower
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_limit_below_the_open_segments_is_named_with_the_remedy() -> None:
+    assert open_files.shortfall(20_000, 10_000, 1000) is None
+    problem = open_files.shortfall(20_000, 30_000, 2**31 - 1)
+    assert problem is not None
+    assert "20000" in problem and "30000 open log segments" in problem and "ulimit -n" in problem
+    # the headroom for sockets and writes counts
+    assert open_files.shortfall(20_000, 20_000 - open_files.HEADROOM, 100) is None
+    assert open_files.shortfall(20_000, 20_000 - open_files.HEADROOM + 1, 100) is not None
