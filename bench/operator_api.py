@@ -8,7 +8,7 @@ are not counted). The brokers are local processes registered with the operator's
 script measures an older checkout with `PYTHONPATH` pointing at its sources — how the numbers before
 and after in docs/benchmarks.md were taken.
 
-    .venv/bin/python -m bench.operator_api [--topics 50] [--idle-s 60] [--plot]
+    .venv/bin/python -m bench.operator_api [--topics 50] [--partitions 3] [--idle-s 60] [--plot]
 
 Needs the Kubernetes binaries (`make k8s-build`). Results go to bench/results/operator-api.json."""
 
@@ -96,7 +96,12 @@ def per_minute(before: collections.Counter, after: collections.Counter, seconds:
     return {f"{verb} {res}": round(n * 60 / seconds, 1) for (verb, res), n in sorted(diff.items())}
 
 
-async def measure(tb, topics: int, idle_s: float, work: Path) -> dict:
+def largest_status_bytes(tb) -> int:
+    items = json.loads(kubectl(tb, "get", "topics", "-n", NS, "-o", "json"))["items"]
+    return max(len(json.dumps(t.get("status", {}), separators=(",", ":"))) for t in items)
+
+
+async def measure(tb, topics: int, idle_s: float, work: Path, partitions: int = 3) -> dict:
     from dm_operator.main import run
     from dm_operator.settings import OperatorSettings
 
@@ -130,9 +135,11 @@ async def measure(tb, topics: int, idle_s: float, work: Path) -> dict:
             start(i)
         await asyncio.gather(*(asyncio.to_thread(wait_port, p) for p in ports))
         docs = [{"apiVersion": "dm.dev/v1alpha1", "kind": "Topic", "metadata": {"name": f"t{i:03d}"},
-                 "spec": {"cluster": "bench", "partitions": 3, "replicas": 3}} for i in range(topics)]
+                 "spec": {"cluster": "bench", "partitions": partitions, "replicas": 3}} for i in range(topics)]
+        applied = time.monotonic()
         kubectl(tb, "apply", "-n", NS, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-        await wait_for(lambda: topics_ready(tb, topics), 180, f"{topics} Ready Topics")
+        await wait_for(lambda: topics_ready(tb, topics), 600, f"{topics} Ready Topics")
+        ready_s = time.monotonic() - applied
         await asyncio.sleep(15)  # the preferred leaders are back, the status settled
 
         t0, c0 = time.monotonic(), counting.snapshot()
@@ -145,13 +152,16 @@ async def measure(tb, topics: int, idle_s: float, work: Path) -> dict:
         t1, c1 = time.monotonic(), counting.snapshot()
         brokers[victim].send_signal(signal.SIGKILL)
         await wait_for(lambda: all(victim not in ps for ps in leaders(tb).values()), 60, "new leaders in status")
+        new_leaders_s = time.monotonic() - t1
         await asyncio.sleep(10)  # whatever follows the elections (ISR shrinks, conditions)
         failover_s = time.monotonic() - t1
         failover = counting.snapshot() - c1
         start(victim)
-        return {"topics": topics, "partitions": topics * 3, "idle_calls_per_minute": idle,
-                "idle_total_per_minute": round(sum(idle.values()), 1),
+        return {"topics": topics, "partitions": topics * partitions, "ready_s": round(ready_s, 1),
+                "largest_status_bytes": await asyncio.to_thread(largest_status_bytes, tb),
+                "idle_calls_per_minute": idle, "idle_total_per_minute": round(sum(idle.values()), 1),
                 "failover": {"partitions_led_by_victim": led, "window_s": round(failover_s, 1),
+                             "new_leaders_in_status_s": round(new_leaders_s, 2),
                              "calls": {f"{v} {r}": n for (v, r), n in sorted(failover.items())},
                              "total": sum(failover.values())}}
     finally:
@@ -173,6 +183,7 @@ async def measure(tb, topics: int, idle_s: float, work: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topics", type=int, default=50)
+    parser.add_argument("--partitions", type=int, default=3, help="partitions per Topic")
     parser.add_argument("--idle-s", type=float, default=60)
     parser.add_argument("--label", default="current", help="what was measured (e.g. a commit)")
     parser.add_argument("--plot", action="store_true")
@@ -190,7 +201,7 @@ def main() -> None:
     tb = Testbed.attach(settings) if os.environ.get("DM_TESTBED_REUSE") == "1" else Testbed.start(settings)
     try:
         with tempfile.TemporaryDirectory(prefix="dm-api-bench-") as work:
-            result = asyncio.run(measure(tb, args.topics, args.idle_s, Path(work)))
+            result = asyncio.run(measure(tb, args.topics, args.idle_s, Path(work), args.partitions))
     finally:
         if os.environ.get("DM_TESTBED_REUSE") != "1":
             tb.stop()
