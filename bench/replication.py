@@ -32,7 +32,8 @@ FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "r
 
 def _log_sink(name: str) -> Any:
     """Where a process's log goes: $DM_BENCH_LOGS/<name>.log (appended) when that variable names a
-    directory, otherwise nowhere (a benchmark's figures should not include writing logs)."""
+    directory, otherwise nowhere (a benchmark's figures should not include writing logs); the level is
+    $DM_BENCH_LOG_LEVEL (WARNING)."""
     directory = os.environ.get("DM_BENCH_LOGS")
     if not directory:
         return subprocess.DEVNULL
@@ -59,7 +60,7 @@ class LocalCluster:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
     def start_broker(self, i: int) -> None:
-        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "broker", "--node-id", str(i),
+        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", os.environ.get("DM_BENCH_LOG_LEVEL", "WARNING"), "broker", "--node-id", str(i),
                "--data-dir", str(self.dir / f"b{i}"), "--port", str(self.ports[i]),
                "--http-port", str(self.http_ports[i] if self.http_ports else -1),
                "--controller", f"http://127.0.0.1:{self.cport}"]
@@ -69,7 +70,7 @@ class LocalCluster:
         wait_port(self.ports[i])
 
     def __enter__(self) -> LocalCluster:
-        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", "WARNING", "controller", "--data-dir",
+        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", os.environ.get("DM_BENCH_LOG_LEVEL", "WARNING"), "controller", "--data-dir",
                str(self.dir / "controller"), "--port", str(self.cport)]
         for o in self.overrides:
             cmd += ["--override", o]

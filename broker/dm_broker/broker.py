@@ -73,6 +73,10 @@ from .txn.markers import MarkerWriter
 from .txn.verification import TxnVerifier
 
 log = logging.getLogger(__name__)
+# New logs are prepared by this many I/O thread jobs at once. Without fsyncs the work is CPU (in the
+# kernel, creating files): more jobs than a node's cores only take CPU from the event loop, whose
+# timers then fire late (ADR 0033).
+LOG_PREPARATION_JOBS = 2
 T = TypeVar("T")
 
 TOPICS_CACHE = "topics-cache.json"
@@ -247,6 +251,7 @@ class Broker:
         await self.channels.close()
         if self.started:  # a broker stopped during start-up knows no high watermarks to keep
             self._write_hw_checkpoint()
+        await self._cache_writer.close()
         await self.logs.close()
         await self.controller.close()
 
@@ -480,9 +485,10 @@ class Broker:
 
     async def _prepare_new_logs(self, md: ClusterMetadata) -> None:
         """The logs of partitions `md` newly gives this broker, created in the I/O threads side by side
-        before `md` is applied: each is a directory, its topic id and, where this broker leads, its
-        first leader epoch, each written durably. Done one by one on the event loop, 3,000 new
-        partitions held it for seconds of fsyncs (issue 31). A log that fails here is created (and
+        before `md` is applied: each a directory, its topic id and, where this broker leads, its first
+        leader epoch, without fsyncs (ADR 0033). Done one by one on the event loop, with fsyncs, 3,000
+        new partitions held it for seconds (issue 31); one thread job per log woke the loop once per
+        log, so the logs are split into LOG_PREPARATION_JOBS jobs. A log that fails here is created (and
         fails) as before, in apply_metadata."""
         before = self.metadata.topics if self.metadata is not None else {}
         new = [(topic, index, state) for name, topic in md.topics.items() if before.get(name) is not topic
@@ -494,25 +500,40 @@ class Broker:
         self.logs.settle()  # a removed log's recovery point must not be lent to a new log of its name
         places = self.logs.place([(topic.name, index) for topic, index, _ in new])
         settings = {topic.name: TopicSettings(self.config, topic.configs) for topic, _, _ in new}
+        jobs = [[(topic, index, settings[topic.name], places[(topic.name, index)],
+                  state.leader_epoch if state.leader == self.node_id else None) for topic, index, state in part]
+                for part in (new[i::LOG_PREPARATION_JOBS] for i in range(LOG_PREPARATION_JOBS)) if part]
         loop = asyncio.get_running_loop()
-        prepared = await asyncio.gather(*(
-            loop.run_in_executor(None, self._new_log, topic, index, settings[topic.name], places[(topic.name, index)],
-                                 state.leader_epoch if state.leader == self.node_id else None)
-            for topic, index, state in new), return_exceptions=True)
-        for (topic, index, _), plog in zip(new, prepared, strict=True):
-            if isinstance(plog, BaseException):
-                log.warning("%s-%d: preparing its log failed (%s); trying again on the event loop", topic.name,
-                            index, plog)
-            else:
-                self.logs.adopt(plog)  # nothing else creates logs while a metadata update is being applied
+        for results in await asyncio.gather(*(loop.run_in_executor(None, self._new_logs, job) for job in jobs)):
+            for (topic, index, *_), plog in results:
+                if isinstance(plog, BaseException):
+                    log.warning("%s-%d: preparing its log failed (%s); trying again on the event loop", topic.name,
+                                index, plog)
+                else:
+                    self.logs.adopt(plog)  # nothing else creates logs while a metadata update is being applied
+
+    @classmethod
+    def _new_logs(cls, job: list[tuple[TopicDoc, int, TopicSettings, Path, int | None]],
+                  ) -> list[tuple[tuple[TopicDoc, int, TopicSettings, Path, int | None], PartitionLog | Exception]]:
+        results: list[tuple[tuple[TopicDoc, int, TopicSettings, Path, int | None], PartitionLog | Exception]] = []
+        for item in job:
+            try:
+                results.append((item, cls._new_log(*item)))
+            except Exception as exc:  # this log is tried again on the loop; the others go on
+                results.append((item, exc))
+        return results
 
     @staticmethod
     def _new_log(topic: TopicDoc, index: int, settings: TopicSettings, directory: Path,
                  leader_epoch: int | None) -> PartitionLog:
+        # Nothing here is fsynced: a new log holds no record yet, and its first flush makes the directory,
+        # its topic id and its first epoch durable before any record (ADR 0033). Until then a power loss
+        # can only take the empty log, which the broker creates again.
         plog = LogManager.prepare(topic.name, index, settings, directory)
-        atomic_write(plog.directory / PARTITION_METADATA, topic.topic_id.encode())
+        plog.write_unsynced(PARTITION_METADATA, topic.topic_id.encode())
+        plog.written_topic_id = topic.topic_id
         if leader_epoch is not None:  # become_leader finds it assigned and writes nothing
-            plog.leader_epochs.assign(leader_epoch, plog.log_end_offset)
+            plog.leader_epochs.assign(leader_epoch, plog.log_end_offset, durable=False)
         return plog
 
     def _host(self, topic: TopicDoc, index: int, settings: TopicSettings) -> Partition:
@@ -521,8 +542,9 @@ class Broker:
         if plog is None:
             plog = self.logs.create(topic.name, index, settings)  # on the log dir holding fewest partitions
         marker = plog.directory / PARTITION_METADATA
-        if not marker.exists():
+        if plog.written_topic_id is None and not marker.exists():
             atomic_write(marker, topic.topic_id.encode())
+            plog.written_topic_id = topic.topic_id
         part = Partition(topic.name, index, plog, self.node_id, topic_id=topic.topic_id)
         part.hw = min(self._initial_hw.get(key, 0), plog.log_end_offset)
         self.partitions[key] = part

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import uuid
 from pathlib import Path
 
 from .controller.models import ClusterMetadata, HeldPartition, HeldTopic, TopicDoc
@@ -44,9 +46,19 @@ def log_fate(disk_topic_id: str | None, index: int, topic: TopicDoc | None, node
 
 
 def disk_topic_id(plog: PartitionLog) -> str | None:
+    if plog.written_topic_id is not None:  # written by this process: no read on the event loop
+        return plog.written_topic_id
     try:
-        return (plog.directory / PARTITION_METADATA).read_text().strip() or None
+        text = (plog.directory / PARTITION_METADATA).read_text().strip()
     except FileNotFoundError:
+        return None
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        # Empty or torn: written without an fsync when the log was created, and a flush fsyncs it before
+        # any record, so such a log holds no durable record (ADR 0033); as a log without the file.
+        if text:
+            log.warning("%s: unreadable topic id %r, taken as none", plog.directory / PARTITION_METADATA, text[:40])
         return None
 
 
@@ -84,12 +96,17 @@ class CacheWriter:
     changed (not for ISR-only changes, which are frequent and which recovery does not need). What was
     last written is kept in memory and only the topics whose document changed are looked at: at 10,000
     partitions reading the file back and comparing every topic took tens of milliseconds of the event
-    loop at every metadata update."""
+    loop at every metadata update. The file is written (with its fsyncs) in an I/O thread, the latest
+    metadata winning; close() waits for the last write. A crash in between leaves the previous cache,
+    which recovery reads only for topic settings and the topics it reports holding (the logs and their
+    partition.metadata are what decide a log's fate)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._topics: dict[str, TopicDoc] = {}  # the documents the shapes below were taken from
         self._shapes: dict[str, tuple[str, dict[str, str], list[list[int]]]] | None = None
+        self._pending: ClusterMetadata | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     def update(self, md: ClusterMetadata) -> None:
         if self._shapes is None:
@@ -97,9 +114,34 @@ class CacheWriter:
         known, seen = self._shapes, self._topics
         shapes = {n: known[n] if seen.get(n) is t and n in known else
                   (t.topic_id, dict(t.configs), [p.replicas for p in t.partitions]) for n, t in md.topics.items()}
-        if shapes != known:
-            atomic_write(self.path, json.dumps({n: t.model_dump() for n, t in cache_of(md).items()}).encode())
+        changed = shapes != known
         self._shapes, self._topics = shapes, dict(md.topics)
+        if not changed:
+            return
+        self._pending = md
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a tool, a test): written here
+            self._write(md)
+            self._pending = None
+            return
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending())
+
+    async def _write_pending(self) -> None:
+        while self._pending is not None:
+            md, self._pending = self._pending, None
+            try:
+                await asyncio.to_thread(self._write, md)
+            except OSError as exc:  # the next change writes it again; the broker carries on
+                log.warning("writing %s failed: %s", self.path, exc)
+
+    def _write(self, md: ClusterMetadata) -> None:
+        atomic_write(self.path, json.dumps({n: t.model_dump() for n, t in cache_of(md).items()}).encode())
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            await self._writer
 
 
 # -- the report -----------------------------------------------------------------------------------------

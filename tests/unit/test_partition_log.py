@@ -211,3 +211,57 @@ def test_only_segment_files_stay_open_and_flushed_indexes_survive_reopening(tmp_
     assert again.offset_for_timestamp(1_030) is not None
     assert values(again, 30)[0].startswith(b"v030")
     again.close()
+
+
+def test_a_new_log_is_prepared_without_fsyncs_and_its_first_flush_makes_it_durable(tmp_path, monkeypatch):
+    """ADR 0033: creating thousands of partitions wrote ~5 fsyncs each; now none, and the first flush
+    fsyncs the topic id, the first epoch, the directory and its entry in the log directory before (or
+    with) the records. fsync is observed, not replaced."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    log_dir = tmp_path / "data"
+    log_dir.mkdir()
+    log = PartitionLog(log_dir / "t-0", "t", 0, settings())
+    log.open()
+    log.write_unsynced("partition.metadata", b"6a0fe9b8-3c2e-4f0e-9a41-0d8e7f8e2f10")
+    log.leader_epochs.assign(3, 0, durable=False)
+    assert synced == []
+    append(log, b"first")
+    log.flush_sync()
+    directory = str(log_dir / "t-0")
+    for expected in (f"{directory}/partition.metadata", f"{directory}/leader-epoch-checkpoint",
+                     f"{directory}/00000000000000000000.log", directory, str(log_dir)):
+        assert expected in synced, (expected, synced)
+    assert (log_dir / "t-0" / "partition.metadata").read_bytes() == b"6a0fe9b8-3c2e-4f0e-9a41-0d8e7f8e2f10"
+    synced.clear()
+    append(log, b"second")
+    log.flush_sync()
+    assert synced == [f"{directory}/00000000000000000000.log"]  # once durable, only the records
+    log.close()
+
+
+def test_a_torn_topic_id_is_taken_for_none_and_a_new_file_is_written_in_place(tmp_path):
+    """A new log's partition.metadata is written without a temporary file and without an fsync (ADR
+    0033): after a power loss it may be empty or torn, which only a log without durable records can be,
+    so it is read as no topic id (a log to adopt), never as another topic's."""
+    from dm_broker import holdings
+    from dm_broker.log.checkpoints import replace_unsynced
+
+    log = PartitionLog(tmp_path / "t-0", "t", 0, settings())
+    log.open()
+    meta = log.directory / "partition.metadata"
+    replace_unsynced(meta, b"6a0fe9b8-3c2e-4f0e-9a41-0d8e7f8e2f10")
+    assert not list(log.directory.glob("*.tmp"))
+    assert holdings.disk_topic_id(log) == "6a0fe9b8-3c2e-4f0e-9a41-0d8e7f8e2f10"
+    replace_unsynced(meta, b"0c6f1f3a-8d58-4d5e-b0a4-5a3f3f6b9d21")  # an existing file: replaced whole
+    assert holdings.disk_topic_id(log) == "0c6f1f3a-8d58-4d5e-b0a4-5a3f3f6b9d21"
+    for torn in (b"", b"6a0fe9b8-3c2e-4f", b"\x00\x00\x00"):
+        meta.write_bytes(torn)
+        assert holdings.disk_topic_id(log) is None
+    log.close()

@@ -14,8 +14,21 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def replace_unsynced(path: Path, data: bytes) -> None:
     """Replaces `path` with `data` through a temporary name, without fsync: a reader sees the old
-    file or the new one, never half of one; durable only once fsynced later (the caller tracks that)."""
-    _replace(path, data, durable=False)
+    file or the new one, never half of one; durable only once fsynced later (the caller tracks that).
+    A file that does not exist yet is written in place: there is no old content to keep, and creating
+    a temporary file and renaming it costs two more directory operations, which add up when thousands
+    of partitions are created at once (ADR 0033). Its readers take a torn file for a missing one."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        _replace(path, data, durable=False)
+        return
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _replace(path: Path, data: bytes, durable: bool) -> None:
@@ -30,6 +43,18 @@ def _replace(path: Path, data: bytes, durable: bool) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def fsync_file(path: Path) -> None:
+    """fsyncs a file written earlier without one (a file gone meanwhile needs nothing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -6,11 +6,10 @@ point where its log and the current leader's agree.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
-from .checkpoints import atomic_write, fsync_dir, replace_unsynced
+from .checkpoints import atomic_write, fsync_dir, fsync_file, replace_unsynced
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -80,11 +79,7 @@ class LeaderEpochCache:
         with self._file_lock:
             if not self.unsynced:
                 return
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self.path)
             fsync_dir(self.path.parent)
             self.unsynced = False
 

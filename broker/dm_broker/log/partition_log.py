@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import TopicSettings
-from .checkpoints import atomic_write, fsync_dir
+from .checkpoints import atomic_write, fsync_dir, fsync_file, replace_unsynced
 from .leader_epochs import LeaderEpochCache
 from .producer_state import CachedBatch, CompletedTxn, ProducerStateManager
 from .records import STAMPED_PREFIX, BatchHeader, control_marker, decode_records, iter_batches, stamp_batch
@@ -76,6 +76,9 @@ class PartitionLog:
         self._flush_lock = asyncio.Lock()
         self.truncated_bytes_on_recovery = 0
         self._dir_dirty = False
+        self._parent_dirty = False  # open() created the directory: its entry in the log dir is not yet durable
+        self._unsynced_files: set[str] = set()  # small files written by write_unsynced, fsynced by the next flush
+        self.written_topic_id: str | None = None  # the topic id this process wrote to partition.metadata
         self._start = 0  # DeleteRecords may put the log start inside the first segment
         self.moving = False  # being copied to another log directory: no retention, no compaction
         # Transactions completed whose marker may not be replicated yet (the leader prunes them as
@@ -87,6 +90,7 @@ class PartitionLog:
 
     def open(self) -> None:
         """Loads segments; rescans and repairs every segment past the recovery point."""
+        self._parent_dirty = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         for stray in self.directory.glob("*.tmp"):
             stray.unlink()
@@ -347,7 +351,21 @@ class PartitionLog:
                 seg.flush(fsync=True)
         if self._dir_dirty:
             self._dir_dirty = False
+            for name in list(self._unsynced_files):
+                fsync_file(self.directory / name)
+            self._unsynced_files.clear()
             fsync_dir(self.directory)
+            if self._parent_dirty:
+                self._parent_dirty = False
+                fsync_dir(self.directory.parent)
+
+    def write_unsynced(self, name: str, data: bytes) -> None:
+        """Replaces the small file `name` in this log's directory without an fsync; the next flush
+        makes it durable before any record it flushes (a new log's topic id: ADR 0033). Only before the
+        log is in use (preparing a new log in an I/O thread)."""
+        replace_unsynced(self.directory / name, data)
+        self._unsynced_files.add(name)
+        self._dir_dirty = True
 
     # -- reading ---------------------------------------------------------------------------
 
