@@ -30,6 +30,10 @@ RESULTS = Path(__file__).parent / "results"
 FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
 
 
+def _log_level() -> str:
+    return os.environ.get("DM_BENCH_LOG_LEVEL", "WARNING")
+
+
 def _log_sink(name: str) -> Any:
     """Where a process's log goes: $DM_BENCH_LOGS/<name>.log (appended) when that variable names a
     directory, otherwise nowhere (a benchmark's figures should not include writing logs); the level is
@@ -60,7 +64,7 @@ class LocalCluster:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
     def start_broker(self, i: int) -> None:
-        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", os.environ.get("DM_BENCH_LOG_LEVEL", "WARNING"), "broker", "--node-id", str(i),
+        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", _log_level(), "broker", "--node-id", str(i),
                "--data-dir", str(self.dir / f"b{i}"), "--port", str(self.ports[i]),
                "--http-port", str(self.http_ports[i] if self.http_ports else -1),
                "--controller", f"http://127.0.0.1:{self.cport}"]
@@ -70,7 +74,7 @@ class LocalCluster:
         wait_port(self.ports[i])
 
     def __enter__(self) -> LocalCluster:
-        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", os.environ.get("DM_BENCH_LOG_LEVEL", "WARNING"), "controller", "--data-dir",
+        cmd = [sys.executable, "-m", "dm_broker.cli", "--log-level", _log_level(), "controller", "--data-dir",
                str(self.dir / "controller"), "--port", str(self.cport)]
         for o in self.overrides:
             cmd += ["--override", o]
