@@ -89,9 +89,20 @@ class PartitionLog:
     # -- opening ---------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Loads segments; rescans and repairs every segment past the recovery point."""
-        self._parent_dirty = not self.directory.exists()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Loads segments; rescans and repairs every segment past the recovery point. A directory that
+        does not exist yet is created with an empty first segment, reading nothing: creating thousands
+        of partitions at once made about 25 file system calls per log here (ADR 0033)."""
+        try:
+            self.directory.mkdir(parents=True)
+        except FileExistsError:
+            pass
+        else:
+            self._parent_dirty = True
+            self._dir_dirty = True
+            self.segments = [Segment(self.directory, 0, self.settings["index.interval.bytes"])]
+            self._bases = [0]
+            self.recovery_point = 0
+            return
         for stray in self.directory.glob("*.tmp"):
             stray.unlink()
         from .compaction import finish_interrupted_swap
