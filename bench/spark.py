@@ -3,7 +3,9 @@
     .venv/bin/python -m bench.spark [--records 1000000] [--record-size 100] [--partitions 4] [--repeat 3]
 
 1. Read: a topic of N records (filled with `dm bench produce`) into Spark's `noop` sink;
-   rows/s over the whole query (planning, fetches, Arrow decoding, JVM transfer).
+   rows/s over the whole query (planning, fetches, Arrow decoding, JVM transfer). The same rows
+   (every column the connector gives) are written to Parquet once and read the same way: the
+   baseline issue 31 compares with (a batch read of a topic against a read of local files).
 2. Write: spark.range(N) as string values into a topic through the connector (idempotent
    producer, acks=all); rows/s until every record is acknowledged.
 
@@ -66,6 +68,18 @@ def main() -> None:
         assert count == args.records, f"read {count} of {args.records} records"
         reads = [timed(read) for _ in range(args.repeat)]
 
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="dm-spark-parquet-") as parquet:
+            spark.read.format("dm").option("kafka.bootstrap.servers", bootstrap).option("subscribe", "spark-read") \
+                .load().write.mode("overwrite").parquet(parquet)
+
+            def read_parquet() -> None:
+                spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
+
+            read_parquet()  # warm-up
+            parquet_reads = [timed(read_parquet) for _ in range(args.repeat)]
+
         from pyspark.sql import functions as F
 
         source = spark.range(args.records, numPartitions=2).select(
@@ -77,15 +91,16 @@ def main() -> None:
                 .mode("append").save()
 
         writes = [timed(write) for _ in range(args.repeat)]
-    for kind, times in (("read", reads), ("write", writes)):
+    for kind, times in (("read", reads), ("parquet-read", parquet_reads), ("write", writes)):
         median = statistics.median(times)
         result = {"benchmark": f"spark-{kind}", "records": args.records, "record_size": args.record_size,
                   "partitions": args.partitions, "master": "local[2]", "seconds": [round(t, 3) for t in times],
                   "rows_per_s": round(args.records / median), "mb_per_s": round(
                       args.records * args.record_size / median / 1e6, 1)}
         results.append(result)
-        print(f"{kind:>5}: {result['rows_per_s']:>10,} rows/s  {result['mb_per_s']:>7} MB/s  "
+        print(f"{kind:>12}: {result['rows_per_s']:>10,} rows/s  {result['mb_per_s']:>7} MB/s  "
               f"(median of {times})")
+    print(f"read / Parquet read: {statistics.median(parquet_reads) / statistics.median(reads):.2f}")
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "spark.jsonl").open("a") as out:
         for result in results:
@@ -102,7 +117,8 @@ def plot(results: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.bar([r["benchmark"] for r in results], [r["rows_per_s"] / 1e6 for r in results], color=["#4c72b0", "#dd8452"])
+    ax.bar([r["benchmark"] for r in results], [r["rows_per_s"] / 1e6 for r in results],
+           color=["#4c72b0", "#8c8c8c", "#dd8452"][: len(results)])
     ax.axhline(1.0, linestyle="--", color="grey", label="read target 1 M rows/s")
     ax.set_ylabel("million rows/s")
     ax.set_title(f"format(\"dm\") on local[2], {results[0]['record_size']} B records")
