@@ -77,6 +77,9 @@ log = logging.getLogger(__name__)
 # kernel, creating files): more jobs than a node's cores only take CPU from the event loop, whose
 # timers then fire late (ADR 0033).
 LOG_PREPARATION_JOBS = 2
+# what _new_log is given: the topic, the partition, its settings, the log directory, and the first leader
+# epoch where this broker leads it
+NewLog = tuple[TopicDoc, int, TopicSettings, Path, int | None]
 T = TypeVar("T")
 
 TOPICS_CACHE = "topics-cache.json"
@@ -366,12 +369,13 @@ class Broker:
                 self._unreachable.succeeded()
                 if md.delta_from < 0:
                     return md
-                if known is not None and md.delta_from == known.version and md.incarnation == known.incarnation:
+                try:
+                    if known is None:
+                        raise ValueError(f"a delta from version {md.delta_from} was not asked for")
                     return md.merged_into(known)
-                log.warning("metadata delta from version %d does not apply to version %s; asking for all of it",
-                            md.delta_from, known.version if known else None)
-                known = None
-                version = -1
+                except ValueError as exc:
+                    log.warning("%s; asking for all of the metadata", exc)
+                    known, version = None, -1
             except (ControllerUnavailable, ControllerError) as exc:
                 self._unreachable.failed("metadata poll", exc)
                 await asyncio.sleep(0.5)
@@ -513,9 +517,8 @@ class Broker:
                     self.logs.adopt(plog)  # nothing else creates logs while a metadata update is being applied
 
     @classmethod
-    def _new_logs(cls, job: list[tuple[TopicDoc, int, TopicSettings, Path, int | None]],
-                  ) -> list[tuple[tuple[TopicDoc, int, TopicSettings, Path, int | None], PartitionLog | Exception]]:
-        results: list[tuple[tuple[TopicDoc, int, TopicSettings, Path, int | None], PartitionLog | Exception]] = []
+    def _new_logs(cls, job: list[NewLog]) -> list[tuple[NewLog, PartitionLog | Exception]]:
+        results: list[tuple[NewLog, PartitionLog | Exception]] = []
         for item in job:
             try:
                 results.append((item, cls._new_log(*item)))

@@ -119,12 +119,6 @@ class CacheWriter:
         if not changed:
             return
         self._pending = md
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a tool, a test): written here
-            self._write(md)
-            self._pending = None
-            return
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
 

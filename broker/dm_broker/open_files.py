@@ -32,14 +32,12 @@ def raise_soft_limit() -> int:
     return soft
 
 
-def shortfall(limit: int, open_segments: int, max_connections: int) -> str | None:
-    """Why `limit` is too low for this many open segments and the connections allowed (None: enough)."""
-    connections = min(max_connections, limit)
+def shortfall(limit: int, open_segments: int) -> str | None:
+    """Why `limit` is too low for this many open segments and the headroom (None: enough)."""
     needed = open_segments + HEADROOM
     if needed <= limit:
         return None
     return (f"the open-file limit ({limit}) is below what this broker's {open_segments} open log segments "
-            f"need ({needed} with {HEADROOM} for connections and writes; up to {connections} connections are "
-            f"allowed): new segments, flushes and connections will fail once it is reached. Raise it "
-            f"(ulimit -n, systemd LimitNOFILE, the container runtime's nofile) or use fewer or larger segments "
-            f"(segment.bytes, segment.ms)")
+            f"need ({needed} with {HEADROOM} for connections and writes): new segments, flushes and "
+            f"connections will fail once it is reached. Raise it (ulimit -n, systemd LimitNOFILE, the "
+            f"container runtime's nofile) or use fewer or larger segments (segment.bytes, segment.ms)")

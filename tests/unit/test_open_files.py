@@ -20,10 +20,10 @@ def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
 
 
 def test_a_limit_below_the_open_segments_is_named_with_the_remedy() -> None:
-    assert open_files.shortfall(20_000, 10_000, 1000) is None
-    problem = open_files.shortfall(20_000, 30_000, 2**31 - 1)
+    assert open_files.shortfall(20_000, 10_000) is None
+    problem = open_files.shortfall(20_000, 30_000)
     assert problem is not None
     assert "20000" in problem and "30000 open log segments" in problem and "ulimit -n" in problem
     # the headroom for sockets and writes counts
-    assert open_files.shortfall(20_000, 20_000 - open_files.HEADROOM, 100) is None
-    assert open_files.shortfall(20_000, 20_000 - open_files.HEADROOM + 1, 100) is not None
+    assert open_files.shortfall(20_000, 20_000 - open_files.HEADROOM) is None
+    assert open_files.shortfall(20_000, 20_000 - open_files.HEADROOM + 1) is not None

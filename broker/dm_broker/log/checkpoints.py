@@ -24,9 +24,7 @@ def replace_unsynced(path: Path, data: bytes) -> None:
         _replace(path, data, durable=False)
         return
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
     finally:
         os.close(fd)
 
@@ -35,14 +33,18 @@ def _replace(path: Path, data: bytes, durable: bool) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def fsync_file(path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import os
 import struct
-import threading
 from array import array
 from pathlib import Path
 
@@ -30,7 +29,6 @@ class _IndexFile:
         self.path = path
         self._pending = bytearray()
         self._unsynced = False  # written by a flush without fsync
-        self._lock = threading.Lock()  # entries are added on the loop while a thread flushes
 
     def read(self, entry: struct.Struct) -> list[tuple[int, int]] | None:
         try:
@@ -42,20 +40,19 @@ class _IndexFile:
         return list(entry.iter_unpack(data))
 
     def add(self, packed: bytes) -> None:
-        with self._lock:
-            self._pending += packed
+        # extend() and, in flush(), bytes() and a slice deletion are each one C call under the GIL: the
+        # event loop adds entries while a flush thread takes what was there, with no lock on this path
+        self._pending.extend(packed)
 
     def rewrite(self, data: bytes) -> None:
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, self.path)
-        with self._lock:
-            self._pending.clear()
+        self._pending.clear()
         self._unsynced = True
 
     def delete(self) -> None:
-        with self._lock:
-            self._pending.clear()
+        self._pending.clear()
         self._unsynced = False
         try:
             self.path.unlink()
@@ -65,8 +62,8 @@ class _IndexFile:
     def flush(self, fsync: bool) -> None:
         if not self._pending and not (fsync and self._unsynced):
             return
-        with self._lock:
-            pending, self._pending = self._pending, bytearray()
+        pending = bytes(self._pending)
+        del self._pending[: len(pending)]  # entries added meanwhile stay for the next flush
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if pending:

@@ -37,7 +37,7 @@ class LeaderEpochCache:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, start_offset: int, durable: bool = True) -> None:
-        """`durable=False` (a follower's append): written now, fsynced by the log's next flush."""
+        """`durable=False` (a follower's append, a new log): written now, fsynced by the log's next flush."""
         if self.entries and epoch <= self.entries[-1][0]:
             return
         # A new epoch starting before older ones (after truncation) replaces them.

@@ -159,8 +159,8 @@ class LogManager:
     def check_open_files(self) -> None:
         """Warns (once, until it is enough again) when the open-file limit is below what the open
         segments need. At start and with each stray rescan (every STRAY_RESCAN_S)."""
-        segments = sum(len(plog.segments) for plog in list(self.logs.values()))
-        problem = open_files.shortfall(self.open_file_limit, segments, self.config["max.connections"])
+        segments = sum(len(plog.segments) for plog in self.logs.values())
+        problem = open_files.shortfall(self.open_file_limit, segments)
         if problem is not None and not self._short_of_files:
             log.warning("%s", problem)
         self._short_of_files = problem is not None
