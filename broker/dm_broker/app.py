@@ -25,6 +25,7 @@ from .connection_quotas import ConnectionQuotas
 from .controller.client import HttpControllerClient, LocalControllerClient
 from .dirlock import DirectoryInUse, DirectoryLock
 from .http.app import make_app
+from .http.rest.server import RestProxy
 from .log.checkpoints import atomic_write
 from .log.manager import RecoveryAborted
 from .log.meta_properties import IdentityError
@@ -148,6 +149,7 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         client = LocalControllerClient(embedded)
     try:
         broker = Broker(config, client)
+        rest = RestProxy(broker) if config["http.listeners"] else None
     except ConfigError as exc:
         await client.close()
         raise SystemExit(f"dm: invalid configuration: {exc}") from None
@@ -195,6 +197,11 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
                                  f"{server.listener.host or '*'}:{server.listener.port}: {exc.strerror}") from None
         broker.port = broker.bound_ports[broker.security.listeners.inter_broker]
         await until_stopped(broker.start(), stop)
+        if rest is not None:
+            try:
+                await rest.start()
+            except ConfigError as exc:
+                raise SystemExit(f"dm: broker {broker.node_id}: {exc}") from None
     except (Stopped, IdentityError) as exc:
         for server in servers:
             await server.close()
@@ -209,7 +216,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     first = broker.security.listeners.listeners[0].name
     listeners = {"kafka": f"{endpoints[first].host}:{endpoints[first].port}", "http_port": http_port,
                  "node_id": broker.node_id,
-                 "listeners": {name: f"{e.host}:{e.port}" for name, e in endpoints.items()}}
+                 "listeners": {name: f"{e.host}:{e.port}" for name, e in endpoints.items()},
+                 "rest": rest.bound if rest is not None else {}}
     atomic_write(config.data_dir / "__dm_meta" / "listeners.json", json.dumps(listeners).encode())
     log.info("dm broker %d ready: kafka %s, http %s", broker.node_id, listeners["kafka"], http_port)
     for accepted in without_effect(config):
@@ -226,6 +234,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     await stop_tasks(loop_watch)
     if embedded is None and not broker.fatal:
         await broker.controlled_shutdown()
+    if rest is not None:
+        await rest.close()
     for server in servers:
         await server.close()
     await broker.close()

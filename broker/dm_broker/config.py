@@ -109,6 +109,34 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("advertised.port", "int", 0, "Port advertised in metadata (0: the listener's port).", minimum=0),
         Property("http.port", "int", 8080, "Port of the HTTP side port (0 picks a free one, -1 disables).",
                  minimum=-1),
+        # -- the REST Proxy v2 surface (docs/http.md, ADR 0034) -----------------------------------------
+        Property("http.listeners", "str", "",
+                 "REST Proxy v2 listeners: HTTP://host:port and/or HTTPS://host:port (an empty host binds every "
+                 "interface; port 0 picks a free one). An HTTPS listener takes listener.name.https.ssl.* (else "
+                 "ssl.*). Empty: no REST Proxy."),
+        Property("http.advertised.listeners", "str", "",
+                 "What consumer instances' base_uri names, per scheme (default: the listeners, with "
+                 "advertised.host where a listener's host is empty)."),
+        Property("http.authentication.method", "choice", "NONE",
+                 "NONE, or BASIC: HTTP Basic checked like a SASL/PLAIN login (the listener's PlainLoginModule "
+                 "users, then the cluster's SCRAM credentials).", choices=("NONE", "BASIC")),
+        Property("http.request.max.bytes", "int", 8 << 20, "Largest HTTP request body the REST Proxy reads.",
+                 minimum=1024),
+        Property("http.request.timeout.ms", "int", 30_000,
+                 "How long a REST produce waits for the in-sync replicas before its records are reported failed.",
+                 minimum=1),
+        Property("http.partitioner.refresh.ms", "int", 500,
+                 "How often least_loaded asks the partitions' leaders how many records they hold.", minimum=0),
+        Property("http.consumer.max.instances", "int", 100,
+                 "REST consumer instances one broker keeps at once (each is a group member with connections).",
+                 minimum=0),
+        Property("consumer.instance.timeout.ms", "int", 300_000,
+                 "A REST consumer instance not used for this long is closed (Confluent REST Proxy's name).",
+                 minimum=1000),
+        Property("consumer.request.timeout.ms", "int", 1000,
+                 "Longest a REST records request waits for data (Confluent REST Proxy's name).", minimum=0),
+        Property("consumer.request.max.bytes", "int", 64 << 20,
+                 "Largest answer to a REST records request (Confluent REST Proxy's name).", minimum=1024),
         # -- listeners and security (Kafka's names; docs/security.md) --------------------------------
         Property("listeners", "str", "",
                  "Kafka listeners, NAME://host:port comma-separated (an empty host binds every interface), e.g. "

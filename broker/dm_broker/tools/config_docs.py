@@ -48,6 +48,10 @@ def render() -> str:
         "link between brokers and the controller ([security](security.md)). Passwords and keys are never",
         "returned by DescribeConfigs.",
         "",
+        "The REST Proxy (`http.listeners`, `http.*`, `consumer.*`) is configured the same way: an HTTPS",
+        "listener reads `listener.name.https.ssl.*`, HTTP Basic checks `listener.name.http.plain.sasl.jaas.config`",
+        "(or `...https...`) and the cluster's SCRAM credentials ([HTTP](http.md)).",
+        "",
         "| broker property | topic override | default | meaning |",
         "|---|---|---|---|",
     ]

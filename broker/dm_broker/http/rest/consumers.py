@@ -1,0 +1,364 @@
+"""REST consumer instances (ADR 0034): each is an aiokafka consumer on this broker's event loop, a member of
+its group through the inter-broker listener; the HTTP user's rights are checked here before each step,
+because the consumer itself authenticates as the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import IllegalStateError, KafkaError
+
+from ...security.acls import Operation, ResourceType
+from ...security.session import Session
+from .errors import (
+    CONSUMER_ALREADY_EXISTS,
+    CONSUMER_INSTANCE_NOT_FOUND,
+    ILLEGAL_STATE,
+    INVALID_CONSUMER_CONFIG,
+    KAFKA_ERROR,
+    RestError,
+    forbidden,
+    unprocessable,
+)
+from .formats import FORMATS, SCHEMA_FORMATS, from_bytes
+
+if TYPE_CHECKING:
+    from ...broker import Broker
+
+log = logging.getLogger(__name__)
+NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+RESETS = ("earliest", "latest", "none")
+MAX_RECORDS_PER_READ = 10_000
+
+
+@dataclass
+class ConsumerSettings:
+    format: str = "binary"
+    auto_offset_reset: str = "latest"
+    auto_commit: bool = True
+    fetch_min_bytes: int = 1
+    request_timeout_ms: int = 1000
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], default_timeout_ms: int) -> ConsumerSettings:
+        def bad(message: str) -> RestError:
+            return unprocessable(f"Invalid consumer configuration: {message}", INVALID_CONSUMER_CONFIG)
+
+        fmt = str(body.get("format") or "binary").lower()
+        if fmt in SCHEMA_FORMATS:
+            raise bad(f"the {fmt} format needs a schema registry, which dm does not have (use binary or json)")
+        if fmt not in FORMATS:
+            raise bad(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+        reset = str(body.get("auto.offset.reset") or "latest").lower()
+        if reset == "smallest":
+            reset = "earliest"
+        elif reset == "largest":
+            reset = "latest"
+        if reset not in RESETS:
+            raise bad(f"auto.offset.reset {reset!r} is not one of {', '.join(RESETS)}")
+        commit = str(body.get("auto.commit.enable", "true")).lower()
+        if commit not in ("true", "false"):
+            raise bad(f"auto.commit.enable must be true or false, got {commit!r}")
+        try:
+            min_bytes = int(body.get("fetch.min.bytes") or 1)
+            timeout = int(body.get("consumer.request.timeout.ms") or default_timeout_ms)
+        except (TypeError, ValueError):
+            raise bad("fetch.min.bytes and consumer.request.timeout.ms must be integers") from None
+        if min_bytes < 1 or timeout < 0:
+            raise bad("fetch.min.bytes must be at least 1 and consumer.request.timeout.ms not negative")
+        return cls(fmt, reset, commit == "true", min_bytes, timeout)
+
+
+@dataclass
+class ConsumerInstance:
+    group: str
+    name: str
+    settings: ConsumerSettings
+    owner: str  # the principal that created it: no one else may use it
+    consumer: AIOKafkaConsumer
+    last_used: float = field(default_factory=time.monotonic)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pattern: re.Pattern[str] | None = None
+    pattern_seen: int = -1  # the metadata version the pattern was last matched against
+
+
+class ConsumerRegistry:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.instances: dict[tuple[str, str], ConsumerInstance] = {}
+        self._expiry: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_idle())
+
+    async def close(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        for key in list(self.instances):
+            await self._close(key)
+
+    async def _expire_idle(self) -> None:
+        timeout_s = self.broker.config["consumer.instance.timeout.ms"] / 1000
+        while True:
+            await asyncio.sleep(min(timeout_s / 4, 5))
+            now = time.monotonic()
+            for key, instance in list(self.instances.items()):
+                if now - instance.last_used > timeout_s and not instance.lock.locked():
+                    log.info("REST consumer %s of group %s expired (unused for %.0f s)", key[1], key[0], timeout_s)
+                    await self._close(key)
+
+    async def _close(self, key: tuple[str, str]) -> None:
+        instance = self.instances.pop(key, None)
+        if instance is not None:
+            with contextlib.suppress(Exception):
+                await instance.consumer.stop()  # leaves the group (and commits, with auto commit)
+
+    async def create(self, group: str, body: dict[str, Any], session: Session) -> ConsumerInstance:
+        self._allow_group(session, group)
+        settings = ConsumerSettings.parse(body, self.broker.config["consumer.request.timeout.ms"])
+        name = str(body.get("name") or body.get("id") or f"rest-consumer-{uuid.uuid4()}")
+        if not NAME.match(name):
+            raise unprocessable(f"Invalid consumer configuration: name {name!r} must be 1-249 letters, digits, '.', "
+                                "'_' or '-'", INVALID_CONSUMER_CONFIG)
+        if (group, name) in self.instances:
+            raise RestError(409, CONSUMER_ALREADY_EXISTS, "Consumer with specified consumer ID already exists in the "
+                                                          "specified consumer group.")
+        if len(self.instances) >= self.broker.config["http.consumer.max.instances"]:
+            raise RestError(429, 42902, f"this broker already has {len(self.instances)} consumer instances "
+                                        "(http.consumer.max.instances); delete unused ones or use another broker")
+        consumer = self._consumer(group, name, settings)
+        instance = ConsumerInstance(group, name, settings, str(session.principal), consumer)
+        self.instances[(group, name)] = instance
+        try:
+            await instance.consumer.start()
+        except BaseException as exc:
+            self.instances.pop((group, name), None)
+            with contextlib.suppress(Exception):
+                await instance.consumer.stop()
+            if isinstance(exc, KafkaError):
+                raise RestError(500, KAFKA_ERROR, f"the consumer could not reach the cluster: {exc}") from None
+            raise
+        return instance
+
+    def _consumer(self, group: str, name: str, settings: ConsumerSettings) -> AIOKafkaConsumer:
+        info = next(b for b in self.broker.metadata.brokers if b.node_id == self.broker.node_id) \
+            if self.broker.metadata is not None else None
+        bootstrap = f"{info.host}:{info.port}" if info is not None else f"127.0.0.1:{self.broker.port}"
+        security = self.broker.security.client
+        extra: dict[str, Any] = {}
+        if security.sasl:
+            extra.update(sasl_mechanism=security.mechanism, sasl_plain_username=security.username,
+                         sasl_plain_password=security.password)
+        instance_timeout = self.broker.config["consumer.instance.timeout.ms"]
+        return AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, client_id=f"dm-rest-{name}",
+            enable_auto_commit=settings.auto_commit, auto_offset_reset=settings.auto_offset_reset,
+            fetch_min_bytes=settings.fetch_min_bytes, security_protocol=security.protocol,
+            ssl_context=security.ssl_context,
+            # a REST client polls when it likes: the instance's own expiry decides when it is gone
+            max_poll_interval_ms=instance_timeout + 60_000,
+            metadata_max_age_ms=30_000, **extra)
+
+    async def delete(self, group: str, name: str, session: Session) -> None:
+        self.get(group, name, session)
+        await self._close((group, name))
+
+    def get(self, group: str, name: str, session: Session) -> ConsumerInstance:
+        instance = self.instances.get((group, name))
+        if instance is None or instance.owner != str(session.principal):
+            raise RestError(404, CONSUMER_INSTANCE_NOT_FOUND,
+                            f"Consumer instance not found. (instance {name} of group {group} is not on broker "
+                            f"{self.broker.node_id}: an instance lives on the broker that created it, see its "
+                            "base_uri)")
+        instance.last_used = time.monotonic()
+        return instance
+
+    # -- authorization (the consumer itself is the broker) ----------------------------------------
+
+    def _allow_group(self, session: Session, group: str) -> None:
+        if not self.broker.security.allowed(session, Operation.READ, ResourceType.GROUP, group):
+            raise forbidden(f"Not authorized to access group: {group}")
+
+    def _allow_topics(self, session: Session, topics: list[str]) -> None:
+        denied = [t for t in topics if not self.broker.security.allowed(session, Operation.READ, ResourceType.TOPIC, t)]
+        if denied:
+            raise forbidden(f"Not authorized to access topics: [{', '.join(sorted(denied))}]")
+
+    def _readable(self, session: Session, pattern: re.Pattern[str]) -> list[str]:
+        md = self.broker.metadata
+        names = sorted(md.topics) if md is not None else []
+        return [t for t in names if pattern.fullmatch(t) and not t.startswith("__")
+                and self.broker.security.allowed(session, Operation.READ, ResourceType.TOPIC, t)]
+
+    # -- subscription and assignment --------------------------------------------------------------
+
+    async def subscribe(self, instance: ConsumerInstance, body: dict[str, Any], session: Session) -> None:
+        topics, pattern = body.get("topics"), body.get("topic_pattern")
+        if (topics is None) == (pattern is None):
+            raise unprocessable("give either topics (a list of names) or topic_pattern (a regular expression)")
+        async with instance.lock:
+            try:
+                if topics is not None:
+                    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
+                        raise unprocessable("topics must be a non-empty list of topic names")
+                    self._allow_topics(session, topics)
+                    instance.pattern = None
+                    instance.consumer.subscribe(topics=topics)
+                else:
+                    if not isinstance(pattern, str):
+                        raise unprocessable("topic_pattern must be a string")
+                    try:
+                        instance.pattern = re.compile(pattern)
+                    except re.error as exc:
+                        raise unprocessable(f"topic_pattern is not a regular expression: {exc}") from None
+                    instance.pattern_seen = -1
+                    self._follow_pattern(instance, session)
+            except IllegalStateError as exc:
+                raise RestError(409, ILLEGAL_STATE, f"Illegal state: {exc}") from None
+
+    def _follow_pattern(self, instance: ConsumerInstance, session: Session) -> None:
+        """Subscribes to the topics the pattern matches now, among those the user may read (a pattern never
+        reaches past the user's rights, as Kafka's filtered metadata has it)."""
+        md = self.broker.metadata
+        version = md.version if md is not None else -1
+        if instance.pattern is None or version == instance.pattern_seen:
+            return
+        instance.pattern_seen = version
+        topics = self._readable(session, instance.pattern)
+        if set(topics) == instance.consumer.subscription():
+            return
+        if topics:
+            instance.consumer.subscribe(topics=topics)
+        else:
+            instance.consumer.unsubscribe()
+
+    async def unsubscribe(self, instance: ConsumerInstance) -> None:
+        async with instance.lock:
+            instance.pattern = None
+            instance.consumer.unsubscribe()
+
+    def subscription(self, instance: ConsumerInstance) -> list[str]:
+        return sorted(instance.consumer.subscription())
+
+    async def assign(self, instance: ConsumerInstance, partitions: list[TopicPartition], session: Session) -> None:
+        self._allow_topics(session, sorted({tp.topic for tp in partitions}))
+        async with instance.lock:
+            try:
+                instance.pattern = None
+                instance.consumer.assign(partitions)
+            except IllegalStateError as exc:
+                raise RestError(409, ILLEGAL_STATE, f"Illegal state: {exc}") from None
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def records(self, instance: ConsumerInstance, timeout_ms: int | None, max_bytes: int | None,
+                      session: Session) -> list[dict[str, Any]]:
+        limit = min(max_bytes or self.broker.config["consumer.request.max.bytes"],
+                    self.broker.config["consumer.request.max.bytes"])
+        wait = instance.settings.request_timeout_ms if timeout_ms is None else min(
+            timeout_ms, self.broker.config["consumer.request.timeout.ms"] * 30)
+        async with instance.lock:
+            self._follow_pattern(instance, session)
+            consumer = instance.consumer
+            if not consumer.subscription() and not consumer.assignment():
+                if instance.pattern is not None:
+                    await asyncio.sleep(wait / 1000)  # nothing matches yet: an empty answer after the wait
+                    return []
+                raise RestError(409, ILLEGAL_STATE, "Illegal state: the consumer instance is neither subscribed "
+                                                    "to topics nor assigned partitions")
+            self._allow_topics(session, sorted({tp.topic for tp in consumer.assignment()}))
+            try:
+                batches = await consumer.getmany(timeout_ms=wait, max_records=MAX_RECORDS_PER_READ)
+            except KafkaError as exc:
+                raise RestError(500, KAFKA_ERROR, f"reading failed: {exc}") from None
+            out: list[dict[str, Any]] = []
+            size = 0
+            fmt = instance.settings.format
+            for tp, records in batches.items():
+                for record in records:
+                    length = len(record.key or b"") + len(record.value or b"")
+                    if out and size + length > limit:
+                        consumer.seek(tp, record.offset)  # the rest is read again by the next request
+                        break
+                    size += length
+                    where = f"{tp.topic}-{tp.partition}@{record.offset}"
+                    item: dict[str, Any] = {
+                        "topic": tp.topic, "key": from_bytes(fmt, record.key, where),
+                        "value": from_bytes(fmt, record.value, where), "partition": tp.partition,
+                        "offset": record.offset, "timestamp": record.timestamp}
+                    if record.headers:
+                        item["headers"] = [{"key": k, "value": None if v is None else base64.b64encode(v).decode()}
+                                           for k, v in record.headers]
+                    out.append(item)
+            return out
+
+    # -- offsets and positions --------------------------------------------------------------------
+
+    async def commit(self, instance: ConsumerInstance, offsets: dict[TopicPartition, tuple[int, str]] | None,
+                     session: Session) -> None:
+        """`offsets` maps partitions to the last record consumed (v2 commits the next one); None commits
+        what the instance has read so far."""
+        self._allow_group(session, instance.group)
+        async with instance.lock:
+            try:
+                if offsets is None:
+                    await instance.consumer.commit()
+                else:
+                    self._allow_topics(session, sorted({tp.topic for tp in offsets}))
+                    await instance.consumer.commit({tp: (offset + 1, meta) for tp, (offset, meta) in offsets.items()})
+            except IllegalStateError as exc:
+                raise RestError(409, ILLEGAL_STATE, f"Illegal state: {exc}") from None
+            except KafkaError as exc:
+                raise RestError(500, KAFKA_ERROR, f"the commit failed: {exc}") from None
+
+    async def committed(self, instance: ConsumerInstance, partitions: list[TopicPartition],
+                        session: Session) -> list[dict[str, Any]]:
+        self._allow_group(session, instance.group)
+        self._allow_topics(session, sorted({tp.topic for tp in partitions}))
+        out = []
+        async with instance.lock:
+            for tp in partitions:
+                try:
+                    offset = await instance.consumer.committed(tp)
+                except KafkaError as exc:
+                    raise RestError(500, KAFKA_ERROR, f"reading committed offsets failed: {exc}") from None
+                out.append({"topic": tp.topic, "partition": tp.partition, "offset": -1 if offset is None else offset,
+                            "metadata": ""})
+        return out
+
+    async def seek(self, instance: ConsumerInstance, offsets: dict[TopicPartition, int]) -> None:
+        async with instance.lock:
+            self._check_assigned(instance, list(offsets))
+            for tp, offset in offsets.items():
+                instance.consumer.seek(tp, offset)
+
+    async def seek_to(self, instance: ConsumerInstance, partitions: list[TopicPartition], end: bool) -> None:
+        async with instance.lock:
+            self._check_assigned(instance, partitions)
+            try:
+                if end:
+                    await instance.consumer.seek_to_end(*partitions)
+                else:
+                    await instance.consumer.seek_to_beginning(*partitions)
+            except KafkaError as exc:
+                raise RestError(500, KAFKA_ERROR, f"seeking failed: {exc}") from None
+
+    @staticmethod
+    def _check_assigned(instance: ConsumerInstance, partitions: list[TopicPartition]) -> None:
+        missing = [f"{tp.topic}-{tp.partition}" for tp in partitions if tp not in instance.consumer.assignment()]
+        if missing:
+            raise RestError(409, ILLEGAL_STATE, f"Illegal state: No current assignment for partition(s) "
+                                                f"{', '.join(missing)}")

@@ -1,0 +1,91 @@
+"""Embedded formats of REST Proxy v2 (application/vnd.kafka.<format>.v2+json): how a record's key and
+value are written in JSON (binary: base64; json: the JSON value itself) and turned into bytes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from typing import Any
+
+from .errors import RestError, unprocessable
+
+FORMATS = ("binary", "json")
+SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
+_VND = re.compile(r"^application/vnd\.kafka(?:\.(?P<format>[a-z]+))?\.v(?P<version>\d+)\+json$")
+
+
+def _media_types(header: str) -> list[str]:
+    return [part.split(";")[0].strip().lower() for part in header.split(",") if part.strip()]
+
+
+def embedded_format_of(content_type: str) -> str:
+    """The embedded format a produce body declares; 415 for what dm cannot take."""
+    media = _media_types(content_type)[:1]
+    if not media or media[0] == "application/json":
+        return "json"  # plain JSON bodies: values embedded as JSON
+    m = _VND.match(media[0])
+    if m is None:
+        raise RestError(415, 41501, f"Content-Type {content_type!r} is not supported: use "
+                                    "application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json")
+    if m["version"] != "2":
+        raise RestError(415, 41501, f"API version v{m['version']} is not served; dm serves REST Proxy API v2")
+    fmt = m["format"]
+    if fmt in SCHEMA_FORMATS:
+        raise RestError(415, 41501, f"the {fmt} format needs a schema registry, which dm does not have: "
+                                    "use binary or json")
+    if fmt is None or fmt not in FORMATS:
+        raise RestError(415, 41501, f"Content-Type {content_type!r} embeds no records format dm knows "
+                                    "(binary, json)")
+    return fmt
+
+
+def accepted_format(accept: str, instance_format: str) -> None:
+    """406 when the Accept header asks for records in a format other than the instance's."""
+    media = _media_types(accept)
+    if not media:
+        return
+    wanted = []
+    for item in media:
+        if item in ("*/*", "application/*", "application/json", "application/vnd.kafka.v2+json"):
+            return
+        m = _VND.match(item)
+        if m is not None and m["version"] == "2":
+            if m["format"] in (None, instance_format):
+                return
+            wanted.append(m["format"])
+    if wanted:
+        raise RestError(406, 40601, "The requested embedded data format does not match the deserializer for this "
+                                    f"consumer instance ({instance_format}, asked for {', '.join(wanted)})")
+    raise RestError(406, 40601, f"Accept {accept!r} names nothing this API answers with "
+                                f"(application/vnd.kafka.{instance_format}.v2+json)")
+
+
+def to_bytes(fmt: str, value: Any, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if fmt == "binary":
+        if not isinstance(value, str):
+            raise unprocessable(f"{what} must be a base64 string in the binary format, got {type(value).__name__}")
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise unprocessable(f"{what} is not valid base64") from None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def from_bytes(fmt: str, data: bytes | None, where: str) -> Any:
+    if data is None:
+        return None
+    if fmt == "binary":
+        return base64.b64encode(data).decode()
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RestError(500, 50002, f"the record at {where} is not JSON; read it with a binary consumer "
+                                    "instance") from None
+
+
+def content_type(fmt: str) -> str:
+    return f"application/vnd.kafka.{fmt}.v2+json"

@@ -1,0 +1,92 @@
+"""Kafka requests on behalf of an HTTP user (ADR 0034): run by this broker's own dispatcher when it is the
+broker asked, with the user's session, or forwarded to another broker over the inter-broker listener."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from ...protocol.client import KafkaConnection, decode_response, encode_request
+from ...security.session import Session
+
+if TYPE_CHECKING:
+    from ...broker import Broker
+
+CONNECTIONS_PER_BROKER = 4  # a forwarded acks=all produce holds its connection until the ISR has it
+CLIENT_ID = "dm-rest-proxy"
+
+
+class BrokerUnreachable(ConnectionError):
+    pass
+
+
+class _Pool:
+    """Connections to one broker; each carries one request at a time (answers come in order)."""
+
+    def __init__(self) -> None:
+        self.idle: list[KafkaConnection] = []
+        self.slots = asyncio.Semaphore(CONNECTIONS_PER_BROKER)
+        self.address: tuple[str, int] | None = None
+
+
+class KafkaCalls:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._pools: dict[int, _Pool] = {}
+        self._correlation = itertools.count(1)
+
+    async def call(self, node_id: int, body: Any, session: Session, timeout: float) -> Any:
+        """The response to `body`, asked of broker `node_id`. BrokerUnreachable when it cannot be asked or
+        did not answer (for a produce: the records may or may not have been written)."""
+        if node_id == self.broker.node_id:
+            return await asyncio.wait_for(self._local(body, session), timeout)
+        return await self._forward(node_id, body, timeout)
+
+    async def _local(self, body: Any, session: Session) -> Any:
+        api_key, version = int(body.__api_key__), int(body.__version__)
+        frame = encode_request(api_key, version, next(self._correlation), body, CLIENT_ID)
+        chunks = await self.broker.dispatcher.handle(memoryview(frame)[4:], session.host, session)
+        if chunks is None:
+            raise BrokerUnreachable("the request got no answer")
+        return decode_response(api_key, version, b"".join(chunks)[4:])[1]
+
+    async def _forward(self, node_id: int, body: Any, timeout: float) -> Any:
+        info = next((b for b in self.broker.metadata.brokers if b.node_id == node_id), None) \
+            if self.broker.metadata is not None else None
+        if info is None:
+            raise BrokerUnreachable(f"broker {node_id} is not registered")
+        pool = self._pools.setdefault(node_id, _Pool())
+        if pool.address != (info.host, info.port):  # the broker moved: forget connections to the old place
+            await self._drop(pool)
+            pool.address = (info.host, info.port)
+        async with pool.slots:
+            conn = pool.idle.pop() if pool.idle else None
+            try:
+                if conn is None:
+                    conn = await KafkaConnection.open(info.host, info.port, CLIENT_ID, timeout=min(timeout, 10),
+                                                      security=self.broker.security.client)
+                response = await conn.request(body, timeout=timeout)
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                if conn is not None:
+                    await conn.close(0)
+                raise BrokerUnreachable(f"broker {node_id} at {info.host}:{info.port}: "
+                                        f"{exc or type(exc).__name__}") from None
+            except BaseException:  # cancelled mid-request: the connection's next answer would be this one's
+                if conn is not None:
+                    conn.conn.abort()
+                raise
+            pool.idle.append(conn)
+            return response
+
+    @staticmethod
+    async def _drop(pool: _Pool) -> None:
+        idle, pool.idle = pool.idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.close(0)
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await self._drop(pool)

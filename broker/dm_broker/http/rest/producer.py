@@ -1,0 +1,210 @@
+"""REST produce: the broker chooses each record's partition (the topic's partitioner settings), writes one
+batch per partition as a Produce request (acks=all) and answers each record's offset or error."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from ...controller.models import TopicDoc
+from ...log.records import build_batch
+from ...partitioners import Partitioner
+from ...protocol.build import make, nested
+from ...protocol.codec import request_class
+from ...security.acls import Operation, ResourceType
+from ...security.session import Session
+from .errors import RECORD_NOT_RETRIABLE, RECORD_RETRIABLE, forbidden, not_found_partition, not_found_topic
+from .kafka_calls import BrokerUnreachable, KafkaCalls
+
+if TYPE_CHECKING:
+    from ...broker import Broker
+
+PRODUCE_VERSION = 9
+LIST_OFFSETS_VERSION = 6
+RETRY_BACKOFF_S = 0.1
+# Leadership is moving: the request is not appended anywhere, so asking the new leader cannot duplicate it.
+_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition)
+
+
+@dataclass(slots=True)
+class OutgoingRecord:
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class RecordResult:
+    partition: int
+    offset: int | None
+    error_code: int | None = None
+    error: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {"partition": self.partition, "offset": self.offset, "error_code": self.error_code,
+                "error": self.error}
+
+
+@dataclass
+class _Chooser:
+    identity: tuple[str, int, str, str]  # topic id, partition count, keyed and keyless partitioners
+    partitioner: Partitioner
+    counted_at: float = 0.0  # monotonic time of the last refresh of loads from the leaders
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def counts_load(self) -> bool:
+        return "least_loaded" in (self.partitioner.keyed, self.partitioner.keyless)
+
+
+def produce_request(topic: str, partition: int, batch: bytes, timeout_s: float) -> object:
+    cls = request_class(0, PRODUCE_VERSION)
+    topic_cls, part_cls = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+    return make(cls, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=timeout_s),
+                topic_data=(topic_cls(name=topic, partition_data=(part_cls(index=partition, records=batch),)),))
+
+
+def latest_offsets_request(topic: str, partitions: list[int]) -> object:
+    cls = request_class(2, LIST_OFFSETS_VERSION)
+    topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
+    return make(cls, replica_id=-1, isolation_level=0,
+                topics=(topic_cls(name=topic, partitions=tuple(
+                    part_cls(partition_index=p, current_leader_epoch=-1, timestamp=-1) for p in partitions)),))
+
+
+class RestProducer:
+    def __init__(self, broker: Broker, calls: KafkaCalls) -> None:
+        self.broker = broker
+        self.calls = calls
+        self._choosers: dict[str, _Chooser] = {}
+
+    def topic(self, name: str) -> TopicDoc:
+        md = self.broker.metadata
+        doc = md.topics.get(name) if md is not None else None
+        if doc is None:
+            raise not_found_topic(name)
+        return doc
+
+    async def produce(self, topic: str, records: list[OutgoingRecord], session: Session) -> list[RecordResult]:
+        doc = self.topic(topic)
+        if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
+            raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
+        count = len(doc.partitions)
+        for record in records:
+            if record.partition is not None and not 0 <= record.partition < count:
+                raise not_found_partition(topic, record.partition)
+        chooser = await self._chooser(topic, doc, session)
+        chosen = [r.partition if r.partition is not None else chooser.partitioner.choose(r.key) for r in records]
+        by_partition: dict[int, list[int]] = defaultdict(list)
+        for index, partition in enumerate(chosen):
+            by_partition[partition].append(index)
+        deadline = time.monotonic() + self.broker.config["http.request.timeout.ms"] / 1000
+        now_ms = int(time.time() * 1000)
+        outcomes = await asyncio.gather(*(
+            self._write(topic, partition, [records[i] for i in indexes], now_ms, session, deadline)
+            for partition, indexes in by_partition.items()))
+        results: list[RecordResult | None] = [None] * len(records)
+        for (partition, indexes), (base, code, message) in zip(by_partition.items(), outcomes, strict=True):
+            for position, index in enumerate(indexes):
+                if code is None:
+                    results[index] = RecordResult(partition, base + position)
+                else:
+                    results[index] = RecordResult(partition, None, code, message)
+        return [r for r in results if r is not None]
+
+    async def _write(self, topic: str, partition: int, records: list[OutgoingRecord], now_ms: int,
+                     session: Session, deadline: float) -> tuple[int, int | None, str | None]:
+        """(base offset, None, None) once the ISR has the batch, or (-1, per-record error code, message)."""
+        stamps = [now_ms if r.timestamp_ms is None else r.timestamp_ms for r in records]
+        first = min(stamps)
+        batch = build_batch([(r.key, r.value, r.headers) for r in records], timestamp_ms=first,
+                            timestamp_deltas=[s - first for s in stamps])
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return -1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: no leader took the records in time"
+            leader = self._leader(topic, partition)
+            if leader < 0:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            try:
+                response = await self.calls.call(leader, produce_request(topic, partition, batch, left), session,
+                                                 timeout=left + 5)
+            except BrokerUnreachable as exc:
+                return -1, RECORD_RETRIABLE, f"NETWORK_EXCEPTION: the records may or may not have been written: {exc}"
+            except TimeoutError:
+                return -1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: the records may or may not have been written"
+            answer = response.responses[0].partition_responses[0]
+            error = answer.error_code
+            if error == ErrorCode.none:
+                return answer.base_offset, None, None
+            if error in _MOVED and deadline - time.monotonic() > RETRY_BACKOFF_S:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            if error == ErrorCode.topic_authorization_failed:
+                raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
+            code = RECORD_RETRIABLE if error.retriable else RECORD_NOT_RETRIABLE
+            return -1, code, f"{error.name.upper()}: {answer.error_message or error.name}"
+
+    def _leader(self, topic: str, partition: int) -> int:
+        md = self.broker.metadata
+        doc = md.topics.get(topic) if md is not None else None
+        if doc is None or partition >= len(doc.partitions):
+            return -1
+        return doc.partitions[partition].leader
+
+    # -- the broker's choice of partition ---------------------------------------------------------------
+
+    def _settings(self, doc: TopicDoc) -> tuple[str, str]:
+        config = self.broker.config
+        return (doc.configs.get("partitioner", config["partitioner"]),
+                doc.configs.get("keyless.partitioner", config["keyless.partitioner"]))
+
+    async def _chooser(self, topic: str, doc: TopicDoc, session: Session) -> _Chooser:
+        keyed, keyless = self._settings(doc)
+        identity = (doc.topic_id, len(doc.partitions), keyed, keyless)
+        chooser = self._choosers.get(topic)
+        if chooser is None or chooser.identity != identity:
+            chooser = self._choosers[topic] = _Chooser(identity, Partitioner(keyed, keyless, len(doc.partitions)))
+        if chooser.counts_load:
+            refresh_s = self.broker.config["http.partitioner.refresh.ms"] / 1000
+            async with chooser.lock:  # one refresh at a time; those waiting use its result
+                if time.monotonic() - chooser.counted_at >= refresh_s:
+                    loads = await self._cluster_loads(topic, len(doc.partitions), session)
+                    if loads is not None:
+                        chooser.partitioner.loads = loads
+                    chooser.counted_at = time.monotonic()
+        return chooser
+
+    async def _cluster_loads(self, topic: str, count: int, session: Session) -> list[int] | None:
+        """Every partition's log end offset, asked of its leader; None when some leader did not say (the
+        counts this broker kept stay in use)."""
+        by_leader: dict[int, list[int]] = defaultdict(list)
+        for partition in range(count):
+            by_leader[self._leader(topic, partition)].append(partition)
+        if -1 in by_leader:
+            return None
+        loads = [0] * count
+        timeout = self.broker.config["http.request.timeout.ms"] / 1000
+
+        async def ask(leader: int, partitions: list[int]) -> bool:
+            try:
+                response = await self.calls.call(leader, latest_offsets_request(topic, partitions), session, timeout)
+            except (BrokerUnreachable, TimeoutError):
+                return False
+            for answer in response.topics[0].partitions:
+                if answer.error_code != ErrorCode.none:
+                    return False
+                loads[answer.partition_index] = answer.offset
+            return True
+
+        answers = await asyncio.gather(*(ask(leader, parts) for leader, parts in by_leader.items()))
+        return loads if all(answers) else None

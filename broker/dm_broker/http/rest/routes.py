@@ -1,0 +1,358 @@
+"""The REST Proxy v2 routes (docs/http.md): topics, produce, brokers, consumer instances, health."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from aiokafka import TopicPartition
+
+from ...security.acls import Operation, ResourceType
+from ...security.session import Session
+from ...topics import INTERNAL_TOPICS
+from .auth import REALM, HttpAuthenticator
+from .consumers import ConsumerInstance, ConsumerRegistry
+from .errors import V2_JSON, RestError, error_response, forbidden, not_found_partition, unprocessable
+from .formats import accepted_format, content_type, embedded_format_of, to_bytes
+from .openapi import openapi_document
+from .producer import OutgoingRecord, RestProducer
+
+if TYPE_CHECKING:
+    from ...broker import Broker
+
+log = logging.getLogger(__name__)
+SESSION = web.AppKey("session", Session)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN_PATHS = ("/healthy", "/ready", "/openapi", "/openapi.json")
+
+
+def v2(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, content_type=V2_JSON)
+
+
+def no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+async def json_body(request: web.Request, required: bool = True) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise RestError(400, 400, "the request needs a JSON body")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RestError(400, 400, f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RestError(400, 400, "the body must be a JSON object")
+    return body
+
+
+def int_field(item: dict[str, Any], name: str, what: str) -> int:
+    value = item.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise unprocessable(f"{what}: {name} must be an integer")
+    return value
+
+
+def partitions_of(body: dict[str, Any]) -> list[TopicPartition]:
+    items = body.get("partitions")
+    if not isinstance(items, list):
+        raise unprocessable("partitions must be a list of {topic, partition}")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
+            raise unprocessable(f"partitions[{i}] needs a topic and a partition")
+        out.append(TopicPartition(item["topic"], int_field(item, "partition", f"partitions[{i}]")))
+    return out
+
+
+def offsets_of(body: dict[str, Any]) -> list[tuple[TopicPartition, int, str]]:
+    items = body.get("offsets")
+    if not isinstance(items, list):
+        raise unprocessable("offsets must be a list of {topic, partition, offset}")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
+            raise unprocessable(f"offsets[{i}] needs a topic, a partition and an offset")
+        offset = int_field(item, "offset", f"offsets[{i}]")
+        if offset < 0:
+            raise unprocessable(f"offsets[{i}]: offset must not be negative")
+        out.append((TopicPartition(item["topic"], int_field(item, "partition", f"offsets[{i}]")), offset,
+                    str(item.get("metadata") or "")))
+    return out
+
+
+class RestApi:
+    def __init__(self, broker: Broker, producer: RestProducer, consumers: ConsumerRegistry,
+                 authenticator: HttpAuthenticator, base_uri: str) -> None:
+        self.broker = broker
+        self.producer = producer
+        self.consumers = consumers
+        self.auth = authenticator
+        self.base_uri = base_uri.rstrip("/")
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.broker.config["http.request.max.bytes"],
+                              middlewares=[self._errors, self._authenticate])
+        r = app.router
+        r.add_get("/healthy", self.healthy)
+        r.add_get("/ready", self.ready)
+        r.add_get("/openapi", self.openapi)
+        r.add_get("/openapi.json", self.openapi)
+        r.add_get("/", self.root)
+        r.add_get("/brokers", self.brokers)
+        r.add_get("/topics", self.topics)
+        r.add_get("/topics/{topic}", self.topic)
+        r.add_post("/topics/{topic}", self.produce)
+        r.add_get("/topics/{topic}/partitions", self.partitions)
+        r.add_get("/topics/{topic}/partitions/{partition}", self.partition)
+        r.add_post("/topics/{topic}/partitions/{partition}", self.produce)
+        base = "/consumers/{group}/instances/{name}"
+        r.add_post("/consumers/{group}", self.create_consumer)
+        r.add_delete(base, self.delete_consumer)
+        r.add_post(base + "/subscription", self.subscribe)
+        r.add_get(base + "/subscription", self.get_subscription)
+        r.add_delete(base + "/subscription", self.unsubscribe)
+        r.add_post(base + "/assignments", self.assign)
+        r.add_get(base + "/assignments", self.get_assignments)
+        r.add_get(base + "/records", self.records)
+        r.add_post(base + "/offsets", self.commit)
+        r.add_get(base + "/offsets", self.committed)
+        r.add_post(base + "/positions", self.seek)
+        r.add_post(base + "/positions/beginning", self.seek_beginning)
+        r.add_post(base + "/positions/end", self.seek_end)
+        return app
+
+    # -- middleware -------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RestError as exc:
+            headers = {"WWW-Authenticate": REALM} if exc.status == 401 else None
+            return error_response(exc.status, exc.error_code, exc.message, headers)
+        except web.HTTPRequestEntityTooLarge as exc:
+            return error_response(413, 41301, f"the request body exceeds http.request.max.bytes "
+                                              f"({self.broker.config['http.request.max.bytes']} bytes): {exc.text}")
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return error_response(exc.status, exc.status, exc.reason or "error")
+        except Exception as exc:
+            log.exception("REST %s %s failed", request.method, request.path)
+            return error_response(500, 500, f"internal error: {type(exc).__name__}: {exc}")
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            request[SESSION] = await self.auth.session(request)
+        return await handler(request)
+
+    # -- health and discovery ---------------------------------------------------------------------
+
+    async def healthy(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "node_id": self.broker.node_id})
+
+    async def ready(self, _: web.Request) -> web.Response:
+        if self.broker.ready and self.broker.metadata is not None:
+            return web.json_response({"status": "ready", "node_id": self.broker.node_id})
+        return web.json_response({"status": "not ready"}, status=503)
+
+    async def openapi(self, _: web.Request) -> web.Response:
+        return web.json_response(openapi_document())
+
+    async def root(self, _: web.Request) -> web.Response:
+        return v2({})
+
+    # -- cluster metadata -------------------------------------------------------------------------
+
+    async def brokers(self, request: web.Request) -> web.Response:
+        self._allow(request, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
+        md = self.broker.metadata
+        return v2({"brokers": sorted(b.node_id for b in md.brokers if not b.fenced) if md else []})
+
+    async def topics(self, request: web.Request) -> web.Response:
+        md = self.broker.metadata
+        session = request[SESSION]
+        names = sorted(t for t in (md.topics if md else {}) if t not in INTERNAL_TOPICS
+                       and self.broker.security.allowed(session, Operation.DESCRIBE, ResourceType.TOPIC, t))
+        return v2(names)
+
+    def _described(self, request: web.Request) -> Any:
+        name = request.match_info["topic"]
+        doc = self.producer.topic(name)
+        self._allow(request, Operation.DESCRIBE, ResourceType.TOPIC, name)
+        return doc
+
+    @staticmethod
+    def _partition_json(index: int, state: Any) -> dict[str, Any]:
+        return {"partition": index, "leader": state.leader,
+                "replicas": [{"broker": r, "leader": r == state.leader, "in_sync": r in state.isr}
+                             for r in state.replicas]}
+
+    async def topic(self, request: web.Request) -> web.Response:
+        doc = self._described(request)
+        return v2({"name": doc.name, "configs": dict(doc.configs),
+                   "partitions": [self._partition_json(i, s) for i, s in enumerate(doc.partitions)]})
+
+    async def partitions(self, request: web.Request) -> web.Response:
+        doc = self._described(request)
+        return v2([self._partition_json(i, s) for i, s in enumerate(doc.partitions)])
+
+    async def partition(self, request: web.Request) -> web.Response:
+        doc = self._described(request)
+        index = self._partition_index(request, len(doc.partitions))
+        return v2(self._partition_json(index, doc.partitions[index]))
+
+    @staticmethod
+    def _partition_index(request: web.Request, count: int) -> int:
+        text = request.match_info["partition"]
+        topic = request.match_info["topic"]
+        if not text.lstrip("-").isdigit() or not 0 <= int(text) < count:
+            raise not_found_partition(topic, int(text) if text.lstrip("-").isdigit() else -1)
+        return int(text)
+
+    def _allow(self, request: web.Request, operation: Operation, resource: ResourceType, name: str) -> None:
+        if not self.broker.security.allowed(request[SESSION], operation, resource, name):
+            what = "topics: [" + name + "]" if resource == ResourceType.TOPIC else f"{resource.name.lower()}: {name}"
+            raise forbidden(f"Not authorized to access {what} ({operation.name})")
+
+    # -- produce ----------------------------------------------------------------------------------
+
+    async def produce(self, request: web.Request) -> web.Response:
+        fmt = embedded_format_of(request.headers.get("Content-Type", ""))
+        topic = request.match_info["topic"]
+        doc = self.producer.topic(topic)
+        fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
+        body = await json_body(request)
+        items = body.get("records")
+        if not isinstance(items, list) or not items:
+            raise unprocessable("records must be a non-empty list")
+        records = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise unprocessable(f"records[{i}] must be an object")
+            partition = fixed
+            if item.get("partition") is not None:
+                if fixed is not None:
+                    raise unprocessable(f"records[{i}] names a partition; this URL already names partition {fixed}")
+                partition = int_field(item, "partition", f"records[{i}]")
+            records.append(OutgoingRecord(to_bytes(fmt, item.get("key"), f"records[{i}].key"),
+                                          to_bytes(fmt, item.get("value"), f"records[{i}].value"),
+                                          partition, self._headers(item, i), self._timestamp(item, i)))
+        results = await self.producer.produce(topic, records, request[SESSION])
+        return v2({"key_schema_id": None, "value_schema_id": None, "offsets": [r.as_json() for r in results]})
+
+    @staticmethod
+    def _headers(item: dict[str, Any], i: int) -> list[tuple[str, bytes | None]]:
+        """dm's extension: headers as [{"key": name, "value": base64 or null}]."""
+        raw = item.get("headers")
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise unprocessable(f"records[{i}].headers must be a list of {{key, value}}")
+        out = []
+        for j, header in enumerate(raw):
+            if not isinstance(header, dict) or not isinstance(header.get("key"), str):
+                raise unprocessable(f"records[{i}].headers[{j}] needs a string key")
+            out.append((header["key"], to_bytes("binary", header.get("value"), f"records[{i}].headers[{j}].value")))
+        return out
+
+    @staticmethod
+    def _timestamp(item: dict[str, Any], i: int) -> int | None:
+        """dm's extension: a record's create time, milliseconds since the epoch."""
+        if item.get("timestamp") is None:
+            return None
+        value = int_field(item, "timestamp", f"records[{i}]")
+        if value < 0:
+            raise unprocessable(f"records[{i}].timestamp must not be negative")
+        return value
+
+    # -- consumer instances -----------------------------------------------------------------------
+
+    def _instance(self, request: web.Request) -> ConsumerInstance:
+        return self.consumers.get(request.match_info["group"], request.match_info["name"], request[SESSION])
+
+    async def create_consumer(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        body = await json_body(request, required=False)
+        instance = await self.consumers.create(group, body, request[SESSION])
+        return v2({"instance_id": instance.name,
+                   "base_uri": f"{self.base_uri}/consumers/{group}/instances/{instance.name}"})
+
+    async def delete_consumer(self, request: web.Request) -> web.Response:
+        await self.consumers.delete(request.match_info["group"], request.match_info["name"], request[SESSION])
+        return no_content()
+
+    async def subscribe(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        await self.consumers.subscribe(instance, await json_body(request), request[SESSION])
+        return no_content()
+
+    async def get_subscription(self, request: web.Request) -> web.Response:
+        return v2({"topics": self.consumers.subscription(self._instance(request))})
+
+    async def unsubscribe(self, request: web.Request) -> web.Response:
+        await self.consumers.unsubscribe(self._instance(request))
+        return no_content()
+
+    async def assign(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        await self.consumers.assign(instance, partitions_of(await json_body(request)), request[SESSION])
+        return no_content()
+
+    async def get_assignments(self, request: web.Request) -> web.Response:
+        assigned = sorted(self._instance(request).consumer.assignment())
+        return v2({"partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in assigned]})
+
+    async def records(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        accepted_format(request.headers.get("Accept", ""), instance.settings.format)
+        timeout = self._query_int(request, "timeout")
+        max_bytes = self._query_int(request, "max_bytes")
+        records = await self.consumers.records(instance, timeout, max_bytes, request[SESSION])
+        return web.json_response(records, content_type=content_type(instance.settings.format))
+
+    @staticmethod
+    def _query_int(request: web.Request, name: str) -> int | None:
+        text = request.query.get(name)
+        if text is None or text == "":
+            return None
+        if not text.isdigit():
+            raise unprocessable(f"{name} must be a non-negative integer")
+        return int(text)
+
+    async def commit(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        body = await json_body(request, required=False)
+        offsets = None
+        if body.get("offsets"):
+            offsets = {tp: (offset, meta) for tp, offset, meta in offsets_of(body)}
+        await self.consumers.commit(instance, offsets, request[SESSION])
+        return v2({}, status=200)
+
+    async def committed(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        partitions = partitions_of(await json_body(request))
+        return v2({"offsets": await self.consumers.committed(instance, partitions, request[SESSION])})
+
+    async def seek(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        await self.consumers.seek(instance, {tp: offset for tp, offset, _ in offsets_of(await json_body(request))})
+        return no_content()
+
+    async def seek_beginning(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        await self.consumers.seek_to(instance, partitions_of(await json_body(request)), end=False)
+        return no_content()
+
+    async def seek_end(self, request: web.Request) -> web.Response:
+        instance = self._instance(request)
+        await self.consumers.seek_to(instance, partitions_of(await json_body(request)), end=True)
+        return no_content()

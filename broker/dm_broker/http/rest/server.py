@@ -1,0 +1,109 @@
+"""The REST Proxy's listeners (http.listeners): one aiohttp site per HTTP/HTTPS listener, sharing this
+broker's producer, consumer instances and Kafka call path."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ...config import BrokerConfig, ConfigError
+from ...security.listeners import Listener, parse_endpoints
+from ...security.tls import ReloadingContext, TlsSettings
+from .auth import HttpAuthenticator
+from .consumers import ConsumerRegistry
+from .kafka_calls import KafkaCalls
+from .producer import RestProducer
+from .routes import RestApi
+
+if TYPE_CHECKING:
+    from ...broker import Broker
+
+log = logging.getLogger(__name__)
+SCHEMES = {"HTTP": "PLAINTEXT", "HTTPS": "SSL"}
+TLS_CHECK_S = 5.0
+
+
+def http_listeners(config: BrokerConfig) -> list[Listener]:
+    """The listeners http.listeners names, with their advertised hosts; ConfigError for what cannot be served."""
+    endpoints = parse_endpoints(config["http.listeners"], "http.listeners")
+    advertised = {name: (host, port) for name, host, port in
+                  parse_endpoints(config["http.advertised.listeners"], "http.advertised.listeners")}
+    listeners = []
+    for name, host, port in endpoints:
+        if name not in SCHEMES:
+            raise ConfigError(f"http.listeners: {name}://{host}:{port} must be HTTP:// or HTTPS://")
+        adv_host, adv_port = advertised.get(name, ("", 0))
+        listeners.append(Listener(name=name, host=host, port=port, security_protocol=SCHEMES[name],
+                                  advertised_host=adv_host or host or config["advertised.host"]
+                                  or config["listener.host"], advertised_port=adv_port))
+    unknown = set(advertised) - {listener.name for listener in listeners}
+    if unknown:
+        raise ConfigError(f"http.advertised.listeners names {', '.join(sorted(unknown))}, which http.listeners "
+                          "does not have")
+    return listeners
+
+
+class RestProxy:
+    """Started once the broker serves (its listeners are bound and it knows the cluster)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.listeners = http_listeners(broker.config)
+        self.tls = {listener.name: ReloadingContext(TlsSettings.for_listener(broker.config, listener.name))
+                    for listener in self.listeners if listener.tls}
+        self.calls = KafkaCalls(broker)
+        self.producer = RestProducer(broker, self.calls)
+        self.consumers = ConsumerRegistry(broker)
+        self.runners: list[web.AppRunner] = []
+        self.bound: dict[str, str] = {}  # listener name -> its base URI
+        self._tls_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.consumers.start()
+        for listener in self.listeners:
+            scheme = listener.name.lower()
+            base = f"{scheme}://{listener.advertised_host}:{{port}}"
+            api = RestApi(self.broker, self.producer, self.consumers, HttpAuthenticator(self.broker, listener), base)
+            runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=2)
+            await runner.setup()
+            tls = self.tls.get(listener.name)
+            site = web.TCPSite(runner, listener.host or None, listener.port,
+                               ssl_context=tls.context if tls is not None else None)
+            try:
+                await site.start()
+            except OSError as exc:
+                await runner.cleanup()
+                raise ConfigError(f"http.listeners: {listener.name} cannot bind {listener.host or '*'}:"
+                                  f"{listener.port}: {exc.strerror}") from None
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            api.base_uri = base.format(port=listener.advertised_port or port)
+            self.bound[listener.name] = api.base_uri
+            self.runners.append(runner)
+            log.info("REST Proxy on %s (%s)", api.base_uri, self.broker.config["http.authentication.method"])
+        if self.tls:
+            self._tls_task = asyncio.get_running_loop().create_task(self._reload_tls())
+
+    async def _reload_tls(self) -> None:
+        """Renewed certificates reach new connections (the context is updated in place)."""
+        while True:
+            await asyncio.sleep(TLS_CHECK_S)
+            for name, tls in self.tls.items():
+                try:
+                    tls.check()
+                except Exception as exc:  # a half-written file: the old context stays until the next check
+                    log.warning("REST listener %s: TLS files not reloaded: %s", name, exc)
+
+    async def close(self) -> None:
+        if self._tls_task is not None:
+            self._tls_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tls_task
+        await self.consumers.close()
+        for runner in self.runners:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+        await self.calls.close()

@@ -1,0 +1,416 @@
+"""The REST Proxy v2 surface (issue 27, ADR 0034) on a real 3-broker cluster, driven with real HTTP clients
+(requests, curl) and checked against real Kafka clients (confluent-kafka) on the other side: topics, produce
+with the broker's partitioners and forwarding to leaders, consumer instances through their whole life, and
+the refusals bad input gets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import mmh3
+import pytest
+import requests
+from confluent_kafka import Consumer, Producer, TopicPartition
+from dm_broker.partitioners import murmur2_partition
+from harness import BrokerProcess, ControllerProcess, free_port, run_dm
+
+pytestmark = pytest.mark.timeout(300)
+
+V2 = "application/vnd.kafka.v2+json"
+BINARY = "application/vnd.kafka.binary.v2+json"
+JSON = "application/vnd.kafka.json.v2+json"
+
+
+class Cluster:
+    def __init__(self, root: Path, overrides: dict[str, object]) -> None:
+        self.controller = ControllerProcess(root / "controller")
+        self.rest_ports = [free_port() for _ in range(3)]
+        self.brokers = [BrokerProcess(root / f"broker-{i}", {**overrides,
+                                                             "http.listeners": f"HTTP://127.0.0.1:{port}"},
+                                      node_id=i, controller_url=self.controller.url)
+                        for i, port in enumerate(self.rest_ports)]
+
+    def url(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.rest_ports[i]}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    def create(self, topic: str, partitions: int, rf: int = 3, *configs: str) -> None:
+        args = ["topics", "create", topic, "--partitions", str(partitions), "--replication-factor", str(rf),
+                "--bootstrap", self.brokers[0].bootstrap]
+        for config in configs:
+            args += ["--config", config]
+        proc = run_dm(*args)
+        assert proc.returncode == 0, proc.stderr
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # every broker's REST Proxy knows it and its leaders
+            answers = [requests.get(f"{self.url(i)}/topics/{topic}", timeout=5) for i in range(3)]
+            if all(a.status_code == 200 and all(p["leader"] >= 0 for p in a.json()["partitions"]) for a in answers):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"topic {topic} not known to every REST Proxy")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("rest"), {"consumer.instance.timeout.ms": 3000,
+                                                  "http.partitioner.refresh.ms": 0,
+                                                  "http.request.max.bytes": 200_000})
+    c.controller.start()
+    for b in c.brokers:
+        b.start()
+    yield c
+    for b in c.brokers:
+        alive = b.alive()
+        b.stop()
+        assert alive, "a broker died during the tests:\n" + b.log_tail()
+    c.controller.stop()
+
+
+def produce(url: str, topic: str, records: list[dict], content_type: str = BINARY, partition: int | None = None
+            ) -> requests.Response:
+    path = f"/topics/{topic}" + (f"/partitions/{partition}" if partition is not None else "")
+    return requests.post(url + path, data=json.dumps({"records": records}), headers={"Content-Type": content_type},
+                         timeout=60)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def kafka_read(bootstrap: str, topic: str, partitions: int, expected: int) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list = []
+        deadline = time.monotonic() + 30
+        while len(out) < expected and time.monotonic() < deadline:
+            for m in consumer.consume(500, 1.0):
+                assert m.error() is None, m.error()
+                out.append(m)
+        return out
+    finally:
+        consumer.close()
+
+
+def test_metadata_endpoints(cluster: Cluster) -> None:
+    cluster.create("rest-meta", 3)
+    url = cluster.url(1)
+    assert "rest-meta" in requests.get(url + "/topics", timeout=5).json()
+    assert "__consumer_offsets" not in requests.get(url + "/topics", timeout=5).json()
+    topic = requests.get(url + "/topics/rest-meta", timeout=5)
+    assert topic.headers["Content-Type"].startswith(V2)
+    parts = topic.json()["partitions"]
+    assert [p["partition"] for p in parts] == [0, 1, 2]
+    for p in parts:
+        assert sorted(r["broker"] for r in p["replicas"]) == [0, 1, 2]
+        assert [r["broker"] for r in p["replicas"] if r["leader"]] == [p["leader"]]
+    assert requests.get(url + "/topics/rest-meta/partitions", timeout=5).json() == parts
+    assert requests.get(url + "/topics/rest-meta/partitions/2", timeout=5).json() == parts[2]
+    assert requests.get(url + "/brokers", timeout=5).json() == {"brokers": [0, 1, 2]}
+    missing = requests.get(url + "/topics/no-such-topic", timeout=5)
+    assert (missing.status_code, missing.json()["error_code"]) == (404, 40401)
+    bad_partition = requests.get(url + "/topics/rest-meta/partitions/3", timeout=5)
+    assert (bad_partition.status_code, bad_partition.json()["error_code"]) == (404, 40402)
+    assert requests.get(url + "/healthy", timeout=5).json()["status"] == "ok"
+    assert requests.get(url + "/ready", timeout=5).status_code == 200
+
+
+def test_openapi_describes_exactly_the_routes_served(cluster: Cluster) -> None:
+    doc = requests.get(cluster.url(0) + "/openapi.json", timeout=5).json()
+    assert doc["openapi"].startswith("3.")
+    from dm_broker.http.rest.openapi import OPERATIONS
+
+    served = {(m, p) for m, p, *_ in OPERATIONS}
+    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert served == documented
+    # every documented GET without parameters answers (no route is documented but missing)
+    for method, path in served:
+        if method == "get" and "{" not in path:
+            assert requests.get(cluster.url(0) + path, timeout=5).status_code == 200, path
+
+
+def test_keyed_records_land_where_the_topics_partitioner_says(cluster: Cluster) -> None:
+    cluster.create("rest-keys-m3", 6)
+    cluster.create("rest-keys-m2", 6, 3, "partitioner=murmur2")
+    keys = [f"key-{i}".encode() for i in range(60)]
+    for topic, expected in (("rest-keys-m3", lambda k: mmh3.hash(k, signed=False) % 6),
+                            ("rest-keys-m2", lambda k: murmur2_partition(k, 6))):
+        answer = produce(cluster.url(2), topic, [{"key": b64(k), "value": b64(b"v" + k)} for k in keys])
+        assert answer.status_code == 200, answer.text
+        offsets = answer.json()["offsets"]
+        assert all(o["error_code"] is None for o in offsets), offsets
+        assert [o["partition"] for o in offsets] == [expected(k) for k in keys]
+        # a Kafka consumer finds each record at the offset the REST answer gave
+        seen = {(m.partition(), m.offset()): (m.key(), m.value()) for m in kafka_read(cluster.bootstrap, topic, 6, 60)}
+        for key, o in zip(keys, offsets, strict=True):
+            assert seen[(o["partition"], o["offset"])] == (key, b"v" + key)
+
+
+def test_forwarding_to_leaders_on_other_brokers(cluster: Cluster) -> None:
+    """Leaders are spread over the brokers; every broker's REST Proxy writes to all of them."""
+    cluster.create("rest-forward", 6)
+    described = requests.get(cluster.url(0) + "/topics/rest-forward", timeout=5).json()
+    leaders = {p["leader"] for p in described["partitions"]}
+    assert leaders == {0, 1, 2}
+    total = 0
+    for i in range(3):
+        for partition in range(6):
+            answer = produce(cluster.url(i), "rest-forward", [{"value": b64(f"{i}-{partition}-{n}".encode())}
+                                                             for n in range(5)], partition=partition)
+            assert answer.status_code == 200, answer.text
+            assert all(o["error_code"] is None and o["partition"] == partition for o in answer.json()["offsets"])
+            total += 5
+    assert len(kafka_read(cluster.bootstrap, "rest-forward", 6, total)) == total
+
+
+def test_http_and_kafka_see_the_same_records(cluster: Cluster) -> None:
+    cluster.create("rest-both", 2)
+    stamp = 1_700_000_000_123
+    answer = produce(cluster.url(0), "rest-both", [
+        {"key": b64(b"k1"), "value": b64(b"\x00\xffbinary"), "partition": 1, "timestamp": stamp,
+         "headers": [{"key": "h", "value": b64(b"hv")}, {"key": "empty", "value": None}]}])
+    assert answer.status_code == 200, answer.text
+    [m] = kafka_read(cluster.bootstrap, "rest-both", 2, 1)
+    assert (m.partition(), m.offset(), m.key(), m.value()) == (1, answer.json()["offsets"][0]["offset"], b"k1",
+                                                               b"\x00\xffbinary")
+    assert m.timestamp()[1] == stamp
+    assert m.headers() == [("h", b"hv"), ("empty", None)]
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    producer.produce("rest-both", key=b"from-kafka", value=b"v", partition=0, timestamp=stamp + 1,
+                     headers=[("x", b"y")])
+    assert producer.flush(30) == 0
+    url = cluster.url(1)
+    group = f"rest-both-{uuid.uuid4()}"
+    created = requests.post(f"{url}/consumers/{group}", json={"name": "c", "format": "binary",
+                                                              "auto.offset.reset": "earliest"},
+                            headers={"Content-Type": V2}, timeout=30).json()
+    base = created["base_uri"]
+    assert base == f"{url}/consumers/{group}/instances/c"
+    assert requests.post(base + "/subscription", json={"topics": ["rest-both"]}, headers={"Content-Type": V2},
+                         timeout=30).status_code == 204
+    records = read_until(base, 2)
+    by_partition = {r["partition"]: r for r in records}
+    assert by_partition[0]["key"] == b64(b"from-kafka") and by_partition[0]["timestamp"] == stamp + 1
+    assert by_partition[0]["headers"] == [{"key": "x", "value": b64(b"y")}]
+    assert base64.b64decode(by_partition[1]["value"]) == b"\x00\xffbinary"
+    assert by_partition[1]["offset"] == m.offset()
+    assert requests.delete(base, timeout=30).status_code == 204
+
+
+def read_until(base: str, count: int, accept: str = BINARY, timeout_s: float = 30) -> list[dict]:
+    records: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    while len(records) < count and time.monotonic() < deadline:
+        answer = requests.get(base + "/records?timeout=1000", headers={"Accept": accept}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        records += answer.json()
+    assert len(records) >= count, records
+    return records
+
+
+def test_round_robin_spreads_keyless_records_evenly(cluster: Cluster) -> None:
+    cluster.create("rest-rr", 4, 3, "keyless.partitioner=round_robin")
+    for _ in range(5):
+        answer = produce(cluster.url(0), "rest-rr", [{"value": b64(b"x")} for _ in range(7)])
+        assert answer.status_code == 200
+    counts = [0] * 4
+    for m in kafka_read(cluster.bootstrap, "rest-rr", 4, 35):
+        counts[m.partition()] += 1
+    assert max(counts) - min(counts) <= 1, counts
+
+
+def test_least_loaded_follows_what_the_cluster_holds(cluster: Cluster) -> None:
+    """A Kafka producer keeps loading partition 0 between the HTTP batches; the broker's least_loaded choice
+    counts the records the leaders hold, so keyless HTTP records fill the other partitions and the
+    partitions stay within a few records of each other."""
+    cluster.create("rest-ll", 4, 3, "keyless.partitioner=least_loaded")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
+    for _ in range(8):
+        for _ in range(10):  # a quarter of what HTTP sends: round robin would leave partition 0 twice as full
+            producer.produce("rest-ll", value=b"kafka", partition=0)
+        assert producer.flush(30) == 0
+        answer = produce(cluster.url(1), "rest-ll", [{"value": b64(b"http")} for _ in range(40)])
+        assert answer.status_code == 200 and all(o["error_code"] is None for o in answer.json()["offsets"])
+    counts = [0] * 4
+    for m in kafka_read(cluster.bootstrap, "rest-ll", 4, 8 * 50):
+        counts[m.partition()] += 1
+    assert sum(counts) == 8 * 50
+    assert max(counts) - min(counts) <= 5, counts
+
+
+def test_consumer_instance_lifecycle(cluster: Cluster) -> None:
+    cluster.create("rest-consume", 3)
+    url = cluster.url(2)
+    answer = produce(url, "rest-consume", [{"key": {"n": i}, "value": {"text": f"record {i}"}} for i in range(30)],
+                     content_type=JSON)
+    assert answer.status_code == 200
+    group = f"rest-group-{uuid.uuid4()}"
+    config = {"name": "one", "format": "json", "auto.offset.reset": "earliest", "auto.commit.enable": "false"}
+    created = requests.post(f"{url}/consumers/{group}", json=config, headers={"Content-Type": V2}, timeout=30)
+    assert created.status_code == 200, created.text
+    base = created.json()["base_uri"]
+    again = requests.post(f"{url}/consumers/{group}", json=config, headers={"Content-Type": V2}, timeout=30)
+    assert (again.status_code, again.json()["error_code"]) == (409, 40902)
+    bad = requests.post(f"{url}/consumers/{group}", json={"format": "avro"}, headers={"Content-Type": V2}, timeout=30)
+    assert (bad.status_code, bad.json()["error_code"]) == (422, 42204)
+    bad = requests.post(f"{url}/consumers/{group}", json={"auto.offset.reset": "sometimes"},
+                        headers={"Content-Type": V2}, timeout=30)
+    assert (bad.status_code, bad.json()["error_code"]) == (422, 42204)
+
+    unsubscribed = requests.get(base + "/records", headers={"Accept": JSON}, timeout=30)
+    assert (unsubscribed.status_code, unsubscribed.json()["error_code"]) == (409, 40903)
+    assert requests.post(base + "/subscription", json={"topic_pattern": "rest-cons.*"},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 204
+    mismatch = requests.get(base + "/records", headers={"Accept": BINARY}, timeout=30)
+    assert (mismatch.status_code, mismatch.json()["error_code"]) == (406, 40601)
+    records = read_until(base, 30, JSON)
+    assert sorted(r["key"]["n"] for r in records) == list(range(30))
+    assert all(r["value"] == {"text": f"record {r['key']['n']}"} for r in records)
+    assert requests.get(base + "/subscription", timeout=30).json() == {"topics": ["rest-consume"]}
+    assigned = requests.get(base + "/assignments", timeout=30).json()["partitions"]
+    assert sorted(p["partition"] for p in assigned) == [0, 1, 2]
+
+    last = max((r for r in records if r["partition"] == 0), key=lambda r: r["offset"])
+    assert requests.post(base + "/offsets", json={"offsets": [{"topic": "rest-consume", "partition": 0,
+                                                               "offset": last["offset"]}]},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 200
+    committed = requests.get(base + "/offsets", json={"partitions": [{"topic": "rest-consume", "partition": 0}]},
+                             headers={"Content-Type": V2}, timeout=30).json()["offsets"]
+    assert committed == [{"topic": "rest-consume", "partition": 0, "offset": last["offset"] + 1, "metadata": ""}]
+    # a Kafka admin sees the same committed offset
+    kafka = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        [tp] = kafka.committed([TopicPartition("rest-consume", 0)], timeout=10)
+        assert tp.offset == last["offset"] + 1
+    finally:
+        kafka.close()
+
+    # seeks: back to the beginning of partition 0 reads it again; the end reads nothing
+    zero = [{"topic": "rest-consume", "partition": 0}]
+    assert requests.post(base + "/positions/beginning", json={"partitions": zero}, headers={"Content-Type": V2},
+                         timeout=30).status_code == 204
+    again_records = read_until(base, last["offset"] + 1, JSON)
+    assert {r["offset"] for r in again_records if r["partition"] == 0} == set(range(last["offset"] + 1))
+    assert requests.post(base + "/positions", json={"offsets": [{"topic": "rest-consume", "partition": 0,
+                                                                 "offset": last["offset"]}]},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 204
+    [one] = read_until(base, 1, JSON)
+    assert (one["partition"], one["offset"]) == (0, last["offset"])
+    assert requests.post(base + "/positions/end", json={"partitions": zero}, headers={"Content-Type": V2},
+                         timeout=30).status_code == 204
+    assert requests.get(base + "/records?timeout=500", headers={"Accept": JSON}, timeout=30).json() == []
+    unassigned = requests.post(base + "/positions/end", json={"partitions": [{"topic": "other", "partition": 0}]},
+                               headers={"Content-Type": V2}, timeout=30)
+    assert (unassigned.status_code, unassigned.json()["error_code"]) == (409, 40903)
+
+    # another broker does not hold this instance, and says so
+    elsewhere = requests.get(f"{cluster.url(0)}/consumers/{group}/instances/one/records", timeout=30)
+    assert (elsewhere.status_code, elsewhere.json()["error_code"]) == (404, 40403)
+    assert "base_uri" in elsewhere.json()["message"]
+
+    # manual assignment after unsubscribing
+    assert requests.delete(base + "/subscription", timeout=30).status_code == 204
+    assert requests.post(base + "/assignments", json={"partitions": [{"topic": "rest-consume", "partition": 1}]},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 204
+    assert requests.get(base + "/assignments", timeout=30).json() == {
+        "partitions": [{"topic": "rest-consume", "partition": 1}]}
+    subscribe_now = requests.post(base + "/subscription", json={"topics": ["rest-consume"]},
+                                  headers={"Content-Type": V2}, timeout=30)
+    assert (subscribe_now.status_code, subscribe_now.json()["error_code"]) == (409, 40903)
+    assert requests.delete(base, timeout=30).status_code == 204
+    gone = requests.get(base + "/assignments", timeout=30)
+    assert (gone.status_code, gone.json()["error_code"]) == (404, 40403)
+
+
+def test_idle_instances_expire(cluster: Cluster) -> None:
+    url = cluster.url(0)
+    created = requests.post(f"{url}/consumers/expiring", json={"name": "idle"}, headers={"Content-Type": V2},
+                            timeout=30).json()
+    assert requests.get(created["base_uri"] + "/subscription", timeout=30).status_code == 200
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(1)  # consumer.instance.timeout.ms is 3 s in this cluster; asking would keep it alive
+        if requests.get(created["base_uri"] + "/subscription", timeout=30).status_code == 404:
+            return
+        time.sleep(4)
+    raise AssertionError("the idle instance never expired")
+
+
+def test_bad_requests_get_v2_errors(cluster: Cluster) -> None:
+    cluster.create("rest-bad", 1)
+    url = cluster.url(0)
+
+    def post(body: bytes, content_type: str = BINARY) -> requests.Response:
+        return requests.post(url + "/topics/rest-bad", data=body, headers={"Content-Type": content_type}, timeout=30)
+
+    cases = [
+        (post(b"{not json"), 400, 400),
+        (post(b"[1, 2]"), 400, 400),
+        (post(json.dumps({"records": []}).encode()), 422, 42205),
+        (post(json.dumps({"records": [{"value": "%%% not base64"}]}).encode()), 422, 42205),
+        (post(json.dumps({"records": [{"value": 5}]}).encode()), 422, 42205),
+        (post(json.dumps({"records": [{"value": "eA==", "partition": 7}]}).encode()), 404, 40402),
+        (post(json.dumps({"records": [{"value": "eA==", "partition": "one"}]}).encode()), 422, 42205),
+        (post(b"{}", "text/plain"), 415, 41501),
+        (post(b"{}", "application/vnd.kafka.avro.v2+json"), 415, 41501),
+        (post(b"{}", "application/vnd.kafka.binary.v3+json"), 415, 41501),
+        (post(b"x" * 300_000), 413, 41301),
+        (requests.post(url + "/topics/no-such", json={"records": [{"value": "eA=="}]},
+                       headers={"Content-Type": BINARY}, timeout=30), 404, 40401),
+        (requests.get(url + "/no/such/route", timeout=30), 404, 404),
+        (requests.put(url + "/topics/rest-bad", timeout=30), 405, 405),
+    ]
+    for answer, status, code in cases:
+        assert answer.status_code == status, (answer.request.body and answer.request.body[:80], answer.text)
+        assert answer.json()["error_code"] == code, answer.text
+        assert isinstance(answer.json()["message"], str)
+    # and the broker is fine: a good request after all of that
+    assert post(json.dumps({"records": [{"value": "eA=="}]}).encode()).status_code == 200
+
+
+def test_curl_recipe_from_the_docs(cluster: Cluster) -> None:
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.fail("curl is needed (apt-get install curl)")
+    cluster.create("rest-curl", 1)
+    out = subprocess.run([curl, "-sS", "-X", "POST", "-H", "Content-Type: application/vnd.kafka.json.v2+json",
+                          "--data", '{"records":[{"value":{"hello":"dm"}}]}', f"{cluster.url(1)}/topics/rest-curl"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)["offsets"] == [{"partition": 0, "offset": 0, "error_code": None, "error": None}]
+
+
+def test_broker_restart_forgets_instances_but_not_offsets(cluster: Cluster) -> None:
+    cluster.create("rest-restart", 1)
+    url = cluster.url(1)
+    assert produce(url, "rest-restart", [{"value": b64(f"r{i}".encode())} for i in range(10)]).status_code == 200
+    group = f"rest-restart-{uuid.uuid4()}"
+    config = {"name": "survivor", "auto.offset.reset": "earliest", "auto.commit.enable": "false"}
+    base = requests.post(f"{url}/consumers/{group}", json=config, headers={"Content-Type": V2},
+                         timeout=30).json()["base_uri"]
+    requests.post(base + "/subscription", json={"topics": ["rest-restart"]}, headers={"Content-Type": V2}, timeout=30)
+    first = read_until(base, 10)
+    assert requests.post(base + "/offsets", json={"offsets": [{"topic": "rest-restart", "partition": 0,
+                                                               "offset": first[4]["offset"]}]},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 200
+    cluster.brokers[1].stop()
+    cluster.brokers[1].start()
+    lost = requests.get(base + "/records", timeout=30)
+    assert (lost.status_code, lost.json()["error_code"]) == (404, 40403)
+    again = requests.post(f"{url}/consumers/{group}", json=config, headers={"Content-Type": V2}, timeout=30)
+    assert again.status_code == 200, again.text
+    requests.post(base + "/subscription", json={"topics": ["rest-restart"]}, headers={"Content-Type": V2}, timeout=30)
+    rest = read_until(base, 5)
+    assert [base64.b64decode(r["value"]) for r in rest] == [f"r{i}".encode() for i in range(5, 10)]
+    requests.delete(base, timeout=30)
