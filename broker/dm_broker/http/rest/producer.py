@@ -72,12 +72,13 @@ def produce_request(topic: str, partition: int, batch: bytes, timeout_s: float) 
                 topic_data=(topic_cls(name=topic, partition_data=(part_cls(index=partition, records=batch),)),))
 
 
-def latest_offsets_request(topic: str, partitions: list[int]) -> object:
+def list_offsets_request(topic: str, partitions: list[int], timestamp: int) -> object:
+    """ListOffsets of `partitions` at `timestamp` (-1: the log end, -2: the log start)."""
     cls = request_class(2, LIST_OFFSETS_VERSION)
     topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
     return make(cls, replica_id=-1, isolation_level=0,
                 topics=(topic_cls(name=topic, partitions=tuple(
-                    part_cls(partition_index=p, current_leader_epoch=-1, timestamp=-1) for p in partitions)),))
+                    part_cls(partition_index=p, current_leader_epoch=-1, timestamp=timestamp) for p in partitions)),))
 
 
 class RestProducer:
@@ -185,8 +186,8 @@ class RestProducer:
         return chooser
 
     async def _cluster_loads(self, topic: str, count: int, session: Session) -> list[int] | None:
-        """Every partition's log end offset, asked of its leader; None when some leader did not say (the
-        counts this broker kept stay in use)."""
+        """How many records each partition holds (log end minus log start, as `dm produce` counts), asked of
+        its leader; None when some leader did not say (the counts this broker kept stay in use)."""
         by_leader: dict[int, list[int]] = defaultdict(list)
         for partition in range(count):
             by_leader[self._leader(topic, partition)].append(partition)
@@ -195,16 +196,18 @@ class RestProducer:
         loads = [0] * count
         timeout = self.broker.config["http.request.timeout.ms"] / 1000
 
-        async def ask(leader: int, partitions: list[int]) -> bool:
+        async def ask(leader: int, partitions: list[int], timestamp: int, sign: int) -> bool:
             try:
-                response = await self.calls.call(leader, latest_offsets_request(topic, partitions), session, timeout)
+                response = await self.calls.call(leader, list_offsets_request(topic, partitions, timestamp), session,
+                                                 timeout)
             except (BrokerUnreachable, TimeoutError):
                 return False
             for answer in response.topics[0].partitions:
                 if answer.error_code != ErrorCode.none:
                     return False
-                loads[answer.partition_index] = answer.offset
+                loads[answer.partition_index] += sign * answer.offset
             return True
 
-        answers = await asyncio.gather(*(ask(leader, parts) for leader, parts in by_leader.items()))
+        answers = await asyncio.gather(*(ask(leader, parts, timestamp, sign) for leader, parts in by_leader.items()
+                                         for timestamp, sign in ((-1, 1), (-2, -1))))
         return loads if all(answers) else None
