@@ -215,12 +215,13 @@ def test_version_and_help_for_every_option():
 
 def test_dm_up_moves_its_other_ports_with_port():
     assert plan_ports(9092, 3, None, None) == {
-        "controller": 9990, "broker 0": 9092, "broker 0 HTTP": 8080, "broker 1": 9093, "broker 1 HTTP": 8081,
-        "broker 2": 9094, "broker 2 HTTP": 8082}
+        "controller": 9990, "broker 0": 9092, "broker 0 HTTP": 8080, "broker 0 REST": 8092, "broker 1": 9093,
+        "broker 1 HTTP": 8081, "broker 1 REST": 8093, "broker 2": 9094, "broker 2 HTTP": 8082, "broker 2 REST": 8094}
     second = plan_ports(9192, 3, None, None)
-    assert second["controller"] == 10090 and second["broker 0 HTTP"] == 8180
+    assert second["controller"] == 10090 and second["broker 0 HTTP"] == 8180 and second["broker 0 REST"] == 8192
     assert set(plan_ports(9092, 3, None, None).values()).isdisjoint(second.values())
     assert "broker 0 HTTP" not in plan_ports(9092, 1, 9999, -1)
+    assert "broker 0 REST" not in plan_ports(9092, 1, None, None, -1)
 
 
 def test_two_local_clusters_differ_only_in_port(tmp_path):
@@ -263,3 +264,19 @@ def test_a_broker_can_wait_for_a_directory_being_released(tmp_path):
         line = second.proc.stdout.readline()
     assert line.startswith(b"DM_READY")
     second.stop()
+
+
+def test_dm_up_serves_the_rest_proxy_and_its_banner_recipe_works(tmp_path):
+    port, rest = consecutive_free_ports(2), free_port()
+    up = DmUp(tmp_path / "data", 1, port, "--http-port", "-1", "--controller-port", str(free_port()),
+              "--rest-port", str(rest))
+    try:
+        banner = up.wait_ready()
+        assert f"REST Proxy (v2): http://127.0.0.1:{rest}" in banner
+        assert dm("topics", "create", "demo", "--bootstrap", f"127.0.0.1:{port}").returncode == 0
+        [recipe] = [line.strip() for line in banner.splitlines() if line.strip().startswith("curl ")]
+        out = subprocess.run(recipe, shell=True, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert '"offset": 0' in out.stdout and '"error_code": null' in out.stdout, out.stdout
+    finally:
+        up.stop()

@@ -21,24 +21,29 @@ from ..dirlock import DirectoryInUse, DirectoryLock
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 9990
 DEFAULT_HTTP_PORT = 8080
+DEFAULT_REST_PORT = 8092  # Confluent's 8082 is broker 2's side port here (8080+i)
 
 
 class StartFailed(Exception):
     pass
 
 
-def plan_ports(port: int, brokers: int, controller_port: int | None, http_port: int | None) -> dict[str, int]:
-    """Every port a local cluster listens on. Unset controller and HTTP ports move with --port, so
+def plan_ports(port: int, brokers: int, controller_port: int | None, http_port: int | None,
+               rest_port: int | None = None) -> dict[str, int]:
+    """Every port a local cluster listens on. Unset controller, HTTP and REST ports move with --port, so
     a second cluster on other Kafka ports needs no other flag (--port 9192: controller 10090,
-    HTTP 8180+i)."""
+    HTTP 8180+i, REST 8192+i)."""
     shift = port - DEFAULT_PORT
     controller = controller_port if controller_port is not None else DEFAULT_CONTROLLER_PORT + shift
     http = http_port if http_port is not None else DEFAULT_HTTP_PORT + shift
+    rest = rest_port if rest_port is not None else DEFAULT_REST_PORT + shift
     ports = {"controller": controller}
     for i in range(brokers):
         ports[f"broker {i}"] = port + i
         if http >= 0:
             ports[f"broker {i} HTTP"] = http + i
+        if rest >= 0:
+            ports[f"broker {i} REST"] = rest + i
     return ports
 
 
@@ -89,11 +94,11 @@ def run(args: argparse.Namespace) -> None:
         lock = DirectoryLock(data, "dm up").acquire()
     except DirectoryInUse as exc:
         raise SystemExit(f"dm up: {exc}") from None
-    ports = plan_ports(args.port, args.brokers, args.controller_port, args.http_port)
+    ports = plan_ports(args.port, args.brokers, args.controller_port, args.http_port, args.rest_port)
     taken = busy_ports(ports)
     if taken:
         raise SystemExit(f"dm up: port{'s' if len(taken) > 1 else ''} {', '.join(taken)} already in use; "
-                         "choose others with --port, --controller-port and --http-port")
+                         "choose others with --port, --controller-port, --http-port and --rest-port")
     token_file = data / "controller.token"
     if not token_file.exists():
         token_file.write_text(secrets.token_hex(16))
@@ -140,16 +145,22 @@ def run(args: argparse.Namespace) -> None:
         procs.append(controller)
         url = info["controller"]
         bootstrap = []
+        rest_uris: list[str] = []
         for i in range(args.brokers):
             http = ports.get(f"broker {i} HTTP", -1)
             port = ports[f"broker {i}"]
             # With Kafka's `listeners` the ports are in there ({port}, {port+N}); otherwise --port.
             port_option = [] if "listeners" in base else ["--port", str(port)]
+            rest = ports.get(f"broker {i} REST")
+            rest_option = ["--override", f"http.listeners=HTTP://127.0.0.1:{rest}"] \
+                if rest is not None and "http.listeners" not in base else []
             cmd = [*py, "broker", "--node-id", str(i), "--data-dir", str(data / f"broker-{i}"), *port_option,
-                   "--http-port", str(http), "--controller", url, *properties(f"broker-{i}", str(i), port)]
+                   "--http-port", str(http), "--controller", url, *properties(f"broker-{i}", str(i), port),
+                   *rest_option]
             proc, binfo = _start(cmd, data / f"broker-{i}.log", env, stopping)
             procs.append(proc)
             bootstrap.append(binfo["kafka"])
+            rest_uris.extend(binfo.get("rest", {}).values())
     except StartFailed as exc:
         _stop_all(procs)
         lock.release()
@@ -161,14 +172,19 @@ def run(args: argparse.Namespace) -> None:
     http_base = ports.get("broker 0 HTTP")
     metrics = (f"Metrics: http://127.0.0.1:{http_base}/metrics (broker i on port {http_base}+i)"
                if http_base is not None else "Metrics: off (--http-port -1)")
+    rest_line = (f"REST Proxy (v2): {', '.join(rest_uris)}" if rest_uris else "REST Proxy: off (--rest-port -1)")
+    curl = (f"\n  curl -s -X POST -H 'Content-Type: application/vnd.kafka.json.v2+json' "
+            f"--data '{{\"records\":[{{\"value\":{{\"hello\":\"dm\"}}}}]}}' {rest_uris[0]}/topics/demo"
+            if rest_uris else "")
     print(f"""
 dm cluster is running: controller {url}, {args.brokers} brokers.
 Bootstrap servers: {servers}
 Logs: {data}/*.log   {metrics}
+{rest_line}
 
   .venv/bin/dm topics create demo --partitions 6 --replication-factor {min(3, args.brokers)} --bootstrap {bootstrap[0]}
   .venv/bin/dm topics describe demo --bootstrap {bootstrap[0]}
-  seq 1 10 | .venv/bin/dm produce demo --bootstrap {bootstrap[0]}
+  seq 1 10 | .venv/bin/dm produce demo --bootstrap {bootstrap[0]}{curl}
 
 Press Ctrl-C to stop the cluster.
 """, flush=True)
@@ -233,6 +249,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int,
                    help=f"HTTP port of broker 0, broker i uses port+i; -1: no HTTP port "
                         f"(default: {DEFAULT_HTTP_PORT} moved by as much as --port is)")
+    p.add_argument("--rest-port", type=int,
+                   help=f"REST Proxy port of broker 0, broker i uses port+i; -1: no REST Proxy "
+                        f"(default: {DEFAULT_REST_PORT} moved by as much as --port is)")
     p.add_argument("--controller-port", type=int,
                    help=f"controller port (default: {DEFAULT_CONTROLLER_PORT} moved by as much as --port is)")
     p.add_argument("--config", metavar="FILE",
