@@ -171,9 +171,41 @@ class Dispatcher:
         req_cls = request_class(api_key, version)
         header, offset = decode_request(frame, req_cls.__flexible__)
         body = decode_body(frame, offset, req_cls)
-        resp_cls = response_class(api_key, version)
+        response = await self._run(spec, header, body, peer, session, ordered, len(frame))
+        if response is None:
+            return None
+        if isinstance(response, EncodedResponse):
+            return response.chunks
+        # ApiVersions responses always use header v0 so that any client can read them.
+        flexible_header = response_class(api_key, version).__flexible__ and api_key != API_VERSIONS_KEY
+        return [encode_response(correlation_id, response, flexible_header)]
+
+    async def call(self, body: Any, session: Session, client_id: str, size: int) -> Any:
+        """A request made inside this broker for a client of another protocol (the REST Proxy, ADR 0034):
+        the same checks, handler, ACLs, quotas and metrics as a request read from a connection, without
+        encoding it. `size` stands for the frame's size (what producer_byte_rate counts). Returns the
+        response entity (None for acks=0); ProtocolError where a connection would be closed."""
+        api_key, version = int(body.__api_key__), int(body.__version__)
+        spec = self.apis.get(api_key)
+        if spec is None or not spec.min_version <= version <= spec.max_version:
+            raise ProtocolError(f"unsupported request {type(body).__name__} v{version}")
+        if not session.authenticated and not spec.access.public:
+            raise ProtocolError(f"{spec.name} from an unauthenticated session")
+        response = await self._run(spec, RequestHeader(api_key, version, 0, client_id), body, session.host, session,
+                                   None, size)
+        if isinstance(response, EncodedResponse):
+            from .client import decode_response
+
+            return decode_response(api_key, version, b"".join(bytes(c) for c in response.chunks)[4:])[1]
+        return response
+
+    async def _run(self, spec: ApiSpec, header: RequestHeader, body: Any, peer: str, session: Session,
+                   ordered: asyncio.Future[None] | None, size: int) -> Any:
+        """The response to a decoded request: authorization of cluster-wide APIs, the handler (timed for
+        request_percentage), latency metrics, throttling."""
+        resp_cls = response_class(header.api_key, header.api_version)
         ctx = RequestContext(self.broker, header, resp_cls, peer, session, spec.access, ordered, spec.name,
-                             size=len(frame))
+                             size=size)
         started = time.perf_counter()
         required = spec.access.requires
         if required is not None and ctx.denied(required.operation, required.resource_type, CLUSTER_NAME):
@@ -195,13 +227,7 @@ class Dispatcher:
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
         if ctx.throttle_s > 0:  # answered at once, with the throttle time (the connection is muted)
             response = _with_throttle(response, int(ctx.throttle_s * 1000))
-        if response is None:
-            return None
-        if isinstance(response, EncodedResponse):
-            return response.chunks
-        # ApiVersions responses always use header v0 so that any client can read them.
-        flexible_header = resp_cls.__flexible__ and api_key != API_VERSIONS_KEY
-        return [encode_response(correlation_id, response, flexible_header)]
+        return response
 
     def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """An ApiVersions request newer than ours gets a v0 answer with UNSUPPORTED_VERSION and

@@ -89,6 +89,7 @@ class ConsumerInstance:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pattern: re.Pattern[str] | None = None
     pattern_seen: int = -1  # the metadata version the pattern was last matched against
+    record_bytes: float = 1024.0  # the records' mean size so far: how many one read may take within max_bytes
 
 
 class ConsumerRegistry:
@@ -280,8 +281,11 @@ class ConsumerRegistry:
                 raise RestError(409, ILLEGAL_STATE, "Illegal state: the consumer instance is neither subscribed "
                                                     "to topics nor assigned partitions")
             self._allow_topics(session, sorted({tp.topic for tp in consumer.assignment()}))
+            # Taking only what fits leaves the rest in the consumer's buffer for the next request; a seek
+            # back would throw the prefetched records away and fetch them again.
+            wanted = max(1, min(MAX_RECORDS_PER_READ, int(limit // instance.record_bytes)))
             try:
-                batches = await consumer.getmany(timeout_ms=wait, max_records=MAX_RECORDS_PER_READ)
+                batches = await consumer.getmany(timeout_ms=wait, max_records=wanted)
             except KafkaError as exc:
                 raise RestError(500, KAFKA_ERROR, f"reading failed: {exc}") from None
             out: list[dict[str, Any]] = []
@@ -290,8 +294,8 @@ class ConsumerRegistry:
             for tp, records in batches.items():
                 for record in records:
                     length = len(record.key or b"") + len(record.value or b"")
-                    if out and size + length > limit:
-                        consumer.seek(tp, record.offset)  # the rest is read again by the next request
+                    if out and size + length > limit:  # larger records than so far: the rest is fetched again
+                        consumer.seek(tp, record.offset)
                         break
                     size += length
                     where = f"{tp.topic}-{tp.partition}@{record.offset}"
@@ -303,6 +307,8 @@ class ConsumerRegistry:
                         item["headers"] = [{"key": k, "value": None if v is None else base64.b64encode(v).decode()}
                                            for k, v in record.headers]
                     out.append(item)
+            if out:
+                instance.record_bytes = 0.8 * instance.record_bytes + 0.2 * max(size / len(out), 1)
             return out
 
     # -- offsets and positions --------------------------------------------------------------------

@@ -3,11 +3,12 @@ value are written in JSON (binary: base64; json: the JSON value itself) and turn
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import re
 from typing import Any
+
+import pybase64
 
 from .errors import RestError, unprocessable
 
@@ -69,7 +70,7 @@ def to_bytes(fmt: str, value: Any, what: str) -> bytes | None:
         if not isinstance(value, str):
             raise unprocessable(f"{what} must be a base64 string in the binary format, got {type(value).__name__}")
         try:
-            return base64.b64decode(value, validate=True)
+            return pybase64.b64decode(value, validate=True)  # SIMD: a quarter of the standard library's time
         except (binascii.Error, ValueError):
             raise unprocessable(f"{what} is not valid base64") from None
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
@@ -79,7 +80,7 @@ def from_bytes(fmt: str, data: bytes | None, where: str) -> Any:
     if data is None:
         return None
     if fmt == "binary":
-        return base64.b64encode(data).decode()
+        return pybase64.b64encode_as_string(data)
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError):

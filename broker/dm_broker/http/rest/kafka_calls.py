@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from typing import TYPE_CHECKING, Any
 
-from ...protocol.client import KafkaConnection, decode_response, encode_request
+from ...protocol.client import KafkaConnection
 from ...security.session import Session
 
 if TYPE_CHECKING:
@@ -35,22 +34,18 @@ class KafkaCalls:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._pools: dict[int, _Pool] = {}
-        self._correlation = itertools.count(1)
 
-    async def call(self, node_id: int, body: Any, session: Session, timeout: float) -> Any:
-        """The response to `body`, asked of broker `node_id`. BrokerUnreachable when it cannot be asked or
-        did not answer (for a produce: the records may or may not have been written)."""
+    async def call(self, node_id: int, body: Any, session: Session, timeout: float, size: int = 0) -> Any:
+        """The response to `body`, asked of broker `node_id` (`size`: the bytes it carries, for quotas).
+        BrokerUnreachable when it cannot be asked or did not answer (for a produce: the records may or may
+        not have been written)."""
         if node_id == self.broker.node_id:
-            return await asyncio.wait_for(self._local(body, session), timeout)
+            # no timeout of its own: the request's handler keeps the request's (a Produce's timeout)
+            response = await self.broker.dispatcher.call(body, session, CLIENT_ID, size)
+            if response is None:
+                raise BrokerUnreachable("the request got no answer")
+            return response
         return await self._forward(node_id, body, timeout)
-
-    async def _local(self, body: Any, session: Session) -> Any:
-        api_key, version = int(body.__api_key__), int(body.__version__)
-        frame = encode_request(api_key, version, next(self._correlation), body, CLIENT_ID)
-        chunks = await self.broker.dispatcher.handle(memoryview(frame)[4:], session.host, session)
-        if chunks is None:
-            raise BrokerUnreachable("the request got no answer")
-        return decode_response(api_key, version, b"".join(chunks)[4:])[1]
 
     async def _forward(self, node_id: int, body: Any, timeout: float) -> Any:
         info = next((b for b in self.broker.metadata.brokers if b.node_id == node_id), None) \

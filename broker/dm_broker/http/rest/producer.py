@@ -138,7 +138,7 @@ class RestProducer:
                 continue
             try:
                 response = await self.calls.call(leader, produce_request(topic, partition, batch, left), session,
-                                                 timeout=left + 5)
+                                                 timeout=left + 5, size=len(batch))
             except BrokerUnreachable as exc:
                 return -1, RECORD_RETRIABLE, f"NETWORK_EXCEPTION: the records may or may not have been written: {exc}"
             except TimeoutError:

@@ -1,0 +1,163 @@
+"""The REST Proxy against the Kafka protocol on one broker, in the same run (issue 27).
+
+    .venv/bin/python -m bench.http [--records 100000] [--partitions 6] [--concurrency 4] [--plot]
+
+1. Kafka protocol: `dm bench produce` (confluent-kafka), 1 KiB records, acks=all, into one topic.
+2. HTTP: POST /topics/{t} with batches of 100 binary (base64) 1 KiB records and no partition (the broker
+   chooses, round robin), from `--concurrency` aiohttp requests at once; every record is acknowledged
+   by the in-sync replicas before its answer.
+3. Consume: `dm bench consume` against a REST consumer instance reading the same records with
+   GET …/records (4 MB at most per answer); its rate counts from the first records, after the instance
+   joined its group (group.initial.rebalance.delay.ms, 3 s as in Kafka, is reported apart).
+
+The HTTP client runs in this process and the Kafka client in a `dm bench` process, each beside the
+broker on the same machine. Appends to bench/results/http.jsonl; --plot draws docs/bench/http.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import statistics
+import time
+from pathlib import Path
+
+from .brokers import dm_bench, dm_broker, free_port, wait_port
+
+RESULTS = Path(__file__).parent / "results" / "http.jsonl"
+PLOT = Path(__file__).parent.parent / "docs" / "bench" / "http.png"
+BATCH = 100
+RECORD = 1024
+
+
+async def http_produce(url: str, topic: str, records: int, concurrency: int) -> dict:
+    import aiohttp
+
+    value = base64.b64encode(bytes(range(256)) * (RECORD // 256)).decode()
+    body = json.dumps({"records": [{"value": value} for _ in range(BATCH)]}).encode()
+    headers = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
+    batches = records // BATCH
+    latencies: list[float] = []
+    errors = 0
+    next_batch = iter(range(batches))
+
+    async with aiohttp.ClientSession() as session:
+        async def worker() -> None:
+            nonlocal errors
+            for _ in next_batch:
+                sent = time.perf_counter()
+                async with session.post(f"{url}/topics/{topic}", data=body, headers=headers) as answer:
+                    result = await answer.json()
+                latencies.append(time.perf_counter() - sent)
+                if answer.status != 200 or any(o["error_code"] is not None for o in result["offsets"]):
+                    errors += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    sent = batches * BATCH
+    return {"records": sent, "seconds": round(elapsed, 2),
+            "records_per_s": round(sent / elapsed), "mb_per_s": round(sent * RECORD / elapsed / 1e6, 1),
+            "request_p50_ms": round(statistics.median(latencies) * 1000, 1),
+            "request_p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1), "failed_batches": errors}
+
+
+async def http_consume(url: str, topic: str, records: int) -> dict:
+    import aiohttp
+
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{url}/consumers/bench-http", headers=v2,
+                                json={"format": "binary", "auto.offset.reset": "earliest"}) as answer:
+            base = (await answer.json())["base_uri"]
+        async with session.post(base + "/subscription", headers=v2, json={"topics": [topic]}) as answer:
+            assert answer.status == 204, await answer.text()
+        read = first = 0
+        started = time.perf_counter()
+        flowing = 0.0  # when the first records came: joining the group (its initial rebalance delay) is apart
+        while read < records:
+            async with session.get(base + "/records?timeout=1000&max_bytes=4000000",
+                                   headers={"Accept": "application/vnd.kafka.binary.v2+json"}) as answer:
+                got = len(await answer.json())
+            if got and not flowing:
+                flowing, first = time.perf_counter(), got
+            read += got
+            if time.perf_counter() - started > 300:
+                break
+        elapsed = time.perf_counter() - flowing
+        await session.delete(base)
+    timed = read - first
+    return {"records": read, "first_records_after_s": round(flowing - started, 2), "seconds": round(elapsed, 2),
+            "records_per_s": round(timed / elapsed), "mb_per_s": round(timed * RECORD / elapsed / 1e6, 1)}
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"keyless.partitioner": "round_robin"}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(15)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--concurrency", type=int, default=4, help="HTTP produce requests in flight")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--plot", action="store_true")
+    args = parser.parse_args()
+    rest_port = free_port()
+    with dm_broker(f"http.listeners=HTTP://127.0.0.1:{rest_port}") as (bootstrap, _):
+        wait_port(rest_port)
+        url = f"http://127.0.0.1:{rest_port}"
+        create(bootstrap, "bench-kafka", args.partitions)
+        create(bootstrap, "bench-http", args.partitions)
+        kafka = dm_bench("produce", bootstrap, "--topic", "bench-kafka", "--records", str(args.records),
+                         "--record-size", str(RECORD), "--acks", "all", "--partitions", str(args.partitions),
+                         "--warm-up")
+        http = asyncio.run(http_produce(url, "bench-http", args.records, args.concurrency))
+        kafka_read = dm_bench("consume", bootstrap, "--topic", "bench-http", "--records", str(args.records),
+                              "--record-size", str(RECORD))
+        http_read = asyncio.run(http_consume(url, "bench-http", args.records))
+    row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "label": args.label, "partitions": args.partitions,
+           "concurrency": args.concurrency, "kafka_produce": {k: kafka.get(k) for k in ("records_per_s", "mb_per_s")},
+           "http_produce": http, "kafka_consume": {k: kafka_read.get(k) for k in ("records_per_s", "mb_per_s")},
+           "http_consume": http_read}
+    row["http_over_kafka_produce"] = round(http["records_per_s"] / kafka["records_per_s"], 2)
+    row["http_over_kafka_consume"] = round(http_read["records_per_s"] / kafka_read["records_per_s"], 2)
+    RESULTS.parent.mkdir(exist_ok=True)
+    with RESULTS.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row, indent=2))
+    if args.plot:
+        plot(row)
+
+
+def plot(row: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = ["produce", "consume"]
+    kafka = [row["kafka_produce"]["records_per_s"], row["kafka_consume"]["records_per_s"]]
+    http = [row["http_produce"]["records_per_s"], row["http_consume"]["records_per_s"]]
+    ax.bar([0 - 0.2, 1 - 0.2], kafka, width=0.4, label="Kafka protocol (confluent-kafka)")
+    ax.bar([0 + 0.2, 1 + 0.2], http, width=0.4, label="REST Proxy v2 (batches of 100)")
+    ax.set_xticks([0, 1], names)
+    ax.set_ylabel("1 KiB records/s")
+    ax.set_title(f"One broker, acks=all, {row['partitions']} partitions ({row['time']})")
+    ax.legend()
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=110)
+    print(f"wrote {PLOT}")
+
+
+if __name__ == "__main__":
+    main()
