@@ -35,8 +35,54 @@ def is_default(spec: DMClusterSpec) -> bool:
 
 
 def secured(spec: DMClusterSpec) -> bool:
-    """Whether brokers need certificates: a TLS listener, authentication, or authorization."""
+    """Whether the Kafka side is secured: a TLS listener, authentication, or authorization (brokers then
+    replicate and reach the controller over TLS)."""
     return spec.authorization is not None or any(li.tls or li.authentication != "none" for li in spec.listeners)
+
+
+def needs_certificates(spec: DMClusterSpec) -> bool:
+    """Whether brokers need the CAs and their certificate: a secured Kafka side, or HTTPS on the REST Proxy."""
+    return secured(spec) or (http_enabled(spec) and spec.http is not None and spec.http.tls)
+
+
+def http_enabled(spec: DMClusterSpec) -> bool:
+    return spec.http is not None and spec.http.enabled
+
+
+def http_scheme(spec: DMClusterSpec) -> str:
+    return "HTTPS" if spec.http is not None and spec.http.tls else "HTTP"
+
+
+def http_properties(spec: DMClusterSpec) -> dict[str, str]:
+    """The REST Proxy's broker properties (docs/http.md): its listener, TLS with the broker certificate,
+    client certificates of the clients CA, or HTTP Basic against the Users' SCRAM credentials."""
+    if not http_enabled(spec) or spec.http is None:
+        return {}
+    http = spec.http
+    scheme = http_scheme(spec)
+    props = {"http.listeners": f"{scheme}://0.0.0.0:{http.port}"}
+    scope = f"listener.name.{scheme.lower()}"
+    if http.tls:
+        props[f"{scope}.ssl.keystore.location"] = f"{CERTS_PATH}/broker.pem"
+    if http.authentication == "tls":
+        props[f"{scope}.ssl.client.auth"] = "required"
+        props[f"{scope}.ssl.truststore.location"] = f"{CLIENTS_CA_PATH}/ca.crt"
+    if http.authentication == "basic":
+        props["http.authentication.method"] = "BASIC"
+    return props
+
+
+def http_advertised(spec: DMClusterSpec, cluster: str, domain: str) -> str | None:
+    """http.advertised.listeners for a broker pod: a consumer instance's base_uri names its own broker."""
+    if not http_enabled(spec) or spec.http is None:
+        return None
+    host = f"$(POD_NAME).{naming.headless_service(cluster)}.$(POD_NAMESPACE).svc.{domain}"
+    return f"{http_scheme(spec)}://{host}:{spec.http.port}"
+
+
+def uses_clients_ca(spec: DMClusterSpec) -> bool:
+    return any(li.authentication == "tls" for li in spec.listeners) or (
+        http_enabled(spec) and spec.http is not None and spec.http.authentication == "tls")
 
 
 def protocol(li: ListenerSpec) -> str:
@@ -58,9 +104,9 @@ def broker_subject(cluster: str) -> str:
 
 
 def properties(spec: DMClusterSpec, cluster: str) -> dict[str, str]:
-    """The broker properties the listeners and authorization make (none for the default)."""
+    """The broker properties the listeners, authorization and the REST Proxy make (none for the default)."""
     if is_default(spec):
-        return {}
+        return http_properties(spec)
     eps = endpoints(spec)
     props = {
         "listeners": ",".join(f"{e.name}://0.0.0.0:{e.port}" for e in eps),
@@ -83,6 +129,7 @@ def properties(spec: DMClusterSpec, cluster: str) -> dict[str, str]:
     if spec.authorization is not None:
         props["authorizer.class.name"] = AUTHORIZER
         props["super.users"] = ";".join([f"User:{broker_subject(cluster)}", *spec.authorization.superUsers])
+    props.update(http_properties(spec))
     return props
 
 
@@ -94,20 +141,34 @@ def advertised(spec: DMClusterSpec, cluster: str, domain: str) -> str | None:
     return ",".join(f"{e.name}://{host}:{e.port}" for e in endpoints(spec))
 
 
+def _http_ports(spec: DMClusterSpec) -> list[int]:
+    return [spec.http.port] if http_enabled(spec) and spec.http is not None else []
+
+
 def service_ports(spec: DMClusterSpec, replication: bool) -> list[dict]:
+    rest = [{"name": "rest", "port": port, "targetPort": port} for port in _http_ports(spec)]
     if is_default(spec):
-        return [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}]
-    return [{"name": e.name.lower(), "port": e.port, "targetPort": e.port} for e in endpoints(spec)
-            if replication or e.spec is not None]
+        return [{"name": "kafka", "port": naming.KAFKA_PORT, "targetPort": "kafka"}, *rest]
+    return [*({"name": e.name.lower(), "port": e.port, "targetPort": e.port} for e in endpoints(spec)
+              if replication or e.spec is not None), *rest]
 
 
 def container_ports(spec: DMClusterSpec) -> list[dict]:
+    rest = [{"name": "rest", "containerPort": port} for port in _http_ports(spec)]
     if is_default(spec):
-        return [{"name": "kafka", "containerPort": naming.KAFKA_PORT}]
-    return [{"name": e.name.lower()[:15], "containerPort": e.port} for e in endpoints(spec)]
+        return [{"name": "kafka", "containerPort": naming.KAFKA_PORT}, *rest]
+    return [*({"name": e.name.lower()[:15], "containerPort": e.port} for e in endpoints(spec)), *rest]
 
 
 def statuses(spec: DMClusterSpec, cluster: str, namespace: str, domain: str) -> list[dict]:
     service = f"{naming.bootstrap_service(cluster)}.{namespace}.svc.{domain}"
     return [{"name": li.name, "bootstrapServers": f"{service}:{li.port}", "tls": li.tls,
              "authentication": li.authentication} for li in spec.listeners]
+
+
+def http_status(spec: DMClusterSpec, cluster: str, namespace: str, domain: str) -> dict | None:
+    if not http_enabled(spec) or spec.http is None:
+        return None
+    service = f"{naming.bootstrap_service(cluster)}.{namespace}.svc.{domain}"
+    return {"url": f"{http_scheme(spec).lower()}://{service}:{spec.http.port}", "tls": spec.http.tls,
+            "authentication": spec.http.authentication}

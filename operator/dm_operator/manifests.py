@@ -31,7 +31,9 @@ MANAGED_PROPERTIES = {"node.id", "log.dirs", "listener.host", "listener.port", "
                       "super.users", "sasl.enabled.mechanisms", "ssl.keystore.location", "ssl.keystore.type",
                       "ssl.truststore.location", "ssl.truststore.type", "ssl.client.auth", "ssl.keystore.key",
                       "ssl.keystore.certificate.chain", "ssl.truststore.certificates", "ssl.keystore.password",
-                      "ssl.key.password", "ssl.truststore.password", "sasl.jaas.config"}
+                      "ssl.key.password", "ssl.truststore.password", "sasl.jaas.config",
+                      # from spec.http (listeners.http_properties)
+                      "http.listeners", "http.advertised.listeners", "http.authentication.method"}
 
 
 def render_config(config: dict[str, Any], managed: dict[str, str] | None = None) -> str:
@@ -179,6 +181,9 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         # A force-deleted pod's replacement can start before the old process is gone: wait for it.
         "--override", "log.dirs.lock.wait.ms=30000",
     ]
+    http_advertised = listeners.http_advertised(spec, name, domain)
+    if http_advertised is not None:  # consumer instances' base_uri: this pod, by its own name
+        args += ["--override", f"http.advertised.listeners={http_advertised}"]
     container: Obj = {
         "name": "broker", "image": image, "imagePullPolicy": spec.imagePullPolicy, "args": args,
         "env": [
@@ -222,12 +227,12 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
         "volumes": [{"name": "config", "configMap": {"name": naming.config_map(name)}},
                     {"name": "tmp", "emptyDir": {}}],
     }
-    if listeners.secured(spec):
+    if listeners.needs_certificates(spec):
         # Secret volumes are updated in place (atomically) when the operator renews a certificate; the
         # brokers reload it from there without a restart.
         mounts = [("broker-certs", naming.broker_certs(name), listeners.CERTS_PATH),
                   ("cluster-ca", naming.cluster_ca_cert(name), listeners.CLUSTER_CA_PATH)]
-        if any(li.authentication == "tls" for li in spec.listeners):
+        if listeners.uses_clients_ca(spec):
             mounts.append(("clients-ca", naming.clients_ca_cert(name), listeners.CLIENTS_CA_PATH))
         for volume, secret, path in mounts:
             pod_spec["volumes"].append({"name": volume, "secret": {"secretName": secret}})

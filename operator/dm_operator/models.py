@@ -11,12 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.4.0"
+SCHEMA_VERSION = "0.5.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
     "0.3.0": {"dmclusters": "f6bc46a0ebdb817a", "topics": "179363eaa2749f72", "users": "4ed8935debb7dd20"},
     "0.4.0": {"dmclusters": "cad499040d82891a", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
+    "0.5.0": {"dmclusters": "7ef4088c6cb0270d", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -127,6 +128,16 @@ class ListenerSpec(Model):
                             "tls (client certificates the clients CA signs; needs tls: true), none")
 
 
+class HttpSpec(Model):
+    enabled: bool = Field(True, description="Serve the REST Proxy v2 on every broker (docs/http.md)")
+    port: int = Field(8082, ge=1024, le=65535, description="Port of the REST Proxy on every broker and on the "
+                      "bootstrap Service")
+    tls: bool = Field(False, description="HTTPS with the broker certificate the cluster CA signs")
+    authentication: Literal["none", "basic", "tls"] = Field(
+        "none", description="basic: HTTP Basic with a User's scram-sha-512 password; tls: client certificates the "
+                            "clients CA signs (needs tls: true); none")
+
+
 class AuthorizationSpec(Model):
     type: Literal["simple"] = Field("simple", description="Kafka's ACLs (Users carry theirs)")
     superUsers: list[str] = Field(default_factory=list, description="Principals allowed everything, e.g. "
@@ -177,6 +188,8 @@ class DMClusterSpec(Model):
         default_factory=lambda: [ListenerSpec(**x) for x in DEFAULT_LISTENERS], min_length=1, max_length=8,
         description="Kafka listeners (Strimzi's shape). With any TLS or authentication, or authorization, brokers "
                     "replicate over an operator-managed mutual-TLS listener on port 9091")
+    http: HttpSpec | None = Field(None, description="The REST Proxy v2 (HTTP produce and consume) on every broker; "
+                                  "off when absent")
     authorization: AuthorizationSpec | None = Field(None, description="ACLs: on when set (the brokers' own "
                                                     "principal is a super user)")
     clusterCa: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec,
@@ -204,6 +217,29 @@ class DMClusterSpec(Model):
         if problems:
             raise ValueError("; ".join(problems))
         return listeners
+
+    @model_validator(mode="after")
+    def _http_is_consistent(self) -> DMClusterSpec:
+        http = self.http
+        if http is None or not http.enabled:
+            return self
+        problems = []
+        if http.port in RESERVED_PORTS:
+            problems.append(f"http: port {http.port} is the operator's")
+        if http.port in [li.port for li in self.listeners]:
+            problems.append(f"http: port {http.port} is a listener's")
+        if http.authentication == "tls" and not http.tls:
+            problems.append("http: authentication tls needs tls: true")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class HttpStatus(Model):
+    url: str = Field(description="The REST Proxy's address for clients in the Kubernetes cluster (the bootstrap "
+                     "Service); consumer instances answer with their broker's own address")
+    tls: bool = Field(False, description="HTTPS (trusting <cluster>-cluster-ca-cert)")
+    authentication: str = Field("none", description="How clients authenticate")
 
 
 class ListenerStatus(Model):
@@ -304,6 +340,7 @@ class DMClusterStatus(Model):
     rebalance: RebalanceStatus | None = Field(None, description="Partitions the operator is moving, and how much "
                                                                 "is left to copy")
     listeners: list[ListenerStatus] = Field(default_factory=list, description="Bootstrap address of each listener")
+    http: HttpStatus | None = Field(None, description="The REST Proxy's address, when spec.http enables it")
     certificates: CertificatesStatus | None = Field(None, description="CA and certificate lifetimes, and rotation")
 
 

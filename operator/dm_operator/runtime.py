@@ -187,11 +187,11 @@ class ClusterRuntime:
             properties = await self._applied_properties()
         ns, name = self.namespace, self.name
         tls = None
-        if listeners.secured(spec):
+        if listeners.needs_certificates(spec):
             tls = await self.tls.reconcile(spec, owner)
             conditions.append(condition("Certificates", not tls.problems, "Problem" if tls.problems else "Valid",
                                         "; ".join(tls.problems) or "CAs and the brokers' certificate are valid"))
-            if tls.cluster_ca is not None and self.controller_tls is not None and \
+            if listeners.secured(spec) and tls.cluster_ca is not None and self.controller_tls is not None and \
                     self.controller_tls.install(ns, name, tls.cluster_ca):
                 log.info("%s/%s: the controller API's TLS certificate issued by the cluster CA", ns, name)
         await self.users.reconcile_all(spec, tls)
@@ -254,6 +254,7 @@ class ClusterRuntime:
             "desiredReplicas": spec.replicas, "selector": naming.selector_string(name), "brokers": brokers,
             "revision": target, "balancedBrokers": self.mover.balanced, "rebalance": self.mover.progress(),
             "listeners": listeners.statuses(spec, name, ns, self.settings.cluster_domain),
+            "http": listeners.http_status(spec, name, ns, self.settings.cluster_domain),
             "certificates": tls.status() if tls is not None else None,
         }
         await self.status.write(status)

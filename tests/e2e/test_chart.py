@@ -27,6 +27,7 @@ VALUE_SETS = {
     "namespaces": ["--set", "watch.namespaces={team-a,team-b}", "--set", "cluster.enabled=false"],
     "all-namespaces": ["--set", "watch.allNamespaces=true", "--set", "watch.namespaces={team-*}",
                        "--set", "cluster.rack.enabled=true"],
+    "http": ["--set", "cluster.http.port=8082", "--set", "cluster.http.authentication=basic"],
 }
 
 
