@@ -5,7 +5,8 @@
 # The node image is dm's offline one (scripts/kind/node-image.sh, with the kubeadm settings that point
 # kubeadm at its images: testbed/kind/kubeadm-offline.yaml), or with DM_KIND_NODE_IMAGE=default kind's
 # own default node image (a machine with Docker Hub, e.g. the hosted CI runner), or any image named there.
-#   DM_KIND_CLUSTER (default dm-e2e)   DM_IMAGE (default dm:e2e)   DM_TESTBED_CACHE (tool cache root)
+#   DM_KIND_CLUSTER (default dm-e2e)   DM_IMAGE (default dm:e2e)   DM_CURL_IMAGE (default dm.local/curl:e2e)
+#   DM_TESTBED_CACHE (tool cache root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cluster=${DM_KIND_CLUSTER:-dm-e2e}
@@ -41,5 +42,6 @@ else
   echo "cluster: $cluster ready in $((SECONDS - start)) s"
 fi
 start=$SECONDS
-kind load docker-image "$image" --name "$cluster"
-echo "cluster: $image loaded in $((SECONDS - start)) s"
+curl_image=${DM_CURL_IMAGE:-dm.local/curl:e2e}  # the HTTP client pods' (scripts/kind/images.sh)
+kind load docker-image "$image" "$curl_image" --name "$cluster"
+echo "cluster: $image and $curl_image loaded in $((SECONDS - start)) s"

@@ -63,7 +63,21 @@ ensure_python_base() {
   rm -rf "$ctx"
 }
 
+# The e2e suite's HTTP client pods: curl and jq on Debian (tests/e2e/test_http.py).
+ensure_curl_image() {
+  local curl_image=${DM_CURL_IMAGE:-dm.local/curl:e2e} base=debian:bookworm-slim
+  has_image "$curl_image" && return 0
+  if ! has_image "$base" && ! docker pull "$base" >/dev/null 2>&1; then
+    ensure_minbase
+    base=$minbase
+  fi
+  local start=$SECONDS
+  build --build-arg "BASE=$base" -t "$curl_image" -f testbed/kind/images/curl.Dockerfile testbed/kind/images
+  echo "images: $curl_image built from $base in $((SECONDS - start)) s"
+}
+
 ensure_python_base
+ensure_curl_image
 start=$SECONDS
 build -t "$image" .
 size=$(docker image inspect -f '{{.Size}}' "$image")

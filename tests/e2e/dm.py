@@ -101,6 +101,10 @@ def fully_in_sync(status: dict) -> bool:
     return bool(parts) and all(p["leader"] >= 0 and sorted(p["isr"]) == sorted(p["replicas"]) for p in parts)
 
 
+# curl and jq on Debian, for the HTTP client pods (scripts/kind/images.sh builds it, cluster.sh loads it)
+CURL_IMAGE = os.environ.get("DM_CURL_IMAGE", "dm.local/curl:e2e")
+
+
 def bootstrap(ns: str, cluster: str = "demo") -> str:
     return f"{cluster}-bootstrap.{ns}.svc.cluster.local:9092"
 
@@ -126,17 +130,20 @@ class Workload:
     directory); an env value may be a SecretKey."""
 
     def __init__(self, sub: Substrate, ns: str, script: str, env: dict[str, Any], grace_s: int = 120,
-                 secrets: dict[str, str] | None = None) -> None:
+                 secrets: dict[str, str] | None = None, image: str | None = None) -> None:
         import threading
 
         self.sub, self.ns = sub, ns
-        self.name = f"{script.removesuffix('.py')}-{uuid.uuid4().hex[:6]}"
+        stem, _, kind = script.rpartition(".")
+        self.name = f"{stem.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+        # a .sh workload runs with sh from `image` (the curl image), a .py one with the dm image's python
+        command = ["sh", f"/w/{script}"] if kind == "sh" else ["python", "-u", f"/w/{script}"]
         cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": self.name},
               "data": {script: (WORKLOADS / script).read_text()}}
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "labels": {"app": "dm-e2e-client"}},
                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s, **ON_CONTROL_PLANE,
-                        "containers": [{"name": "main", "image": sub.image,
-                                        "command": ["python", "-u", f"/w/{script}"],
+                        "containers": [{"name": "main", "image": image or sub.image,
+                                        "command": command,
                                         "env": env_list(env),
                                         "volumeMounts": [{"name": "w", "mountPath": "/w"}]}],
                         "volumes": [{"name": "w", "configMap": {"name": self.name}}]}}

@@ -414,3 +414,29 @@ def test_broker_restart_forgets_instances_but_not_offsets(cluster: Cluster) -> N
     rest = read_until(base, 5)
     assert [base64.b64decode(r["value"]) for r in rest] == [f"r{i}".encode() for i in range(5, 10)]
     requests.delete(base, timeout=30)
+
+
+def test_forwarding_after_a_leader_restarts(cluster: Cluster) -> None:
+    """Each REST Proxy keeps connections to the other brokers; one whose broker restarted is closed, and is
+    replaced, not used (that would fail the request)."""
+    cluster.create("rest-fwd-restart", 3)
+
+    def every_broker_to_every_partition(tag: str) -> None:
+        for i in range(3):
+            for partition in range(3):
+                value = b64(f"{tag}-{i}-{partition}".encode())
+                answer = produce(cluster.url(i), "rest-fwd-restart", [{"value": value}], partition=partition)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["offsets"][0]["error_code"] is None, answer.text
+
+    every_broker_to_every_partition("before")
+    cluster.brokers[2].stop()
+    cluster.brokers[2].start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # broker 2 back in every ISR: leadership may return to it
+        parts = requests.get(cluster.url(0) + "/topics/rest-fwd-restart", timeout=5).json()["partitions"]
+        if all(all(r["in_sync"] for r in p["replicas"]) for p in parts):
+            break
+        time.sleep(0.2)
+    every_broker_to_every_partition("after")
+    assert len(kafka_read(cluster.bootstrap, "rest-fwd-restart", 3, 18)) == 18

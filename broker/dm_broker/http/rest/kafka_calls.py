@@ -57,13 +57,20 @@ class KafkaCalls:
             await self._drop(pool)
             pool.address = (info.host, info.port)
         async with pool.slots:
-            conn = pool.idle.pop() if pool.idle else None
+            conn = None
+            while pool.idle and conn is None:  # one the other broker closed (it restarted) is dropped unused
+                conn = pool.idle.pop()
+                transport = conn.conn.transport
+                if transport is None or transport.is_closing():
+                    conn.conn.abort()
+                    conn = None
             try:
                 if conn is None:
                     conn = await KafkaConnection.open(info.host, info.port, CLIENT_ID, timeout=min(timeout, 10),
                                                       security=self.broker.security.client)
                 response = await conn.request(body, timeout=timeout)
-            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            # RuntimeError: uvloop's answer to a write on a transport that closed meanwhile
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, RuntimeError) as exc:
                 if conn is not None:
                     await conn.close(0)
                 raise BrokerUnreachable(f"broker {node_id} at {info.host}:{info.port}: "
