@@ -123,7 +123,8 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("http.request.max.bytes", "int", 8 << 20, "Largest HTTP request body the REST Proxy reads.",
                  minimum=1024),
         Property("http.request.timeout.ms", "int", 30_000,
-                 "How long a REST produce waits for the in-sync replicas before its records are reported failed.",
+                 "How long a REST produce waits for the in-sync replicas before its records are reported failed, "
+                 "and how long a request body may take to arrive.",
                  minimum=1),
         Property("http.partitioner.refresh.ms", "int", 500,
                  "How often least_loaded asks the partitions' leaders how many records they hold.", minimum=0),

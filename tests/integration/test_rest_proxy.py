@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -64,7 +65,8 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("rest"), {"consumer.instance.timeout.ms": 3000,
                                                   "http.partitioner.refresh.ms": 0,
-                                                  "http.request.max.bytes": 200_000})
+                                                  "http.request.max.bytes": 200_000,
+                                                  "http.request.timeout.ms": 5000})
     c.controller.start()
     for b in c.brokers:
         b.start()
@@ -440,3 +442,32 @@ def test_forwarding_after_a_leader_restarts(cluster: Cluster) -> None:
         time.sleep(0.2)
     every_broker_to_every_partition("after")
     assert len(kafka_read(cluster.bootstrap, "rest-fwd-restart", 3, 18)) == 18
+
+
+def test_partition_offsets_and_per_record_errors(cluster: Cluster) -> None:
+    cluster.create("rest-small", 2, 3, "max.message.bytes=2000")
+    url = cluster.url(1)
+    ok = produce(url, "rest-small", [{"value": b64(b"x" * 100)} for _ in range(7)], partition=1)
+    assert ok.status_code == 200
+    offsets = requests.get(url + "/topics/rest-small/partitions/1/offsets", timeout=30)
+    assert offsets.json() == {"beginning_offset": 0, "end_offset": 7}
+    assert requests.get(url + "/topics/rest-small/partitions/0/offsets", timeout=30).json() == {
+        "beginning_offset": 0, "end_offset": 0}
+    # a batch over the topic's max.message.bytes: each of its records says why, and that a retry fails again
+    big = produce(url, "rest-small", [{"value": b64(b"y" * 5000)}], partition=0)
+    assert big.status_code == 200
+    [result] = big.json()["offsets"]
+    assert result["offset"] is None and result["error_code"] == 1, result
+    assert "MESSAGE_TOO_LARGE" in result["error"], result
+
+
+def test_a_body_that_never_arrives_is_answered_408(cluster: Cluster) -> None:
+    """http.request.timeout.ms (5 s here) bounds reading a body; the connection is then answered, not held."""
+    cluster.create("rest-slow", 1)
+    port = cluster.rest_ports[0]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(b"POST /topics/rest-slow HTTP/1.1\r\nHost: x\r\nContent-Type: " + BINARY.encode() +
+                     b"\r\nContent-Length: 1000\r\n\r\n{\"records\": [")
+        answer = conn.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert '"error_code": 40801' in answer, answer

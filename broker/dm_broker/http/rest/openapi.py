@@ -26,6 +26,8 @@ OPERATIONS: tuple[tuple[str, str, str, tuple[str, ...], int], ...] = (
     ("get", "/topics/{topic}/partitions", "A topic's partitions with leaders, replicas and in-sync state", (), 200),
     ("get", "/topics/{topic}/partitions/{partition}", "One partition", (), 200),
     ("post", "/topics/{topic}/partitions/{partition}", "Produce records to one partition", PRODUCE_TYPES, 200),
+    ("get", "/topics/{topic}/partitions/{partition}/offsets", "The partition's first and next offsets "
+     "(beginning_offset, end_offset)", (), 200),
     ("post", "/consumers/{group}", "Create a consumer instance in a group (on this broker)", (V2,), 200),
     ("delete", INSTANCE, "Delete a consumer instance (it leaves its group)", (), 204),
     ("post", INSTANCE + "/subscription", "Subscribe to topics or a topic_pattern", (V2,), 204),

@@ -19,7 +19,17 @@ from ...protocol.build import make, nested
 from ...protocol.codec import request_class
 from ...security.acls import Operation, ResourceType
 from ...security.session import Session
-from .errors import RECORD_NOT_RETRIABLE, RECORD_RETRIABLE, forbidden, not_found_partition, not_found_topic
+from .errors import (
+    KAFKA_ERROR,
+    KAFKA_RETRIABLE_ERROR,
+    LEADER_NOT_AVAILABLE,
+    RECORD_NOT_RETRIABLE,
+    RECORD_RETRIABLE,
+    RestError,
+    forbidden,
+    not_found_partition,
+    not_found_topic,
+)
 from .kafka_calls import BrokerUnreachable, KafkaCalls
 
 if TYPE_CHECKING:
@@ -161,6 +171,28 @@ class RestProducer:
         if doc is None or partition >= len(doc.partitions):
             return -1
         return doc.partitions[partition].leader
+
+    async def partition_offsets(self, topic: str, partition: int, session: Session) -> tuple[int, int]:
+        """(log start, log end) of one partition, asked of its leader as a ListOffsets from the user."""
+        timeout = self.broker.config["http.request.timeout.ms"] / 1000
+        offsets = []
+        for timestamp in (-2, -1):
+            leader = self._leader(topic, partition)
+            if leader < 0:
+                raise RestError(404, LEADER_NOT_AVAILABLE, f"partition {partition} of {topic} has no leader now")
+            try:
+                response = await self.calls.call(leader, list_offsets_request(topic, [partition], timestamp),
+                                                 session, timeout)
+            except (BrokerUnreachable, TimeoutError) as exc:
+                raise RestError(500, KAFKA_RETRIABLE_ERROR, f"the leader did not answer: {exc}") from None
+            answer = response.topics[0].partitions[0]
+            if answer.error_code == ErrorCode.topic_authorization_failed:
+                raise forbidden(f"Not authorized to access topics: [{topic}] (DESCRIBE)")
+            if answer.error_code != ErrorCode.none:
+                raise RestError(500, KAFKA_RETRIABLE_ERROR if answer.error_code.retriable else KAFKA_ERROR,
+                                f"{answer.error_code.name.upper()} from the leader of {topic}-{partition}")
+            offsets.append(answer.offset)
+        return offsets[0], offsets[1]
 
     # -- the broker's choice of partition ---------------------------------------------------------------
 

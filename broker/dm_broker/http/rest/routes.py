@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SESSION = web.AppKey("session", Session)
+READ_TIMEOUT = web.AppKey("read_timeout_s", float)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PATHS = ("/healthy", "/ready", "/openapi", "/openapi.json")
 
@@ -38,7 +40,15 @@ def no_content() -> web.Response:
 
 
 async def json_body(request: web.Request, required: bool = True) -> dict[str, Any]:
-    raw = await request.read()
+    """The body as a JSON object; 408 when it does not arrive within http.request.timeout.ms (a client
+    trickling a body must not hold a request open for ever)."""
+    timeout_s = request.app[READ_TIMEOUT]
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise RestError(408, 40801, f"the request body did not arrive within {timeout_s:.0f} s "
+                                    "(http.request.timeout.ms)") from None
     if not raw.strip():
         if required:
             raise RestError(400, 400, "the request needs a JSON body")
@@ -99,6 +109,7 @@ class RestApi:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.broker.config["http.request.max.bytes"],
                               middlewares=[self._errors, self._authenticate])
+        app[READ_TIMEOUT] = self.broker.config["http.request.timeout.ms"] / 1000
         r = app.router
         r.add_get("/healthy", self.healthy)
         r.add_get("/ready", self.ready)
@@ -112,6 +123,7 @@ class RestApi:
         r.add_get("/topics/{topic}/partitions", self.partitions)
         r.add_get("/topics/{topic}/partitions/{partition}", self.partition)
         r.add_post("/topics/{topic}/partitions/{partition}", self.produce)
+        r.add_get("/topics/{topic}/partitions/{partition}/offsets", self.partition_offsets)
         base = "/consumers/{group}/instances/{name}"
         r.add_post("/consumers/{group}", self.create_consumer)
         r.add_delete(base, self.delete_consumer)
@@ -209,6 +221,12 @@ class RestApi:
         doc = self._described(request)
         index = self._partition_index(request, len(doc.partitions))
         return v2(self._partition_json(index, doc.partitions[index]))
+
+    async def partition_offsets(self, request: web.Request) -> web.Response:
+        doc = self._described(request)
+        index = self._partition_index(request, len(doc.partitions))
+        start, end = await self.producer.partition_offsets(doc.name, index, request[SESSION])
+        return v2({"beginning_offset": start, "end_offset": end})
 
     @staticmethod
     def _partition_index(request: web.Request, count: int) -> int:
