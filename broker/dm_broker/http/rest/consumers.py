@@ -19,6 +19,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from ...security.acls import Operation, ResourceType
 from ...security.session import Session
+from .bodies import ConsumerConfigBody, SubscriptionBody
 from .errors import (
     CONSUMER_ALREADY_EXISTS,
     CONSUMER_INSTANCE_NOT_FOUND,
@@ -49,29 +50,26 @@ class ConsumerSettings:
     request_timeout_ms: int = 1000
 
     @classmethod
-    def parse(cls, body: dict[str, Any], default_timeout_ms: int) -> ConsumerSettings:
+    def of(cls, body: ConsumerConfigBody, default_timeout_ms: int) -> ConsumerSettings:
         def bad(message: str) -> RestError:
             return unprocessable(f"Invalid consumer configuration: {message}", INVALID_CONSUMER_CONFIG)
 
-        fmt = str(body.get("format") or "binary").lower()
+        fmt = body.format.lower()
         if fmt in SCHEMA_FORMATS:
             raise bad(f"the {fmt} format needs a schema registry, which dm does not have (use binary or json)")
         if fmt not in FORMATS:
             raise bad(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
-        reset = str(body.get("auto.offset.reset") or "latest").lower()
-        if reset == "smallest":
-            reset = "earliest"
-        elif reset == "largest":
-            reset = "latest"
+        reset = {"smallest": "earliest", "largest": "latest"}.get(body.auto_offset_reset.lower(),
+                                                                  body.auto_offset_reset.lower())
         if reset not in RESETS:
             raise bad(f"auto.offset.reset {reset!r} is not one of {', '.join(RESETS)}")
-        commit = str(body.get("auto.commit.enable", "true")).lower()
+        commit = str(body.auto_commit_enable).lower()
         if commit not in ("true", "false"):
             raise bad(f"auto.commit.enable must be true or false, got {commit!r}")
         try:
-            min_bytes = int(body.get("fetch.min.bytes") or 1)
-            timeout = int(body.get("consumer.request.timeout.ms") or default_timeout_ms)
-        except (TypeError, ValueError):
+            min_bytes = int(body.fetch_min_bytes or 1)
+            timeout = int(default_timeout_ms if body.request_timeout_ms is None else body.request_timeout_ms)
+        except ValueError:
             raise bad("fetch.min.bytes and consumer.request.timeout.ms must be integers") from None
         if min_bytes < 1 or timeout < 0:
             raise bad("fetch.min.bytes must be at least 1 and consumer.request.timeout.ms not negative")
@@ -127,10 +125,10 @@ class ConsumerRegistry:
             with contextlib.suppress(Exception):
                 await instance.consumer.stop()  # leaves the group (and commits, with auto commit)
 
-    async def create(self, group: str, body: dict[str, Any], session: Session) -> ConsumerInstance:
+    async def create(self, group: str, body: ConsumerConfigBody, session: Session) -> ConsumerInstance:
         self._allow_group(session, group)
-        settings = ConsumerSettings.parse(body, self.broker.config["consumer.request.timeout.ms"])
-        name = str(body.get("name") or body.get("id") or f"rest-consumer-{uuid.uuid4()}")
+        settings = ConsumerSettings.of(body, self.broker.config["consumer.request.timeout.ms"])
+        name = body.name or body.id or f"rest-consumer-{uuid.uuid4()}"
         if not NAME.match(name):
             raise unprocessable(f"Invalid consumer configuration: name {name!r} must be 1-249 letters, digits, '.', "
                                 "'_' or '-'", INVALID_CONSUMER_CONFIG)
@@ -206,23 +204,18 @@ class ConsumerRegistry:
 
     # -- subscription and assignment --------------------------------------------------------------
 
-    async def subscribe(self, instance: ConsumerInstance, body: dict[str, Any], session: Session) -> None:
-        topics, pattern = body.get("topics"), body.get("topic_pattern")
-        if (topics is None) == (pattern is None):
+    async def subscribe(self, instance: ConsumerInstance, body: SubscriptionBody, session: Session) -> None:
+        if (body.topics is None) == (body.topic_pattern is None):
             raise unprocessable("give either topics (a list of names) or topic_pattern (a regular expression)")
         async with instance.lock:
             try:
-                if topics is not None:
-                    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
-                        raise unprocessable("topics must be a non-empty list of topic names")
-                    self._allow_topics(session, topics)
+                if body.topics is not None:
+                    self._allow_topics(session, body.topics)
                     instance.pattern = None
-                    instance.consumer.subscribe(topics=topics)
+                    instance.consumer.subscribe(topics=body.topics)
                 else:
-                    if not isinstance(pattern, str):
-                        raise unprocessable("topic_pattern must be a string")
                     try:
-                        instance.pattern = re.compile(pattern)
+                        instance.pattern = re.compile(body.topic_pattern or "")
                     except re.error as exc:
                         raise unprocessable(f"topic_pattern is not a regular expression: {exc}") from None
                     instance.pattern_seen = -1

@@ -15,8 +15,25 @@ from ...security.acls import Operation, ResourceType
 from ...security.session import Session
 from ...topics import INTERNAL_TOPICS
 from .auth import REALM, HttpAuthenticator
+from .bodies import (
+    ConsumerConfigBody,
+    OffsetsBody,
+    PartitionRef,
+    PartitionsBody,
+    ProduceBody,
+    SubscriptionBody,
+    parse,
+)
 from .consumers import ConsumerInstance, ConsumerRegistry
-from .errors import V2_JSON, RestError, error_response, forbidden, not_found_partition, unprocessable
+from .errors import (
+    INVALID_CONSUMER_CONFIG,
+    V2_JSON,
+    RestError,
+    error_response,
+    forbidden,
+    not_found_partition,
+    unprocessable,
+)
 from .formats import accepted_format, content_type, embedded_format_of, to_bytes
 from .openapi import openapi_document
 from .producer import OutgoingRecord, RestProducer
@@ -62,39 +79,8 @@ async def json_body(request: web.Request, required: bool = True) -> dict[str, An
     return body
 
 
-def int_field(item: dict[str, Any], name: str, what: str) -> int:
-    value = item.get(name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise unprocessable(f"{what}: {name} must be an integer")
-    return value
-
-
-def partitions_of(body: dict[str, Any]) -> list[TopicPartition]:
-    items = body.get("partitions")
-    if not isinstance(items, list):
-        raise unprocessable("partitions must be a list of {topic, partition}")
-    out = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
-            raise unprocessable(f"partitions[{i}] needs a topic and a partition")
-        out.append(TopicPartition(item["topic"], int_field(item, "partition", f"partitions[{i}]")))
-    return out
-
-
-def offsets_of(body: dict[str, Any]) -> list[tuple[TopicPartition, int, str]]:
-    items = body.get("offsets")
-    if not isinstance(items, list):
-        raise unprocessable("offsets must be a list of {topic, partition, offset}")
-    out = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
-            raise unprocessable(f"offsets[{i}] needs a topic, a partition and an offset")
-        offset = int_field(item, "offset", f"offsets[{i}]")
-        if offset < 0:
-            raise unprocessable(f"offsets[{i}]: offset must not be negative")
-        out.append((TopicPartition(item["topic"], int_field(item, "partition", f"offsets[{i}]")), offset,
-                    str(item.get("metadata") or "")))
-    return out
+def topic_partitions(refs: list[PartitionRef]) -> list[TopicPartition]:
+    return [TopicPartition(r.topic, r.partition) for r in refs]
 
 
 class RestApi:
@@ -248,49 +234,19 @@ class RestApi:
         topic = request.match_info["topic"]
         doc = self.producer.topic(topic)
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
-        body = await json_body(request)
-        items = body.get("records")
-        if not isinstance(items, list) or not items:
-            raise unprocessable("records must be a non-empty list")
+        body = parse(ProduceBody, await json_body(request))
         records = []
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise unprocessable(f"records[{i}] must be an object")
-            partition = fixed
-            if item.get("partition") is not None:
-                if fixed is not None:
-                    raise unprocessable(f"records[{i}] names a partition; this URL already names partition {fixed}")
-                partition = int_field(item, "partition", f"records[{i}]")
-            records.append(OutgoingRecord(to_bytes(fmt, item.get("key"), f"records[{i}].key"),
-                                          to_bytes(fmt, item.get("value"), f"records[{i}].value"),
-                                          partition, self._headers(item, i), self._timestamp(item, i)))
+        for i, item in enumerate(body.records):
+            if item.partition is not None and fixed is not None:
+                raise unprocessable(f"records[{i}] names a partition; this URL already names partition {fixed}")
+            headers = [(h.key, to_bytes("binary", h.value, f"records[{i}].headers[{j}].value"))
+                       for j, h in enumerate(item.headers)]
+            records.append(OutgoingRecord(to_bytes(fmt, item.key, f"records[{i}].key"),
+                                          to_bytes(fmt, item.value, f"records[{i}].value"),
+                                          fixed if item.partition is None else item.partition, headers,
+                                          item.timestamp))
         results = await self.producer.produce(topic, records, request[SESSION])
         return v2({"key_schema_id": None, "value_schema_id": None, "offsets": [r.as_json() for r in results]})
-
-    @staticmethod
-    def _headers(item: dict[str, Any], i: int) -> list[tuple[str, bytes | None]]:
-        """dm's extension: headers as [{"key": name, "value": base64 or null}]."""
-        raw = item.get("headers")
-        if raw is None:
-            return []
-        if not isinstance(raw, list):
-            raise unprocessable(f"records[{i}].headers must be a list of {{key, value}}")
-        out = []
-        for j, header in enumerate(raw):
-            if not isinstance(header, dict) or not isinstance(header.get("key"), str):
-                raise unprocessable(f"records[{i}].headers[{j}] needs a string key")
-            out.append((header["key"], to_bytes("binary", header.get("value"), f"records[{i}].headers[{j}].value")))
-        return out
-
-    @staticmethod
-    def _timestamp(item: dict[str, Any], i: int) -> int | None:
-        """dm's extension: a record's create time, milliseconds since the epoch."""
-        if item.get("timestamp") is None:
-            return None
-        value = int_field(item, "timestamp", f"records[{i}]")
-        if value < 0:
-            raise unprocessable(f"records[{i}].timestamp must not be negative")
-        return value
 
     # -- consumer instances -----------------------------------------------------------------------
 
@@ -300,7 +256,8 @@ class RestApi:
     async def create_consumer(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
         body = await json_body(request, required=False)
-        instance = await self.consumers.create(group, body, request[SESSION])
+        config = parse(ConsumerConfigBody, body, INVALID_CONSUMER_CONFIG)
+        instance = await self.consumers.create(group, config, request[SESSION])
         return v2({"instance_id": instance.name,
                    "base_uri": f"{self.base_uri}/consumers/{group}/instances/{instance.name}"})
 
@@ -310,7 +267,7 @@ class RestApi:
 
     async def subscribe(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        await self.consumers.subscribe(instance, await json_body(request), request[SESSION])
+        await self.consumers.subscribe(instance, parse(SubscriptionBody, await json_body(request)), request[SESSION])
         return no_content()
 
     async def get_subscription(self, request: web.Request) -> web.Response:
@@ -322,7 +279,8 @@ class RestApi:
 
     async def assign(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        await self.consumers.assign(instance, partitions_of(await json_body(request)), request[SESSION])
+        refs = parse(PartitionsBody, await json_body(request)).partitions
+        await self.consumers.assign(instance, topic_partitions(refs), request[SESSION])
         return no_content()
 
     async def get_assignments(self, request: web.Request) -> web.Response:
@@ -348,29 +306,30 @@ class RestApi:
 
     async def commit(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        body = await json_body(request, required=False)
-        offsets = None
-        if body.get("offsets"):
-            offsets = {tp: (offset, meta) for tp, offset, meta in offsets_of(body)}
+        given = parse(OffsetsBody, await json_body(request, required=False)).offsets
+        offsets = {TopicPartition(o.topic, o.partition): (o.offset, o.metadata) for o in given} if given else None
         await self.consumers.commit(instance, offsets, request[SESSION])
         return v2({}, status=200)
 
     async def committed(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        partitions = partitions_of(await json_body(request))
+        partitions = topic_partitions(parse(PartitionsBody, await json_body(request)).partitions)
         return v2({"offsets": await self.consumers.committed(instance, partitions, request[SESSION])})
 
     async def seek(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        await self.consumers.seek(instance, {tp: offset for tp, offset, _ in offsets_of(await json_body(request))})
+        given = parse(OffsetsBody, await json_body(request)).offsets
+        await self.consumers.seek(instance, {TopicPartition(o.topic, o.partition): o.offset for o in given})
         return no_content()
 
     async def seek_beginning(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        await self.consumers.seek_to(instance, partitions_of(await json_body(request)), end=False)
+        refs = parse(PartitionsBody, await json_body(request)).partitions
+        await self.consumers.seek_to(instance, topic_partitions(refs), end=False)
         return no_content()
 
     async def seek_end(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        await self.consumers.seek_to(instance, partitions_of(await json_body(request)), end=True)
+        refs = parse(PartitionsBody, await json_body(request)).partitions
+        await self.consumers.seek_to(instance, topic_partitions(refs), end=True)
         return no_content()
