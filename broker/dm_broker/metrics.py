@@ -178,6 +178,12 @@ class BrokerMetrics:
         self.throttle_time = Counter("dm_throttle_time_seconds", "Time clients were throttled for exceeding a "
                                      "client quota, by quota and the user / client id it holds (empty: any)",
                                      ["quota", "user", "client_id"], registry=r)
+        self.rest_requests = Counter("dm_rest_requests", "REST Proxy requests by route (its pattern) and HTTP status",
+                                     ["route", "status"], registry=r)
+        self.rest_request_latency = Histogram("dm_rest_request_duration_seconds", "REST Proxy request handling time "
+                                              "by route", ["route"], registry=r, buckets=LATENCY_BUCKETS)
+        self.rest_consumers = Gauge("dm_rest_consumer_instances", "REST consumer instances this broker holds",
+                                    registry=r)
         # process_open_fds / process_max_fds beside the CPU and memory figures: each log segment holds
         # a descriptor, so these say how close a broker with many partitions is to its limit
         ProcessCollector(registry=r)

@@ -471,3 +471,19 @@ def test_a_body_that_never_arrives_is_answered_408(cluster: Cluster) -> None:
         answer = conn.recv(4096).decode()
     assert answer.startswith("HTTP/1.1 408"), answer
     assert '"error_code": 40801' in answer, answer
+
+
+def test_rest_metrics_by_route(cluster: Cluster) -> None:
+    cluster.create("rest-metrics", 1)
+    url = cluster.url(2)
+    for _ in range(3):
+        assert produce(url, "rest-metrics", [{"value": b64(b"m")}]).status_code == 200
+    assert requests.get(url + "/topics/no-such-topic", timeout=30).status_code == 404
+    broker = cluster.brokers[2]
+    assert broker.metric("dm_rest_requests_total", route="POST /topics/{topic}", status="200") >= 3
+    assert broker.metric("dm_rest_requests_total", route="GET /topics/{topic}", status="404") >= 1
+    assert broker.metric("dm_rest_request_duration_seconds_count", route="POST /topics/{topic}") >= 3
+    # the Produce requests the REST Proxy made are counted as Kafka requests by the leader (in process there
+    # when it is this broker, forwarded otherwise)
+    leader = requests.get(url + "/topics/rest-metrics/partitions/0", timeout=30).json()["leader"]
+    assert cluster.brokers[leader].metric("dm_request_duration_seconds_count", api="Produce") >= 3

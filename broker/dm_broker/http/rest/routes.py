@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +95,7 @@ class RestApi:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.broker.config["http.request.max.bytes"],
-                              middlewares=[self._errors, self._authenticate])
+                              middlewares=[self._measured, self._errors, self._authenticate])
         app[READ_TIMEOUT] = self.broker.config["http.request.timeout.ms"] / 1000
         r = app.router
         r.add_get("/healthy", self.healthy)
@@ -127,6 +128,20 @@ class RestApi:
         return app
 
     # -- middleware -------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _measured(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """dm_rest_requests_total and dm_rest_request_duration_seconds, by route pattern (not by path: a
+        consumer instance's name in a label would grow without bound)."""
+        started = time.perf_counter()
+        response = await handler(request)
+        info = request.match_info.route.resource
+        route = f"{request.method} {info.canonical if info is not None else 'unmatched'}"
+        metrics = self.broker.metrics
+        metrics.rest_requests.labels(route, str(response.status)).inc()
+        metrics.rest_request_latency.labels(route).observe(time.perf_counter() - started)
+        metrics.rest_consumers.set(len(self.consumers.instances))
+        return response
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
