@@ -92,9 +92,9 @@ def test_readme_then_quickstart_work_as_written(cluster_like_make_run: Path) -> 
     assert quickstart.returncode == 0, f"quickstart:\n{quickstart.stdout[-3000:]}\n{quickstart.stderr[-3000:]}"
     assert "created topic clicks (6 partitions, replication factor 3)" in quickstart.stdout
     assert "deleted topic clicks" in quickstart.stdout
-    assert '"error_code": null' in readme.stdout, readme.stdout  # the README's curl produce
+    assert '"error_code":null' in readme.stdout, readme.stdout  # the README's curl produce
 
     http = run_doc(REPO / "docs" / "http.md", workdir)
     assert http.returncode == 0, f"http.md:\n{http.stdout[-3000:]}\n{http.stderr[-3000:]}"
-    assert '"topic": "http-demo"' in http.stdout, http.stdout  # the consumer instance read records back
-    assert '{"offsets": [{"topic": "http-demo", "partition": 2, "offset": 1, "metadata": ""}]}' in http.stdout
+    assert '"topic":"http-demo"' in http.stdout, http.stdout  # the consumer instance read records back
+    assert '{"offsets":[{"topic":"http-demo","partition":2,"offset":1,"metadata":""}]}' in http.stdout

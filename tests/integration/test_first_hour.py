@@ -277,6 +277,6 @@ def test_dm_up_serves_the_rest_proxy_and_its_banner_recipe_works(tmp_path):
         [recipe] = [line.strip() for line in banner.splitlines() if line.strip().startswith("curl ")]
         out = subprocess.run(recipe, shell=True, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert '"offset": 0' in out.stdout and '"error_code": null' in out.stdout, out.stdout
+        assert '"offset":0' in out.stdout and '"error_code":null' in out.stdout, out.stdout
     finally:
         up.stop()

@@ -470,7 +470,7 @@ def test_a_body_that_never_arrives_is_answered_408(cluster: Cluster) -> None:
                      b"\r\nContent-Length: 1000\r\n\r\n{\"records\": [")
         answer = conn.recv(4096).decode()
     assert answer.startswith("HTTP/1.1 408"), answer
-    assert '"error_code": 40801' in answer, answer
+    assert '"error_code":40801' in answer, answer
 
 
 def test_rest_metrics_by_route(cluster: Cluster) -> None:

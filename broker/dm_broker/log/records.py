@@ -302,6 +302,45 @@ def _write_varbytes(out: bytearray, data: bytes | None) -> None:
         out += data
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    _write_varint(out, value)
+    return bytes(out)
+
+
+# Zigzag varints of -1 .. 16383 (lengths, deltas, counts): building a batch looks them up instead of
+# computing them, which makes it about twice as fast (the REST Proxy builds one per request).
+_SMALL_VARINTS = tuple(_varint(v) for v in range(-1, 1 << 14))
+
+
+def _small_varint(value: int) -> bytes:
+    return _SMALL_VARINTS[value + 1] if -1 <= value < (1 << 14) - 1 else _varint(value)
+
+
+def _encoded_record(delta_ts: int, index: int, key: bytes | None, value: bytes | None,
+                    headers: list[tuple[str, bytes | None]]) -> list[bytes]:
+    """One record's pieces, its length varint first."""
+    parts = [b"\x00", _small_varint(delta_ts), _small_varint(index)]
+    for data in (key, value):
+        if data is None:
+            parts.append(_SMALL_VARINTS[0])
+        else:
+            parts.append(_small_varint(len(data)))
+            parts.append(data)
+    parts.append(_small_varint(len(headers)))
+    for hkey, hval in headers:
+        name = hkey.encode()
+        parts.append(_small_varint(len(name)))
+        parts.append(name)
+        if hval is None:
+            parts.append(_SMALL_VARINTS[0])
+        else:
+            parts.append(_small_varint(len(hval)))
+            parts.append(hval)
+    parts.insert(0, _small_varint(sum(map(len, parts))))
+    return parts
+
+
 def build_batch(
     records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
     *,
@@ -317,20 +356,10 @@ def build_batch(
     """Encodes (key, value, headers) tuples as one magic-v2 batch (used by internal writers);
     `timestamp_deltas` gives records timestamps of their own (timestamp_ms + delta)."""
     deltas = timestamp_deltas or [0] * len(records)
-    body = bytearray()
-    for delta, (key, value, headers) in enumerate(records):
-        rec = bytearray(b"\x00")
-        _write_varint(rec, deltas[delta])
-        _write_varint(rec, delta)
-        _write_varbytes(rec, key)
-        _write_varbytes(rec, value)
-        _write_varint(rec, len(headers))
-        for hkey, hval in headers:
-            _write_varbytes(rec, hkey.encode())
-            _write_varbytes(rec, hval)
-        _write_varint(body, len(rec))
-        body += rec
-    payload = compress(codec, bytes(body))
+    pieces: list[bytes] = []
+    for index, (key, value, headers) in enumerate(records):
+        pieces += _encoded_record(deltas[index], index, key, value, headers)
+    payload = compress(codec, b"".join(pieces))
     attributes = codec | attributes_extra
     length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
     out = bytearray(

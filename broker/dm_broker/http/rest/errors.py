@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from . import jsonio
+
 TOPIC_NOT_FOUND = 40401
 PARTITION_NOT_FOUND = 40402
 CONSUMER_INSTANCE_NOT_FOUND = 40403
@@ -37,8 +39,8 @@ class RestError(Exception):
 
 def error_response(status: int, error_code: int, message: str, headers: dict[str, str] | None = None
                    ) -> web.Response:
-    return web.json_response({"error_code": error_code, "message": message}, status=status,
-                             content_type=V2_JSON, headers=headers)
+    return web.Response(body=jsonio.dumps({"error_code": error_code, "message": message}), status=status,
+                        content_type=V2_JSON, headers=headers)
 
 
 def not_found_topic(topic: str) -> RestError:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -15,6 +14,7 @@ from aiokafka import TopicPartition
 from ...security.acls import Operation, ResourceType
 from ...security.session import Session
 from ...topics import INTERNAL_TOPICS
+from . import jsonio
 from .auth import REALM, HttpAuthenticator
 from .bodies import (
     ConsumerConfigBody,
@@ -50,7 +50,7 @@ OPEN_PATHS = ("/healthy", "/ready", "/openapi", "/openapi.json")
 
 
 def v2(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, content_type=V2_JSON)
+    return web.Response(body=jsonio.dumps(data), status=status, content_type=V2_JSON)
 
 
 def no_content() -> web.Response:
@@ -72,8 +72,8 @@ async def json_body(request: web.Request, required: bool = True) -> dict[str, An
             raise RestError(400, 400, "the request needs a JSON body")
         return {}
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = jsonio.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise RestError(400, 400, f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise RestError(400, 400, "the body must be a JSON object")
@@ -308,7 +308,7 @@ class RestApi:
         timeout = self._query_int(request, "timeout")
         max_bytes = self._query_int(request, "max_bytes")
         records = await self.consumers.records(instance, timeout, max_bytes, request[SESSION])
-        return web.json_response(records, content_type=content_type(instance.settings.format))
+        return web.Response(body=jsonio.dumps(records), content_type=content_type(instance.settings.format))
 
     @staticmethod
     def _query_int(request: web.Request, name: str) -> int | None:
