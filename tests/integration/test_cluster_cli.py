@@ -16,10 +16,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_dm_up_runs_a_replicated_cluster_and_stops_on_ctrl_c(tmp_path):
-    port, http = consecutive_free_ports(2), consecutive_free_ports(2)
+    port, http, rest = consecutive_free_ports(2), consecutive_free_ports(2), consecutive_free_ports(2)
     up = subprocess.Popen([sys.executable, "-m", "dm_broker.cli", "up", "--brokers", "2", "--data-dir",
-                           str(tmp_path), "--port", str(port), "--http-port", str(http), "--controller-port",
-                           str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           str(tmp_path), "--port", str(port), "--http-port", str(http), "--rest-port", str(rest),
+                           "--controller-port", str(free_port())],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert up.stdout is not None
         banner = ""
@@ -74,8 +75,8 @@ def test_dm_up_passes_a_secured_server_properties_to_every_broker(tmp_path):
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security"
         ".plain.PlainLoginModule required username=\"admin\" password=\"admin-pw\";\n")
     up = subprocess.Popen([sys.executable, "-m", "dm_broker.cli", "up", "--brokers", "2", "--data-dir",
-                           str(tmp_path / "data"), "--port", str(port), "--http-port", "-1", "--controller-port",
-                           str(free_port()), "--config", str(config)],
+                           str(tmp_path / "data"), "--port", str(port), "--http-port", "-1", "--rest-port", "-1",
+                           "--controller-port", str(free_port()), "--config", str(config)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         banner = ""

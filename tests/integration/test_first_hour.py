@@ -65,12 +65,13 @@ def test_second_broker_on_a_data_directory_is_refused_and_a_dead_holder_is_no_ob
 
 def test_second_dm_up_on_a_data_directory_is_refused_and_leaves_the_first_alone(tmp_path):
     data = tmp_path / "data"
-    first = DmUp(data, 1, consecutive_free_ports(2), "--http-port", "-1", "--controller-port", str(free_port()))
+    first = DmUp(data, 1, consecutive_free_ports(2), "--http-port", "-1", "--rest-port", "-1", "--controller-port",
+                 str(free_port()))
     try:
         first.wait_ready()
         logs_before = {p.name: p.read_bytes() for p in data.glob("*.log")}
         second = dm("up", "--brokers", "1", "--data-dir", str(data), "--port", str(consecutive_free_ports(2)),
-                    "--http-port", "-1", "--controller-port", str(free_port()), timeout=30)
+                    "--http-port", "-1", "--rest-port", "-1", "--controller-port", str(free_port()), timeout=30)
         assert second.returncode != 0
         assert f"{data} is in use by process {first.proc.pid} (dm up)" in second.stderr
         assert {p.name: p.read_bytes() for p in data.glob("*.log")} == logs_before
@@ -81,11 +82,12 @@ def test_second_dm_up_on_a_data_directory_is_refused_and_leaves_the_first_alone(
 
 def test_dm_up_says_which_port_is_taken(tmp_path):
     port = consecutive_free_ports(2)
-    first = DmUp(tmp_path / "a", 1, port, "--http-port", "-1", "--controller-port", str(free_port()))
+    first = DmUp(tmp_path / "a", 1, port, "--http-port", "-1", "--rest-port", "-1", "--controller-port",
+                 str(free_port()))
     try:
         first.wait_ready()
         second = dm("up", "--brokers", "1", "--data-dir", str(tmp_path / "b"), "--port", str(port),
-                    "--http-port", "-1", "--controller-port", str(free_port()), timeout=30)
+                    "--http-port", "-1", "--rest-port", "-1", "--controller-port", str(free_port()), timeout=30)
         assert second.returncode != 0
         assert f"port {port} (broker 0) already in use" in second.stderr
         assert not list((tmp_path / "b").glob("*.log")), "nothing was started"
