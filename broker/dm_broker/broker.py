@@ -115,6 +115,11 @@ class Unreachable:
 
 
 class Broker:
+    @property
+    def heartbeats_unreachable_since(self) -> float | None:
+        """Monotonic time since which the controller has not answered heartbeats (None: it answers)."""
+        return self._heartbeats_unreachable.since
+
     def __init__(self, config: BrokerConfig, controller: ControllerClient) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -548,7 +553,8 @@ class Broker:
         if plog.written_topic_id is None and not marker.exists():
             atomic_write(marker, topic.topic_id.encode())
             plog.written_topic_id = topic.topic_id
-        part = Partition(topic.name, index, plog, self.node_id, topic_id=topic.topic_id)
+        part = Partition(topic.name, index, plog, self.node_id, topic_id=topic.topic_id,
+                         on_isr_change=self.metrics.count_isr_change)
         part.hw = min(self._initial_hw.get(key, 0), plog.log_end_offset)
         self.partitions[key] = part
         return part

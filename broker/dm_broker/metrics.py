@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,14 @@ class _State:
     oldest_open_txn_s: float = 0.0
     fetch_sessions: int = 0
     fetch_session_partitions: int = 0
+    hosted: int = 0  # partition replicas on this broker
+    led: int = 0
+    under_replicated: int = 0  # led here, with an ISR smaller than the replica set
+    under_min_isr: int = 0  # led here, with an ISR below the topic's min.insync.replicas
+    offline: int = 0  # in the cluster (this broker's metadata): partitions without a leader
+    controller_silent_s: float = 0.0  # how long the controller has not answered heartbeats (0: it answers)
+    log_dirs: list[tuple[str, int, int]] = field(default_factory=list)  # directory, free and total bytes
+    certificates: list[tuple[str, float]] = field(default_factory=list)  # listener, seconds until expiry
 
 
 class _StateCollector(Collector):
@@ -53,6 +62,25 @@ class _StateCollector(Collector):
             state.partitions.append((topic, str(index), log_.log_end_offset, log_.log_start_offset,
                                      part.high_watermark, log_.size_bytes,
                                      part.high_watermark - part.last_stable_offset if part.is_leader else None))
+            if part.is_leader:
+                state.led += 1
+                state.under_replicated += len(part.isr) < len(part.replicas)
+                state.under_min_isr += len(part.isr) < log_.settings["min.insync.replicas"]
+        state.hosted = len(broker.partitions)
+        md = broker.metadata
+        if md is not None:
+            state.offline = sum(p.leader < 0 for t in md.topics.values() for p in t.partitions)
+        silent_since = broker.heartbeats_unreachable_since
+        state.controller_silent_s = time.monotonic() - silent_since if silent_since is not None else 0.0
+        for directory in broker.config.log_dirs:
+            try:
+                fs = os.statvfs(directory)
+            except OSError:  # a failed or missing log directory: no figures rather than wrong ones
+                continue
+            state.log_dirs.append((str(directory), fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize))
+        now_s = time.time()
+        state.certificates = [(name, tls.not_after - now_s) for name, tls in broker.security.tls.items()
+                              if tls.not_after is not None]
         for group in broker.coordinator.groups.values():
             lags = []
             for (topic, index), committed in group.offsets.items():
@@ -76,6 +104,7 @@ class _StateCollector(Collector):
         yield from self._groups(state)
         yield from self._transactions(state)
         yield from self._fetch_sessions(state)
+        yield from self._health(state)
 
     @staticmethod
     def _logs(state: _State) -> Iterator[GaugeMetricFamily]:
@@ -135,6 +164,38 @@ class _StateCollector(Collector):
         yield from (members, lag, generation, leader)
 
     @staticmethod
+    def _health(state: _State) -> Iterator[GaugeMetricFamily]:
+        """What alerts are written on (deploy/prometheus): partition health, disk, certificates."""
+        for name, doc, value in (
+                ("dm_partitions", "Partition replicas this broker hosts", state.hosted),
+                ("dm_leader_partitions", "Partitions this broker leads", state.led),
+                ("dm_under_replicated_partitions", "Partitions led here whose ISR is smaller than their replica set",
+                 state.under_replicated),
+                ("dm_under_min_isr_partitions", "Partitions led here whose ISR is below min.insync.replicas (acks=all "
+                 "writes refused)", state.under_min_isr),
+                ("dm_offline_partitions", "Partitions without a leader in the cluster, as this broker's metadata "
+                 "has them (every broker reports the cluster's figure)", state.offline),
+                ("dm_controller_unreachable_seconds", "How long the controller has not answered this broker's "
+                 "heartbeats (0: it answers)", state.controller_silent_s)):
+            family = GaugeMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        free = GaugeMetricFamily("dm_log_dir_free_bytes", "Bytes free for dm on a log directory's file system",
+                                 labels=["dir"])
+        total = GaugeMetricFamily("dm_log_dir_total_bytes", "Size of a log directory's file system",
+                                  labels=["dir"])
+        for directory, free_bytes, total_bytes in state.log_dirs:
+            free.add_metric([directory], free_bytes)
+            total.add_metric([directory], total_bytes)
+        yield free
+        yield total
+        expiry = GaugeMetricFamily("dm_certificate_expiry_seconds", "Seconds until the certificate a TLS listener "
+                                   "presents expires (negative: expired)", labels=["listener"])
+        for listener, seconds in state.certificates:
+            expiry.add_metric([listener], seconds)
+        yield expiry
+
+    @staticmethod
     def _fetch_sessions(state: _State) -> Iterator[GaugeMetricFamily]:
         sessions = GaugeMetricFamily("dm_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker keeps")
         sessions.add_metric([], state.fetch_sessions)
@@ -178,6 +239,10 @@ class BrokerMetrics:
         self.throttle_time = Counter("dm_throttle_time_seconds", "Time clients were throttled for exceeding a "
                                      "client quota, by quota and the user / client id it holds (empty: any)",
                                      ["quota", "user", "client_id"], registry=r)
+        self.isr_shrinks = Counter("dm_isr_shrinks", "ISR changes of partitions led here that removed replicas",
+                                   registry=r)
+        self.isr_expands = Counter("dm_isr_expands", "ISR changes of partitions led here that added replicas",
+                                   registry=r)
         self.rest_requests = Counter("dm_rest_requests", "REST Proxy requests by route (its pattern) and HTTP status",
                                      ["route", "status"], registry=r)
         self.rest_request_latency = Histogram("dm_rest_request_duration_seconds", "REST Proxy request handling time "
@@ -190,6 +255,13 @@ class BrokerMetrics:
         self.state = _StateCollector(broker)
         r.register(self.state)
         self._scrape_lock = asyncio.Lock()
+
+    def count_isr_change(self, left: set[int], joined: set[int]) -> None:
+        """An ISR change of a partition led here (through AlterIsr, or the controller's own)."""
+        if left:
+            self.isr_shrinks.inc()
+        if joined:
+            self.isr_expands.inc()
 
     async def exposition(self) -> bytes:
         """The Prometheus text of every metric: the broker's state copied on the loop, the text built

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,8 @@ class Partition:
     adding_replicas: list[int] = field(default_factory=list)  # a reassignment's new replicas (throttled)
     topic_id: str = ""  # the topic this log belongs to: a topic deleted and created again is another one
     closed: bool = False
+    # told of each ISR change while this broker leads: (replicas that left, replicas that joined)
+    on_isr_change: Callable[[set[int], set[int]], None] | None = None
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
     _sessions: dict[FetchSession, tuple[str, int]] = field(default_factory=dict)  # incremental fetch sessions
     _purgatory: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
@@ -116,6 +119,8 @@ class Partition:
 
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]) -> None:
         new_epoch = leader_epoch != self.leader_epoch or self.role != LEADER
+        if self.role == LEADER:  # still leading: the controller changed the ISR (it fenced a follower)
+            self._note_isr_change(isr)
         self.role = LEADER
         self.leader_id = self.node_id
         self.replicas = list(replicas)
@@ -145,6 +150,11 @@ class Partition:
         self._fail_purgatory()
         self._wake_fetchers()  # its fetchers hear NOT_LEADER now, not at their max wait
 
+    def _note_isr_change(self, isr: list[int]) -> None:
+        left, joined = set(self.isr) - set(isr), set(isr) - set(self.isr)
+        if (left or joined) and self.on_isr_change is not None:
+            self.on_isr_change(left, joined)
+
     def set_replicas(self, replicas: list[int]) -> None:
         """The assignment changed under the same leader (a reassignment adds or drops replicas):
         the leader tracks the new followers' fetches so they can join the ISR."""
@@ -162,6 +172,8 @@ class Partition:
     def update_isr(self, isr: list[int], partition_epoch: int) -> None:
         if partition_epoch < self.partition_epoch:
             return
+        if self.role == LEADER:
+            self._note_isr_change(isr)
         self.isr = list(isr)
         self.partition_epoch = partition_epoch
         self.pending_isr = None

@@ -219,6 +219,7 @@ class ReloadingContext:
         self.reloads = 0
         self.certificate, self.trusted = fingerprints(settings)
         self.ever_trusted = set(self.trusted)  # a server context never forgets a CA it loaded
+        self.not_after = not_after(settings)  # dm_certificate_expiry_seconds
 
     @property
     def retains_removed_cas(self) -> bool:
@@ -260,6 +261,7 @@ class ReloadingContext:
         self.reloads += 1
         self.certificate, self.trusted = fingerprints(self.settings)
         self.ever_trusted |= set(self.trusted)
+        self.not_after = not_after(self.settings)
         log.info("listener %s: TLS key/certificates reloaded from disk", self.settings.scope)
         return True
 
@@ -270,38 +272,52 @@ def _sha256(cert: Any) -> str:
     return cert.fingerprint(hashes.SHA256()).hex()
 
 
+def _pems(data: bytes) -> list[Any]:
+    from cryptography import x509
+
+    try:
+        return x509.load_pem_x509_certificates(data)
+    except ValueError:
+        return []
+
+
+def _presented_chain(s: TlsSettings) -> list[Any]:
+    """The certificates a listener presents, its own first (OSError, ValueError when unreadable)."""
+    if s.certificate_chain:
+        return _pems(s.certificate_chain.encode())
+    if s.keystore_type == "PKCS12" and s.keystore_location:
+        return _pems(read_pkcs12(s.keystore_location, s.keystore_password)[1])
+    if s.keystore_location:
+        return _pems(Path(s.keystore_location).read_bytes())
+    return []
+
+
 def fingerprints(s: TlsSettings) -> tuple[str, list[str]]:
     """SHA-256 fingerprints of the certificate a listener presents and of the CAs it trusts (what
     brokers report, so the operator knows when a rotation step has reached every broker)."""
-    from cryptography import x509
-
-    def pems(data: bytes) -> list[Any]:
-        try:
-            return x509.load_pem_x509_certificates(data)
-        except ValueError:
-            return []
-
     certificate = ""
     try:
-        if s.certificate_chain:
-            chain = pems(s.certificate_chain.encode())
-        elif s.keystore_type == "PKCS12" and s.keystore_location:
-            chain = pems(read_pkcs12(s.keystore_location, s.keystore_password)[1])
-        elif s.keystore_location:
-            chain = pems(Path(s.keystore_location).read_bytes())
-        else:
-            chain = []
+        chain = _presented_chain(s)
         certificate = _sha256(chain[0]) if chain else ""
-        trusted = pems(s.truststore_certificates.encode()) if s.truststore_certificates else []
+        trusted = _pems(s.truststore_certificates.encode()) if s.truststore_certificates else []
         if s.truststore_location:
             data = Path(s.truststore_location).read_bytes()
             if s.truststore_type == "PKCS12":
                 _, cert, extra = read_pkcs12(s.truststore_location, s.truststore_password)
                 data = cert + b"".join(extra)
-            trusted += pems(data)
+            trusted += _pems(data)
     except (OSError, ValueError):
         return certificate, []
     return certificate, sorted({_sha256(c) for c in trusted})
+
+
+def not_after(s: TlsSettings) -> float | None:
+    """When the certificate a listener presents expires (seconds since the epoch); None without one."""
+    try:
+        chain = _presented_chain(s)
+    except (OSError, ValueError):
+        return None
+    return chain[0].not_valid_after_utc.timestamp() if chain else None
 
 
 def peer_subject(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:
