@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the non-Python tools the test suite talks to: kcat, a Java runtime for Spark, and the
+# Installs the non-Python tools the test suite talks to: kcat, a Java runtime for Spark, promtool, and the
 # Kubernetes control plane for the e2e suite (scripts/k8s-build.sh: built once, then cached) with
 # helm (scripts/helm-install.sh).
 # kcat and Java are best effort (their tests skip with a reason when missing). The control plane is
@@ -21,6 +21,19 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || echo "install-tools: apt-get install ${need[*]} failed; dependent tests will skip" >&2
   else
     echo "install-tools: cannot install ${need[*]} (needs root and apt-get); dependent tests will skip" >&2
+  fi
+fi
+# promtool (Debian's prometheus package) unit-tests the alert rules in deploy/prometheus; its
+# recommendations (exporters, the web console) are not needed.
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ $can_apt = 1 ]; then
+    echo "install-tools: installing prometheus (for promtool)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; }; } \
+      || echo "install-tools: apt-get install prometheus failed; the alert rule tests will fail" >&2
+  else
+    echo "install-tools: cannot install prometheus (needs root and apt-get); the alert rule tests will skip" >&2
   fi
 fi
 if ! bash scripts/k8s-build.sh || ! bash scripts/helm-install.sh; then

@@ -20,6 +20,10 @@ from .objects import Obj
 from .settings import OperatorSettings
 
 BROKER_UID = 10001
+# Where a Prometheus without the Prometheus Operator finds broker metrics (its kubernetes_sd examples
+# read these); the chart's PodMonitor is the other way. Not in the revision: no restart for them.
+SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(naming.HTTP_PORT),
+                      "prometheus.io/path": "/metrics"}
 # A broker without requests would be BestEffort: the first pod evicted under node pressure.
 DEFAULT_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
 # Set by the operator from the pod's identity; a DMCluster may not set them.
@@ -262,7 +266,8 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": {**spec.template.labels, **naming.labels(name)},
-                             "annotations": {**spec.template.annotations, "dm.dev/revision": rev}},
+                             "annotations": {**SCRAPE_ANNOTATIONS, **spec.template.annotations,
+                                             "dm.dev/revision": rev}},
                 "spec": pod_spec,
             },
             "volumeClaimTemplates": [claim],

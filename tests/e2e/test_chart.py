@@ -69,6 +69,26 @@ def test_chart_lints_and_renders_manifests_valid_for_kubernetes(tmp_path: Path) 
     assert schema.returncode != 0 and "replicas" in schema.stderr, "values.schema.json checks values"
 
 
+def test_monitoring_objects_where_the_prometheus_operator_is(tmp_path: Path) -> None:
+    """PodMonitors and the PrometheusRule (issue 29) only where monitoring.coreos.com/v1 is served: skipped
+    silently without it, except the rules asked for by name, which fail with the way round it."""
+    wanted = ["--set", "monitoring.podMonitors=true", "--set", "monitoring.prometheusRule=true"]
+    docs = [d for d in yaml.safe_load_all(render("--api-versions", "monitoring.coreos.com/v1", *wanted)) if d]
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
+    assert set(monitors) == {"rel-operator-brokers", "rel-operator"}
+    assert monitors["rel-operator-brokers"]["spec"]["namespaceSelector"] == {"any": True}
+    [rule] = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load((REPO / "deploy" / "prometheus" / "dm-alerts.yml").read_text())
+    plain = [d for d in yaml.safe_load_all(render("--set", "monitoring.podMonitors=true")) if d]
+    assert not [d for d in plain if d["kind"] in ("PodMonitor", "PrometheusRule")]
+    refused = subprocess.run([helm_binary(), "template", "rel", str(CHART), "--set", "monitoring.prometheusRule=true"],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "deploy/prometheus/dm-alerts.yml" in refused.stderr
+    [operator] = [d for d in plain if d["kind"] == "Deployment"]
+    annotations = operator["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9990"
+
+
 def test_rendered_objects_pass_the_api_servers_validation(operator) -> None:
     """Server-side dry run: built-in objects against Kubernetes 1.20, DMCluster and Topic against
     the CRDs (installed by the operator fixture's release)."""

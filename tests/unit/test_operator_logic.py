@@ -349,3 +349,17 @@ def test_fields_of_a_newer_schema_are_ignored_not_refused():
     assert sorted(unknown) == ["spec.futureField", "spec.storage.futureStorage", "spec.template.futureTemplate"]
     assert DMClusterSpec.model_validate(known).storage.size == "1Gi"
     assert known_part(TopicSpec, {"cluster": "c", "x": 1})[1] == ["spec.x"]
+
+
+def test_broker_pods_say_where_their_metrics_are_and_a_user_may_override() -> None:
+    from dm_operator.models import DMClusterSpec
+    from dm_operator.settings import OperatorSettings
+
+    sts = manifests.statefulset("demo", "ns", {}, DMClusterSpec(), OperatorSettings(), replicas=3, properties="")
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(naming.HTTP_PORT)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    custom = DMClusterSpec.model_validate({"template": {"annotations": {"prometheus.io/scrape": "false"}}})
+    sts = manifests.statefulset("demo", "ns", {}, custom, OperatorSettings(), replicas=3, properties="")
+    assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "false"
