@@ -487,3 +487,21 @@ def test_rest_metrics_by_route(cluster: Cluster) -> None:
     # when it is this broker, forwarded otherwise)
     leader = requests.get(url + "/topics/rest-metrics/partitions/0", timeout=30).json()["leader"]
     assert cluster.brokers[leader].metric("dm_request_duration_seconds_count", api="Produce") >= 3
+
+
+def test_a_json_instance_refuses_a_record_that_is_not_json(cluster: Cluster) -> None:
+    cluster.create("rest-not-json", 1)
+    url = cluster.url(0)
+    assert produce(url, "rest-not-json", [{"value": b64(b"plain text, not JSON")}]).status_code == 200
+    group = f"rest-not-json-{uuid.uuid4()}"
+    base = requests.post(f"{url}/consumers/{group}", json={"format": "json", "auto.offset.reset": "earliest"},
+                         headers={"Content-Type": V2}, timeout=30).json()["base_uri"]
+    requests.post(base + "/subscription", json={"topics": ["rest-not-json"]}, headers={"Content-Type": V2}, timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        answer = requests.get(base + "/records?timeout=1000", headers={"Accept": JSON}, timeout=30)
+        if answer.status_code != 200 or answer.json():
+            break
+    assert (answer.status_code, answer.json()["error_code"]) == (500, 50002), answer.text
+    assert "rest-not-json-0@0" in answer.json()["message"] and "binary" in answer.json()["message"]
+    requests.delete(base, timeout=30)
