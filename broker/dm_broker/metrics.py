@@ -98,7 +98,13 @@ class _StateCollector(Collector):
         return state
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        state = self.taken or self.snapshot()
+        yield from self.families(self.taken or self.snapshot())
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        """Every family this collector yields, without the broker's state (registration, docs/metrics.md)."""
+        return list(self.families(_State()))
+
+    def families(self, state: _State) -> Iterator[GaugeMetricFamily]:
         yield from self._logs(state)
         yield from self._strays(state)
         yield from self._groups(state)

@@ -1,6 +1,6 @@
 """dm's alert rules (deploy/prometheus, issue 29): promtool checks them and runs their unit tests, every
 alert has a test that fires it and one that does not, every metric they name is one dm exports, and the
-chart's PrometheusRule carries the same rules."""
+chart's PrometheusRule carries the same rules. Also: docs/metrics.md is what the registries define."""
 
 from __future__ import annotations
 
@@ -58,11 +58,10 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def exported_names() -> set[str]:
-    """Every dm_* metric name written in dm's source (prometheus-client metrics and collector families)."""
-    names: set[str] = set()
-    for path in [*REPO.glob("broker/dm_broker/**/*.py"), *REPO.glob("operator/dm_operator/**/*.py")]:
-        names |= set(re.findall(r'"(dm_[a-z0-9_]+)"', path.read_text()))
-    return names
+    """Every metric family dm exports, from the broker's and the operator's registries (docs/metrics.md)."""
+    from dm_broker.tools.metrics_docs import broker_metrics, operator_metrics
+
+    return {m.name.removesuffix("_total") for m in [*broker_metrics(), *operator_metrics()]}
 
 
 def test_rules_name_only_metrics_dm_exports() -> None:
@@ -75,3 +74,10 @@ def test_rules_name_only_metrics_dm_exports() -> None:
 
 def test_the_charts_prometheus_rule_is_the_same_file() -> None:
     assert CHART_COPY.read_text() == RULES.read_text(), f"cp {RULES.relative_to(REPO)} {CHART_COPY.relative_to(REPO)}"
+
+
+def test_the_metrics_reference_is_the_code() -> None:
+    from dm_broker.tools.metrics_docs import render
+
+    doc = REPO / "docs" / "metrics.md"
+    assert doc.read_text() == render(), "run: python -m dm_broker.tools.metrics_docs > docs/metrics.md"
