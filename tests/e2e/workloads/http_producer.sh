@@ -16,7 +16,9 @@ while [ "$stopping" = 0 ]; do
   p=$((seq % partitions))
   value=$(printf '%s:%s' "$p" "$seq" | base64)
   sent=$(date +%s.%N)
-  answer=$(curl -sS --max-time 60 -X POST -H 'Content-Type: application/vnd.kafka.binary.v2+json' \
+  # a connect to a deleted pod's address (the Service has not dropped it yet) gets no answer: give up
+  # after 3 s, as the Kafka workloads do (socket.connection.setup.timeout.ms), not at --max-time
+  answer=$(curl -sS --connect-timeout 3 --max-time 60 -X POST -H 'Content-Type: application/vnd.kafka.binary.v2+json' \
     --data "{\"records\":[{\"value\":\"$value\"}]}" "$URL/topics/$TOPIC/partitions/$p" 2>&1)
   at=$(date +%s.%N)
   offset=$(printf '%s' "$answer" | jq -r '.offsets[0]? | select(.error_code == null) | .offset | numbers' \
