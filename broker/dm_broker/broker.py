@@ -143,7 +143,7 @@ class Broker:
             offsets_retention_ms=int(config["offsets.retention.minutes"] * 60_000),
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
         ))
-        self.channels = BrokerChannels(self._address, client_id=f"dm-broker-{self.node_id}",
+        self.channels = BrokerChannels(self.broker_address, client_id=f"dm-broker-{self.node_id}",
                                        security=self.security.client)
         self.markers = MarkerWriter(self, self.channels)
         self.txn_coordinator = TransactionCoordinator(self, TxnSettings(
@@ -690,7 +690,7 @@ class Broker:
             await self._wait_metadata(min(deadline, min(self._suspected.get(n, 0) for n in leaders)) -
                                       time.monotonic())
 
-    def _address(self, node_id: int) -> tuple[str, int] | None:
+    def broker_address(self, node_id: int) -> tuple[str, int] | None:
         endpoint = self.endpoint(node_id)
         return None if endpoint is None else (endpoint.host, endpoint.port)
 

@@ -21,47 +21,58 @@ Endpoint = Callable[[int], tuple[str, int] | None]
 
 
 class BrokerChannels:
-    def __init__(self, endpoint: Endpoint, client_id: str, security: ClientSecurity | None = None) -> None:
+    """`per_broker` connections to each broker at most, each carrying one request at a time (answers come in
+    order); a connection the other broker closed is replaced before use, and one whose request was cancelled
+    is aborted (its answer would be read as the next request's)."""
+
+    def __init__(self, endpoint: Endpoint, client_id: str, security: ClientSecurity | None = None,
+                 per_broker: int = 1) -> None:
         self.endpoint = endpoint
         self.client_id = client_id
         self.security = security
-        self._conns: dict[int, KafkaConnection] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self.per_broker = per_broker
+        self._idle: dict[int, list[KafkaConnection]] = {}
+        self._slots: dict[int, asyncio.Semaphore] = {}
+        self._open: set[KafkaConnection] = set()
 
     async def _connection(self, node_id: int) -> KafkaConnection:
-        conn = self._conns.get(node_id)
-        if conn is not None:
-            return conn
-        lock = self._locks.setdefault(node_id, asyncio.Lock())
-        async with lock:
-            conn = self._conns.get(node_id)
-            if conn is None:
-                address = self.endpoint(node_id)
-                if address is None:
-                    raise ConnectionError(f"broker {node_id} is not serving")
-                conn = await KafkaConnection.open(*address, client_id=self.client_id, timeout=5,
-                                                  security=self.security)
-                self._conns[node_id] = conn
-            return conn
-
-    async def request(self, node_id: int, body: Any, timeout: float = 30) -> Any:
+        idle = self._idle.setdefault(node_id, [])
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+            await self._discard(conn)
+        address = self.endpoint(node_id)
+        if address is None:
+            raise ConnectionError(f"broker {node_id} is not serving")
         try:
-            conn = await self._connection(node_id)
+            conn = await KafkaConnection.open(*address, client_id=self.client_id, timeout=5, security=self.security)
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to broker {node_id}: {exc!r}") from None
-        try:
-            return await conn.request(body, timeout)
-        except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError, RuntimeError) as exc:
-            # RuntimeError: the transport was closed under the connection (the broker went away).
-            await self._drop(node_id, conn)
-            raise ConnectionError(f"request to broker {node_id} failed: {exc!r}") from None
+        self._open.add(conn)
+        return conn
 
-    async def _drop(self, node_id: int, conn: KafkaConnection) -> None:
-        if self._conns.get(node_id) is conn:
-            del self._conns[node_id]
+    async def request(self, node_id: int, body: Any, timeout: float = 30) -> Any:
+        async with self._slots.setdefault(node_id, asyncio.Semaphore(self.per_broker)):
+            conn = await self._connection(node_id)
+            try:
+                response = await conn.request(body, timeout)
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                await self._discard(conn)
+                raise ConnectionError(f"request to broker {node_id} failed: {exc!r}") from None
+            except BaseException:  # cancelled mid-request
+                self._open.discard(conn)
+                conn.abort()
+                raise
+            self._idle[node_id].append(conn)
+            return response
+
+    async def _discard(self, conn: KafkaConnection) -> None:
+        self._open.discard(conn)
         with contextlib.suppress(Exception):
             await conn.close()
 
     async def close(self) -> None:
-        for node_id, conn in list(self._conns.items()):
-            await self._drop(node_id, conn)
+        self._idle.clear()
+        for conn in list(self._open):
+            await self._discard(conn)

@@ -121,6 +121,14 @@ class KafkaConnection:
         check_correlation(frame, correlation_id)
         return frame
 
+    @property
+    def closed(self) -> bool:
+        """The peer (or this side) closed it: a request on it cannot be sent."""
+        return self.conn.closed
+
+    def abort(self) -> None:
+        self.conn.abort()
+
     async def send_raw(self, frame: bytes) -> None:
         self.conn.write(frame)
         await self.conn.drain()

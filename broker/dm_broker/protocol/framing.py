@@ -186,8 +186,14 @@ class FrameProtocol(asyncio.BufferedProtocol):
     # -- writing ---------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        assert self.transport is not None
+        """ConnectionResetError once the peer closed the connection (uvloop would raise RuntimeError)."""
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("connection closed")
         self.transport.write(data)
+
+    @property
+    def closed(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
 
     async def drain(self) -> None:
         if self.transport is None or self.transport.is_closing():
