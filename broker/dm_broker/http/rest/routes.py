@@ -36,7 +36,7 @@ from .errors import (
     unprocessable,
 )
 from .formats import accepted_format, content_type, embedded_format_of, to_bytes
-from .openapi import openapi_document
+from .openapi import OPERATIONS, openapi_document
 from .producer import OutgoingRecord, RestProducer
 
 if TYPE_CHECKING:
@@ -97,34 +97,8 @@ class RestApi:
         app = web.Application(client_max_size=self.broker.config["http.request.max.bytes"],
                               middlewares=[self._serve])
         app[READ_TIMEOUT] = self.broker.config["http.request.timeout.ms"] / 1000
-        r = app.router
-        r.add_get("/healthy", self.healthy)
-        r.add_get("/ready", self.ready)
-        r.add_get("/openapi", self.openapi)
-        r.add_get("/openapi.json", self.openapi)
-        r.add_get("/", self.root)
-        r.add_get("/brokers", self.brokers)
-        r.add_get("/topics", self.topics)
-        r.add_get("/topics/{topic}", self.topic)
-        r.add_post("/topics/{topic}", self.produce)
-        r.add_get("/topics/{topic}/partitions", self.partitions)
-        r.add_get("/topics/{topic}/partitions/{partition}", self.partition)
-        r.add_post("/topics/{topic}/partitions/{partition}", self.produce)
-        r.add_get("/topics/{topic}/partitions/{partition}/offsets", self.partition_offsets)
-        base = "/consumers/{group}/instances/{name}"
-        r.add_post("/consumers/{group}", self.create_consumer)
-        r.add_delete(base, self.delete_consumer)
-        r.add_post(base + "/subscription", self.subscribe)
-        r.add_get(base + "/subscription", self.get_subscription)
-        r.add_delete(base + "/subscription", self.unsubscribe)
-        r.add_post(base + "/assignments", self.assign)
-        r.add_get(base + "/assignments", self.get_assignments)
-        r.add_get(base + "/records", self.records)
-        r.add_post(base + "/offsets", self.commit)
-        r.add_get(base + "/offsets", self.committed)
-        r.add_post(base + "/positions", self.seek)
-        r.add_post(base + "/positions/beginning", self.seek_beginning)
-        r.add_post(base + "/positions/end", self.seek_end)
+        for op in OPERATIONS:  # the routes are the OpenAPI document's operations: one table for both
+            app.router.add_route(op.method.upper(), op.path, getattr(self, op.handler))
         return app
 
     # -- middleware -------------------------------------------------------------------------------
