@@ -294,14 +294,6 @@ def _write_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _write_varbytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        _write_varint(out, -1)
-    else:
-        _write_varint(out, len(data))
-        out += data
-
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     _write_varint(out, value)
@@ -317,10 +309,10 @@ def _small_varint(value: int) -> bytes:
     return _SMALL_VARINTS[value + 1] if -1 <= value < (1 << 14) - 1 else _varint(value)
 
 
-def _encoded_record(delta_ts: int, index: int, key: bytes | None, value: bytes | None,
+def _encoded_record(delta_ts: int, delta_offset: int, key: bytes | None, value: bytes | None,
                     headers: list[tuple[str, bytes | None]]) -> list[bytes]:
-    """One record's pieces, its length varint first."""
-    parts = [b"\x00", _small_varint(delta_ts), _small_varint(index)]
+    """One record's pieces, its length varint first (the one record encoder: new batches and compaction)."""
+    parts = [b"\x00", _small_varint(delta_ts), _small_varint(delta_offset)]
     for data in (key, value):
         if data is None:
             parts.append(_SMALL_VARINTS[0])
@@ -374,28 +366,15 @@ def build_batch(
     return bytes(out)
 
 
-def _encode_record(out: bytearray, record: Record, base_offset: int, base_timestamp: int) -> None:
-    rec = bytearray(b"\x00")
-    _write_varint(rec, record.timestamp - base_timestamp)
-    _write_varint(rec, record.offset - base_offset)
-    _write_varbytes(rec, record.key)
-    _write_varbytes(rec, record.value)
-    _write_varint(rec, len(record.headers))
-    for hkey, hval in record.headers:
-        _write_varbytes(rec, hkey.encode())
-        _write_varbytes(rec, hval)
-    _write_varint(out, len(rec))
-    out += rec
-
-
 def rebuild_batch(original: bytes, kept: list[Record]) -> bytes:
     """The same batch with only `kept` records (compaction): base offset, last offset delta,
     timestamps, producer fields and codec stay, so offsets and producer state are unchanged."""
     header = parse_header(original)
-    body = bytearray()
-    for record in kept:
-        _encode_record(body, record, header.base_offset, header.base_timestamp)
-    return with_payload(header, compress(header.compression, bytes(body)), header.attributes, len(kept))
+    pieces: list[bytes] = []
+    for r in kept:
+        pieces += _encoded_record(r.timestamp - header.base_timestamp, r.offset - header.base_offset, r.key, r.value,
+                                  r.headers)
+    return with_payload(header, compress(header.compression, b"".join(pieces)), header.attributes, len(kept))
 
 
 def with_payload(header: BatchHeader, payload: bytes, attributes: int, records_count: int) -> bytes:
