@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from . import naming
-from .models import DEFAULT_LISTENERS, DMClusterSpec, ListenerSpec
+from .models import DEFAULT_LISTENERS, DMClusterSpec, HttpSpec, ListenerSpec
 
 REPLICATION = "REPLICATION"
 REPLICATION_PORT = 9091
@@ -42,11 +42,18 @@ def secured(spec: DMClusterSpec) -> bool:
 
 def needs_certificates(spec: DMClusterSpec) -> bool:
     """Whether brokers need the CAs and their certificate: a secured Kafka side, or HTTPS on the REST Proxy."""
-    return secured(spec) or (http_enabled(spec) and spec.http is not None and spec.http.tls)
+    http = served_http(spec)
+    return secured(spec) or (http is not None and http.tls)
 
 
-def http_enabled(spec: DMClusterSpec) -> bool:
-    return spec.http is not None and spec.http.enabled
+def served_http(spec: DMClusterSpec) -> HttpSpec | None:
+    """The REST Proxy's settings when spec.http turns it on."""
+    return spec.http if spec.http is not None and spec.http.enabled else None
+
+
+def pod_host(cluster: str, domain: str) -> str:
+    """A broker pod's own DNS name ($(POD_NAME), $(POD_NAMESPACE) expanded by Kubernetes)."""
+    return f"$(POD_NAME).{naming.headless_service(cluster)}.$(POD_NAMESPACE).svc.{domain}"
 
 
 def http_scheme(spec: DMClusterSpec) -> str:
@@ -56,9 +63,9 @@ def http_scheme(spec: DMClusterSpec) -> str:
 def http_properties(spec: DMClusterSpec) -> dict[str, str]:
     """The REST Proxy's broker properties (docs/http.md): its listener, TLS with the broker certificate,
     client certificates of the clients CA, or HTTP Basic against the Users' SCRAM credentials."""
-    if not http_enabled(spec) or spec.http is None:
+    http = served_http(spec)
+    if http is None:
         return {}
-    http = spec.http
     scheme = http_scheme(spec)
     props = {"http.listeners": f"{scheme}://0.0.0.0:{http.port}"}
     scope = f"listener.name.{scheme.lower()}"
@@ -74,15 +81,14 @@ def http_properties(spec: DMClusterSpec) -> dict[str, str]:
 
 def http_advertised(spec: DMClusterSpec, cluster: str, domain: str) -> str | None:
     """http.advertised.listeners for a broker pod: a consumer instance's base_uri names its own broker."""
-    if not http_enabled(spec) or spec.http is None:
-        return None
-    host = f"$(POD_NAME).{naming.headless_service(cluster)}.$(POD_NAMESPACE).svc.{domain}"
-    return f"{http_scheme(spec)}://{host}:{spec.http.port}"
+    http = served_http(spec)
+    return None if http is None else f"{http_scheme(spec)}://{pod_host(cluster, domain)}:{http.port}"
 
 
 def uses_clients_ca(spec: DMClusterSpec) -> bool:
-    return any(li.authentication == "tls" for li in spec.listeners) or (
-        http_enabled(spec) and spec.http is not None and spec.http.authentication == "tls")
+    http = served_http(spec)
+    return any(li.authentication == "tls" for li in spec.listeners) or (http is not None and
+                                                                         http.authentication == "tls")
 
 
 def protocol(li: ListenerSpec) -> str:
@@ -137,12 +143,13 @@ def advertised(spec: DMClusterSpec, cluster: str, domain: str) -> str | None:
     """advertised.listeners for a broker pod ($(POD_NAME), $(POD_NAMESPACE) expanded by Kubernetes)."""
     if is_default(spec):
         return None
-    host = f"$(POD_NAME).{naming.headless_service(cluster)}.$(POD_NAMESPACE).svc.{domain}"
+    host = pod_host(cluster, domain)
     return ",".join(f"{e.name}://{host}:{e.port}" for e in endpoints(spec))
 
 
 def _http_ports(spec: DMClusterSpec) -> list[int]:
-    return [spec.http.port] if http_enabled(spec) and spec.http is not None else []
+    http = served_http(spec)
+    return [http.port] if http is not None else []
 
 
 def service_ports(spec: DMClusterSpec, replication: bool) -> list[dict]:
@@ -167,8 +174,9 @@ def statuses(spec: DMClusterSpec, cluster: str, namespace: str, domain: str) -> 
 
 
 def http_status(spec: DMClusterSpec, cluster: str, namespace: str, domain: str) -> dict | None:
-    if not http_enabled(spec) or spec.http is None:
+    http = served_http(spec)
+    if http is None:
         return None
     service = f"{naming.bootstrap_service(cluster)}.{namespace}.svc.{domain}"
-    return {"url": f"{http_scheme(spec).lower()}://{service}:{spec.http.port}", "tls": spec.http.tls,
-            "authentication": spec.http.authentication}
+    return {"url": f"{http_scheme(spec).lower()}://{service}:{http.port}", "tls": http.tls,
+            "authentication": http.authentication}

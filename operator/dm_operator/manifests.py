@@ -173,7 +173,7 @@ def statefulset(name: str, namespace: str, owner: Obj, spec: DMClusterSpec, sett
     # The default listener keeps dm's shorthand (so brokers of existing clusters are not restarted);
     # anything else is Kafka's listeners, from the ConfigMap, advertised by each pod's own name.
     listen = ["--port", str(naming.KAFKA_PORT),
-              "--advertised-host", f"$(POD_NAME).{naming.headless_service(name)}.$(POD_NAMESPACE).svc.{domain}"] \
+              "--advertised-host", listeners.pod_host(name, domain)] \
         if advertised is None else ["--override", f"advertised.listeners={advertised}"]
     args = [
         "broker", "--config", f"{naming.CONFIG_PATH}/broker.properties",
