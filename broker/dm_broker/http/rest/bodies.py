@@ -3,11 +3,12 @@ once, and anything else is refused with 422 and pydantic's account of what is wr
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from .errors import INVALID_REQUEST, RestError
+from .formats import SCHEMA_FORMATS
 
 
 class Body(BaseModel):
@@ -54,14 +55,33 @@ class SubscriptionBody(Body):
     topic_pattern: StrictStr | None = None
 
 
+INSTANCE_NAME = r"^[A-Za-z0-9._-]{1,249}$"
+
+
 class ConsumerConfigBody(Body):
-    name: StrictStr | None = None
-    id: StrictStr | None = None  # v1's spelling of name
-    format: StrictStr = "binary"
-    auto_offset_reset: StrictStr = Field("latest", alias="auto.offset.reset")
-    auto_commit_enable: StrictStr | bool = Field("true", alias="auto.commit.enable")
-    fetch_min_bytes: StrictInt | StrictStr | None = Field(None, alias="fetch.min.bytes")
-    request_timeout_ms: StrictInt | StrictStr | None = Field(None, alias="consumer.request.timeout.ms")
+    """A consumer instance's settings, as POST /consumers/{group} gives them (Confluent's names)."""
+
+    name: StrictStr | None = Field(None, pattern=INSTANCE_NAME)
+    id: StrictStr | None = Field(None, pattern=INSTANCE_NAME)  # v1's spelling of name
+    format: Literal["binary", "json"] = "binary"
+    auto_offset_reset: Literal["earliest", "latest", "none"] = Field("latest", alias="auto.offset.reset")
+    auto_commit_enable: bool = Field(True, alias="auto.commit.enable")  # also "true" / "false"
+    fetch_min_bytes: int | None = Field(None, ge=1, alias="fetch.min.bytes")
+    request_timeout_ms: int | None = Field(None, ge=0, alias="consumer.request.timeout.ms")
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _known_format(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in SCHEMA_FORMATS:
+            raise ValueError(f"the {value} format needs a schema registry, which dm does not have (use binary or json)")
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("auto_offset_reset", mode="before")
+    @classmethod
+    def _kafka_spellings(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return {"smallest": "earliest", "largest": "latest"}.get(value.lower(), value.lower())
 
 
 M = TypeVar("M", bound="Body")

@@ -5,7 +5,6 @@ because the consumer itself authenticates as the broker."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import re
@@ -24,63 +23,25 @@ from .errors import (
     CONSUMER_ALREADY_EXISTS,
     CONSUMER_INSTANCE_NOT_FOUND,
     ILLEGAL_STATE,
-    INVALID_CONSUMER_CONFIG,
     KAFKA_ERROR,
     RestError,
     forbidden,
     unprocessable,
 )
-from .formats import FORMATS, SCHEMA_FORMATS, from_bytes
+from .formats import from_bytes
 
 if TYPE_CHECKING:
     from ...broker import Broker
 
 log = logging.getLogger(__name__)
-NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-RESETS = ("earliest", "latest", "none")
 MAX_RECORDS_PER_READ = 10_000
-
-
-@dataclass
-class ConsumerSettings:
-    format: str = "binary"
-    auto_offset_reset: str = "latest"
-    auto_commit: bool = True
-    fetch_min_bytes: int = 1
-    request_timeout_ms: int = 1000
-
-    @classmethod
-    def of(cls, body: ConsumerConfigBody, default_timeout_ms: int) -> ConsumerSettings:
-        def bad(message: str) -> RestError:
-            return unprocessable(f"Invalid consumer configuration: {message}", INVALID_CONSUMER_CONFIG)
-
-        fmt = body.format.lower()
-        if fmt in SCHEMA_FORMATS:
-            raise bad(f"the {fmt} format needs a schema registry, which dm does not have (use binary or json)")
-        if fmt not in FORMATS:
-            raise bad(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
-        reset = {"smallest": "earliest", "largest": "latest"}.get(body.auto_offset_reset.lower(),
-                                                                  body.auto_offset_reset.lower())
-        if reset not in RESETS:
-            raise bad(f"auto.offset.reset {reset!r} is not one of {', '.join(RESETS)}")
-        commit = str(body.auto_commit_enable).lower()
-        if commit not in ("true", "false"):
-            raise bad(f"auto.commit.enable must be true or false, got {commit!r}")
-        try:
-            min_bytes = int(body.fetch_min_bytes or 1)
-            timeout = int(default_timeout_ms if body.request_timeout_ms is None else body.request_timeout_ms)
-        except ValueError:
-            raise bad("fetch.min.bytes and consumer.request.timeout.ms must be integers") from None
-        if min_bytes < 1 or timeout < 0:
-            raise bad("fetch.min.bytes must be at least 1 and consumer.request.timeout.ms not negative")
-        return cls(fmt, reset, commit == "true", min_bytes, timeout)
 
 
 @dataclass
 class ConsumerInstance:
     group: str
     name: str
-    settings: ConsumerSettings
+    settings: ConsumerConfigBody
     owner: str  # the principal that created it: no one else may use it
     consumer: AIOKafkaConsumer
     last_used: float = field(default_factory=time.monotonic)
@@ -127,19 +88,15 @@ class ConsumerRegistry:
 
     async def create(self, group: str, body: ConsumerConfigBody, session: Session) -> ConsumerInstance:
         self._allow_group(session, group)
-        settings = ConsumerSettings.of(body, self.broker.config["consumer.request.timeout.ms"])
         name = body.name or body.id or f"rest-consumer-{uuid.uuid4()}"
-        if not NAME.match(name):
-            raise unprocessable(f"Invalid consumer configuration: name {name!r} must be 1-249 letters, digits, '.', "
-                                "'_' or '-'", INVALID_CONSUMER_CONFIG)
         if (group, name) in self.instances:
             raise RestError(409, CONSUMER_ALREADY_EXISTS, "Consumer with specified consumer ID already exists in the "
                                                           "specified consumer group.")
         if len(self.instances) >= self.broker.config["http.consumer.max.instances"]:
             raise RestError(429, 42902, f"this broker already has {len(self.instances)} consumer instances "
                                         "(http.consumer.max.instances); delete unused ones or use another broker")
-        consumer = self._consumer(group, name, settings)
-        instance = ConsumerInstance(group, name, settings, str(session.principal), consumer)
+        consumer = self._consumer(group, name, body)
+        instance = ConsumerInstance(group, name, body, str(session.principal), consumer)
         self.instances[(group, name)] = instance
         try:
             await instance.consumer.start()
@@ -152,7 +109,7 @@ class ConsumerRegistry:
             raise
         return instance
 
-    def _consumer(self, group: str, name: str, settings: ConsumerSettings) -> AIOKafkaConsumer:
+    def _consumer(self, group: str, name: str, settings: ConsumerConfigBody) -> AIOKafkaConsumer:
         info = next(b for b in self.broker.metadata.brokers if b.node_id == self.broker.node_id) \
             if self.broker.metadata is not None else None
         bootstrap = f"{info.host}:{info.port}" if info is not None else f"127.0.0.1:{self.broker.port}"
@@ -164,8 +121,8 @@ class ConsumerRegistry:
         instance_timeout = self.broker.config["consumer.instance.timeout.ms"]
         return AIOKafkaConsumer(
             bootstrap_servers=bootstrap, group_id=group, client_id=f"dm-rest-{name}",
-            enable_auto_commit=settings.auto_commit, auto_offset_reset=settings.auto_offset_reset,
-            fetch_min_bytes=settings.fetch_min_bytes, security_protocol=security.protocol,
+            enable_auto_commit=settings.auto_commit_enable, auto_offset_reset=settings.auto_offset_reset,
+            fetch_min_bytes=settings.fetch_min_bytes or 1, security_protocol=security.protocol,
             ssl_context=security.ssl_context,
             # a REST client polls when it likes: the instance's own expiry decides when it is gone
             max_poll_interval_ms=instance_timeout + 60_000,
@@ -262,8 +219,10 @@ class ConsumerRegistry:
                       session: Session) -> list[dict[str, Any]]:
         limit = min(max_bytes or self.broker.config["consumer.request.max.bytes"],
                     self.broker.config["consumer.request.max.bytes"])
-        wait = instance.settings.request_timeout_ms if timeout_ms is None else min(
-            timeout_ms, self.broker.config["consumer.request.timeout.ms"] * 30)
+        default_wait = self.broker.config["consumer.request.timeout.ms"]
+        configured = instance.settings.request_timeout_ms
+        wait = (default_wait if configured is None else configured) if timeout_ms is None else min(
+            timeout_ms, default_wait * 30)
         async with instance.lock:
             self._follow_pattern(instance, session)
             consumer = instance.consumer
@@ -297,7 +256,7 @@ class ConsumerRegistry:
                         "value": from_bytes(fmt, record.value, where), "partition": tp.partition,
                         "offset": record.offset, "timestamp": record.timestamp}
                     if record.headers:
-                        item["headers"] = [{"key": k, "value": None if v is None else base64.b64encode(v).decode()}
+                        item["headers"] = [{"key": k, "value": from_bytes("binary", v, where)}
                                            for k, v in record.headers]
                     out.append(item)
             if out:

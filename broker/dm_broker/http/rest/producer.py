@@ -104,8 +104,8 @@ class RestProducer:
             raise not_found_topic(name)
         return doc
 
-    async def produce(self, topic: str, records: list[OutgoingRecord], session: Session) -> list[RecordResult]:
-        doc = self.topic(topic)
+    async def produce(self, doc: TopicDoc, records: list[OutgoingRecord], session: Session) -> list[RecordResult]:
+        topic = doc.name
         if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
             raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
         count = len(doc.partitions)

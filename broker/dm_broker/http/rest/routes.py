@@ -115,7 +115,6 @@ class RestApi:
         metrics = self.broker.metrics
         metrics.rest_requests.labels(route, str(response.status)).inc()
         metrics.rest_request_latency.labels(route).observe(time.perf_counter() - started)
-        metrics.rest_consumers.set(len(self.consumers.instances))
         return response
 
     async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -230,7 +229,7 @@ class RestApi:
                                           to_bytes(fmt, item.value, f"records[{i}].value"),
                                           fixed if item.partition is None else item.partition, headers,
                                           item.timestamp))
-        results = await self.producer.produce(topic, records, request[SESSION])
+        results = await self.producer.produce(doc, records, request[SESSION])
         return v2({"key_schema_id": None, "value_schema_id": None, "offsets": [r.as_json() for r in results]})
 
     # -- consumer instances -----------------------------------------------------------------------

@@ -58,6 +58,7 @@ class RestProxy:
         self.calls = KafkaCalls(broker)
         self.producer = RestProducer(broker, self.calls)
         self.consumers = ConsumerRegistry(broker)
+        broker.metrics.rest_consumers.set_function(lambda: len(self.consumers.instances))  # read at scrapes
         self.runners: list[web.AppRunner] = []
         self.bound: dict[str, str] = {}  # listener name -> its base URI
         self._tls_task: asyncio.Task[None] | None = None
