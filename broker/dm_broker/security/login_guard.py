@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from .scram import ScramCredential, verify_password
 
 T = TypeVar("T")
 
@@ -27,6 +30,7 @@ FREE_FAILURES = 3  # failures per user name or address within the window before 
 BASE_DELAY_S = 0.25
 MAX_DELAY_S = 10.0
 MAX_WAITING = 16  # attempts in line per user name or address; more are refused at once, unchecked
+MATCHED_KEPT = 10_000  # passwords remembered as matching (then forgotten all at once)
 HASHING_THREADS = 2  # hashlib's PBKDF2 releases the GIL: two threads use the second core, no more
 
 
@@ -76,6 +80,7 @@ class LoginGuard:
         self._users: Counter[str] = Counter()  # attempts holding or waiting for each key's lock
         self._pool = ThreadPoolExecutor(HASHING_THREADS, thread_name_prefix="dm-hash")
         self._queue = asyncio.Semaphore(HASHING_THREADS * 8)  # bounded work queued behind the threads
+        self._matched: set[tuple[bytes, tuple]] = set()  # (sha256 of a password, the credential it matched)
 
     @staticmethod
     def keys(user: str, host: str) -> tuple[str, str]:
@@ -113,6 +118,20 @@ class LoginGuard:
 
     def failed(self, user: str, host: str) -> None:
         self.failures.record(*self.keys(user, host))
+
+    async def password_matches(self, credential: ScramCredential, password: str) -> bool:
+        """A PLAIN password against a SCRAM credential: a PBKDF2 off the event loop, remembered when it
+        matched, so a client that logs in on every request (HTTP Basic) or reconnects often does not pay
+        it each time; a changed or deleted credential no longer matches what was remembered."""
+        key = (hashlib.sha256(password.encode()).digest(), credential.raw())
+        if key in self._matched:
+            return True
+        ok = await self.hash(verify_password, credential, password)
+        if ok:
+            if len(self._matched) >= MATCHED_KEPT:
+                self._matched.clear()
+            self._matched.add(key)
+        return ok
 
     async def hash(self, fn: Callable[..., T], *args: object) -> T:
         """Runs a password hash off the event loop, at most HASHING_THREADS at once."""

@@ -110,7 +110,7 @@ class Authenticator:
             if credential is not None:
                 # PBKDF2 over the credential's iterations: milliseconds of CPU, never on the event loop
                 if self.guard is not None:
-                    return await self.guard.hash(verify_password, credential, password)
+                    return await self.guard.password_matches(credential, password)
                 return verify_password(credential, password)
         return False
 

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ...security.jaas import parse_jaas
 from ...security.listeners import Listener
-from ...security.login_guard import TooManyAttempts
-from ...security.principal import Principal, user
-from ...security.scram import ScramCredential, verify_password
+from ...security.principal import Principal
+from ...security.sasl import AuthenticationFailed, Authenticator, SaslSettings
 from ...security.session import Session
 from ...security.tls import peer_subject
 from .errors import RestError
@@ -37,10 +34,7 @@ class HttpAuthenticator:
         self.listener = listener
         self.basic = broker.config["http.authentication.method"] == "BASIC"
         jaas = broker.config.jaas_config(listener.name, "PLAIN")
-        self.plain_users = parse_jaas(jaas).users if jaas else {}
-        # SCRAM users' passwords verified recently, with the credential they matched: a PBKDF2 per request
-        # would cost milliseconds each, and a changed or deleted credential no longer matches.
-        self._verified: dict[tuple[str, str, bytes], ScramCredential] = {}
+        self.sasl = SaslSettings(["PLAIN"], parse_jaas(jaas).users if jaas else {}, broker.security.credentials)
 
     async def session(self, request: web.Request) -> Session:
         host = (request.transport.get_extra_info("peername") or ("", 0))[0] if request.transport else ""
@@ -68,37 +62,14 @@ class HttpAuthenticator:
             raise unauthorized("malformed HTTP Basic credentials") from None
         if not sep or not name:
             raise unauthorized("malformed HTTP Basic credentials")
-        if await self._check(name, password, host):
-            self.broker.metrics.authentications.labels(self.listener.name, "BASIC", "success").inc()
-            return user(name)
-        self.broker.metrics.authentications.labels(self.listener.name, "BASIC", "failure").inc()
-        raise unauthorized("Authentication failed: Invalid username or password")
-
-    async def _check(self, name: str, password: str, host: str) -> bool:
-        expected = self.plain_users.get(name)
-        if expected is not None:
-            return hmac.compare_digest(expected.encode(), password.encode())
-        guard = self.broker.security.login_guard
-        digest = hashlib.sha256(password.encode()).digest()
-        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
-            credential = self.broker.security.credentials(name, mechanism)
-            if credential is None:
-                continue
-            key = (name, mechanism, digest)
-            if self._verified.get(key) == credential:
-                return True
-            try:
-                async with guard.attempt(name, host, costly=True):
-                    ok = await guard.hash(verify_password, credential, password)
-                    if not ok:
-                        guard.failed(name, host)
-            except TooManyAttempts:
-                raise RestError(429, 42901, "too many authentication attempts for this user name or from this "
-                                            "address; retry later") from None
-            if ok:
-                if len(self._verified) > 10_000:
-                    self._verified.clear()
-                self._verified[key] = credential
-            return ok
-        guard.failed(name, host)
-        return False
+        # the same check as a SASL/PLAIN login on a Kafka listener, with its login guard
+        authenticator = Authenticator(self.sasl, host, self.broker.security.login_guard)
+        authenticator.handshake("PLAIN")
+        try:
+            await authenticator.step(b"\0" + name.encode() + b"\0" + password.encode())
+        except AuthenticationFailed as exc:
+            self.broker.metrics.authentications.labels(self.listener.name, "BASIC", "failure").inc()
+            raise unauthorized(str(exc)) from None
+        self.broker.metrics.authentications.labels(self.listener.name, "BASIC", "success").inc()
+        assert authenticator.principal is not None
+        return authenticator.principal
