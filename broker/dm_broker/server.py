@@ -25,7 +25,7 @@ from .protocol.framing import FrameProtocol, FrameSizeError
 from .security.listeners import Listener
 from .security.session import Session
 from .security.setup import SecuritySetup
-from .security.tls import RELOAD_CHECK_S, ReloadingContext, peer_subject
+from .security.tls import peer_subject
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class KafkaServer:
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None)
         self._sweeper = asyncio.create_task(self._sweep_idle())
         if tls is not None:
-            self._reloader = asyncio.create_task(self._reload_tls(tls))
+            self._reloader = asyncio.create_task(tls.keep_current())
         return self._server.sockets[0].getsockname()[1]
 
     def _protocol(self) -> FrameProtocol:
@@ -99,12 +99,6 @@ class KafkaServer:
     def _accepted_tls(self, connected: list[bool], conn: FrameProtocol) -> None:
         connected[0] = True
         self._accepted(conn)
-
-    async def _reload_tls(self, tls: ReloadingContext) -> None:
-        while True:
-            await asyncio.sleep(RELOAD_CHECK_S)
-            with contextlib.suppress(Exception):
-                tls.check()
 
     def _accepted(self, conn: FrameProtocol) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(conn))

@@ -9,6 +9,7 @@ temporary file removed right after loading.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -235,6 +236,13 @@ class ReloadingContext:
             except OSError:
                 out.append((path, None))
         return tuple(out)
+
+    async def keep_current(self) -> None:
+        """check() every RELOAD_CHECK_S, for as long as the listener runs (cancel the task to stop)."""
+        while True:
+            await asyncio.sleep(RELOAD_CHECK_S)
+            with contextlib.suppress(Exception):  # check() logs what does not load; the old material stays
+                self.check()
 
     def check(self) -> bool:
         """Reloads what changed on disk; True when something was reloaded."""

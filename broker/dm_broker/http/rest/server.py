@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SCHEMES = {"HTTP": "PLAINTEXT", "HTTPS": "SSL"}
-TLS_CHECK_S = 5.0
 
 
 def http_listeners(config: BrokerConfig) -> list[Listener]:
@@ -61,7 +60,7 @@ class RestProxy:
         broker.metrics.rest_consumers.set_function(lambda: len(self.consumers.instances))  # read at scrapes
         self.runners: list[web.AppRunner] = []
         self.bound: dict[str, str] = {}  # listener name -> its base URI
-        self._tls_task: asyncio.Task[None] | None = None
+        self._tls_tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         self.consumers.start()
@@ -85,24 +84,14 @@ class RestProxy:
             self.bound[listener.name] = api.base_uri
             self.runners.append(runner)
             log.info("REST Proxy on %s (%s)", api.base_uri, self.broker.config["http.authentication.method"])
-        if self.tls:
-            self._tls_task = asyncio.get_running_loop().create_task(self._reload_tls())
-
-    async def _reload_tls(self) -> None:
-        """Renewed certificates reach new connections (the context is updated in place)."""
-        while True:
-            await asyncio.sleep(TLS_CHECK_S)
-            for name, tls in self.tls.items():
-                try:
-                    tls.check()
-                except Exception as exc:  # a half-written file: the old context stays until the next check
-                    log.warning("REST listener %s: TLS files not reloaded: %s", name, exc)
+        # renewed certificates reach new connections (the contexts are updated in place)
+        self._tls_tasks = [asyncio.get_running_loop().create_task(tls.keep_current()) for tls in self.tls.values()]
 
     async def close(self) -> None:
-        if self._tls_task is not None:
-            self._tls_task.cancel()
+        for task in self._tls_tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._tls_task
+                await task
         await self.consumers.close()
         for runner in self.runners:
             with contextlib.suppress(Exception):
