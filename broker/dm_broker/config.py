@@ -426,6 +426,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("log.cleaner.delete.retention.ms", "int", 86_400_000,
                  "How long a tombstone (null value) survives compaction, so consumers see deletes.",
                  minimum=0, topic_name="delete.retention.ms"),
+        Property("metrics.per.partition.enabled", "bool", True,
+                 "Export per-partition series (offsets, log size, group lag). false: the same metrics summed per "
+                 "topic, without the partition label, for clusters whose partition count would make too many "
+                 "series. Dynamic.", dynamic=True),
         Property("leader.replication.throttled.rate", "int", LONG_MAX,
                  "Bytes per second a leader sends to the throttled replicas of its partitions (reassignments). "
                  "Dynamic: AlterConfigs on the broker, or on all brokers with an empty broker name.",

@@ -28,6 +28,8 @@ class _State:
     """What the broker's state metrics show, copied on the event loop: the exposition is then built
     from plain values in a worker thread, never from structures the loop is changing."""
 
+    per_partition: bool = True  # metrics.per.partition.enabled; false: partition rows summed per topic
+    # topic, partition ("" when summed per topic), end, start, high watermark, bytes, unstable offsets
     partitions: list[tuple[str, str, int, int, int, int, int | None]] = field(default_factory=list)
     strays: list[tuple[str, Path, int]] = field(default_factory=list)
     groups: list[tuple[str, str, int, int, str | None, list[tuple[str, str, int]]]] = field(default_factory=list)
@@ -57,10 +59,11 @@ class _StateCollector(Collector):
         broker = self.broker
         state = _State(strays=broker.logs.strays(), fetch_sessions=len(broker.fetch_sessions),
                        fetch_session_partitions=broker.fetch_sessions.partition_count())
+        per_partition = state.per_partition = broker.dynamic("metrics.per.partition.enabled")
         for (topic, index), part in broker.partitions.items():
             log_ = part.log
-            state.partitions.append((topic, str(index), log_.log_end_offset, log_.log_start_offset,
-                                     part.high_watermark, log_.size_bytes,
+            state.partitions.append((topic, str(index) if per_partition else "", log_.log_end_offset,
+                                     log_.log_start_offset, part.high_watermark, log_.size_bytes,
                                      part.high_watermark - part.last_stable_offset if part.is_leader else None))
             if part.is_leader:
                 state.led += 1
@@ -86,7 +89,8 @@ class _StateCollector(Collector):
             for (topic, index), committed in group.offsets.items():
                 part = broker.partition(topic, index)
                 if part is not None:
-                    lags.append((topic, str(index), max(0, part.high_watermark - committed.offset)))
+                    lags.append((topic, str(index) if per_partition else "",
+                                 max(0, part.high_watermark - committed.offset)))
             state.groups.append((group.group_id, group.state.value, len(group.members), group.generation,
                                  group.leader_id or None, lags))
         now = time.time() * 1000
@@ -114,21 +118,34 @@ class _StateCollector(Collector):
 
     @staticmethod
     def _logs(state: _State) -> Iterator[GaugeMetricFamily]:
-        end = GaugeMetricFamily("dm_log_end_offset", "Log end offset", labels=["topic", "partition"])
-        start = GaugeMetricFamily("dm_log_start_offset", "Log start offset", labels=["topic", "partition"])
-        hw = GaugeMetricFamily("dm_high_watermark", "High watermark", labels=["topic", "partition"])
-        size = GaugeMetricFamily("dm_log_size_bytes", "Bytes on disk", labels=["topic", "partition"])
+        where = ["topic", "partition"] if state.per_partition else ["topic"]
+        end = GaugeMetricFamily("dm_log_end_offset", "Log end offset", labels=where)
+        start = GaugeMetricFamily("dm_log_start_offset", "Log start offset", labels=where)
+        hw = GaugeMetricFamily("dm_high_watermark", "High watermark", labels=where)
+        size = GaugeMetricFamily("dm_log_size_bytes", "Bytes on disk", labels=where)
         unstable = GaugeMetricFamily("dm_unstable_offsets", "High watermark minus last stable offset: offsets "
                                      "read_committed consumers wait for (open transactions), partitions led here",
-                                     labels=["topic", "partition"])
+                                     labels=where)
+        # With metrics.per.partition.enabled=false every partition of a topic has the index "", so the rows
+        # sum per topic.
+        sums: dict[tuple[str, str], list[int]] = {}
+        unstable_sums: dict[tuple[str, str], int] = {}
         for topic, index, end_offset, start_offset, high_watermark, size_bytes, unstable_offsets in state.partitions:
-            labels = [topic, index]
+            row = sums.setdefault((topic, index), [0, 0, 0, 0])
+            row[0] += end_offset
+            row[1] += start_offset
+            row[2] += high_watermark
+            row[3] += size_bytes
+            if unstable_offsets is not None:
+                unstable_sums[(topic, index)] = unstable_sums.get((topic, index), 0) + unstable_offsets
+        for key, (end_offset, start_offset, high_watermark, size_bytes) in sums.items():
+            labels = list(key) if state.per_partition else [key[0]]
             end.add_metric(labels, end_offset)
             start.add_metric(labels, start_offset)
             hw.add_metric(labels, high_watermark)
             size.add_metric(labels, size_bytes)
-            if unstable_offsets is not None:
-                unstable.add_metric(labels, unstable_offsets)
+        for key, unstable_offsets in unstable_sums.items():
+            unstable.add_metric(list(key) if state.per_partition else [key[0]], unstable_offsets)
         yield from (end, start, hw, size, unstable)
 
     @staticmethod
@@ -155,7 +172,7 @@ class _StateCollector(Collector):
     def _groups(state: _State) -> Iterator[GaugeMetricFamily]:
         members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])
         lag = GaugeMetricFamily("dm_group_lag", "High watermark minus committed offset, for partitions led here",
-                                labels=["group", "topic", "partition"])
+                                labels=["group", "topic", "partition"] if state.per_partition else ["group", "topic"])
         generation = GaugeMetricFamily("dm_group_generation", "Current generation of a consumer group",
                                        labels=["group"])
         leader = GaugeMetricFamily("dm_group_leader_info", "The member leading (assigning for) a consumer group",
@@ -165,8 +182,11 @@ class _StateCollector(Collector):
             generation.add_metric([group_id], group_generation)
             if leader_id:
                 leader.add_metric([group_id, leader_id], 1)
+            lag_sums: dict[tuple[str, str], int] = {}
             for topic, index, behind in lags:
-                lag.add_metric([group_id, topic, index], behind)
+                lag_sums[(topic, index)] = lag_sums.get((topic, index), 0) + behind
+            for key, behind in lag_sums.items():
+                lag.add_metric([group_id, *key] if state.per_partition else [group_id, key[0]], behind)
         yield from (members, lag, generation, leader)
 
     @staticmethod

@@ -83,3 +83,33 @@ def test_certificate_expiry_of_a_tls_listener(tmp_path) -> None:
         left = broker.metric("dm_certificate_expiry_seconds", listener="SSL")
         assert 2.9 * 86400 < left <= 3 * 86400, left
         assert broker.metric("dm_certificate_expiry_seconds", listener="PLAINTEXT") == 0  # no such series
+
+
+def test_per_partition_series_can_be_summed_per_topic_at_run_time(tmp_path) -> None:
+    """metrics.per.partition.enabled=false (dynamic) keeps the same metric names, summed per topic, so
+    a dashboard's `sum by (topic)` reads either form; the group's lag sums per topic the same way."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    with BrokerProcess(tmp_path / "data") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("wide", 3, 1)])["wide"].result(15)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for partition, count in enumerate((5, 7, 9)):
+            for _ in range(count):
+                producer.produce("wide", b"v", partition=partition)
+        assert producer.flush(15) == 0
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "readers"})
+        consumer.commit(offsets=[TopicPartition("wide", p, 1) for p in range(3)], asynchronous=False)
+        consumer.close()
+        assert [broker.metric("dm_log_end_offset", topic="wide", partition=str(p)) for p in range(3)] == [5, 7, 9]
+        assert [broker.metric("dm_group_lag", group="readers", topic="wide", partition=str(p))
+                for p in range(3)] == [4, 6, 8]
+
+        off = ConfigResource("BROKER", "0", incremental_configs=[
+            ConfigEntry("metrics.per.partition.enabled", "false", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([off])[off].result(15)
+        wait_for(lambda: broker.metric("dm_log_end_offset", topic="wide") == 21, "log end offsets summed per topic")
+        assert broker.metric("dm_log_end_offset", topic="wide", partition="0") == 0  # no partition series left
+        assert broker.metric("dm_group_lag", group="readers", topic="wide") == 18
+        assert broker.metric("dm_log_size_bytes", topic="wide") > 0
