@@ -5,6 +5,7 @@ at a time, and an uninstall that leaves no operator objects and keeps the claims
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -28,6 +29,7 @@ VALUE_SETS = {
     "all-namespaces": ["--set", "watch.allNamespaces=true", "--set", "watch.namespaces={team-*}",
                        "--set", "cluster.rack.enabled=true"],
     "http": ["--set", "cluster.http.port=8082", "--set", "cluster.http.authentication=basic"],
+    "dashboards": ["--set", "monitoring.dashboards.enabled=true"],
 }
 
 
@@ -87,6 +89,20 @@ def test_monitoring_objects_where_the_prometheus_operator_is(tmp_path: Path) -> 
     [operator] = [d for d in plain if d["kind"] == "Deployment"]
     annotations = operator["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9990"
+    assert not [d for d in plain if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
+
+
+def test_dashboards_are_configmaps_for_grafanas_sidecar() -> None:
+    docs = [d for d in yaml.safe_load_all(render("--set", "monitoring.dashboards.enabled=true",
+                                                 "--set", "monitoring.dashboards.namespace=grafana")) if d]
+    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"
+            and d["metadata"]["labels"].get("grafana_dashboard") == "1"}
+    files = sorted((CHART / "files" / "dashboards").glob("*.json"))
+    assert len(maps) == len(files) == 6
+    for path in files:
+        [cm] = [m for m in maps.values() if path.name in m["data"]]
+        assert cm["metadata"]["namespace"] == "grafana" and cm["metadata"]["annotations"]["grafana_folder"] == "dm"
+        assert json.loads(cm["data"][path.name]) == json.loads(path.read_text())
 
 
 def test_rendered_objects_pass_the_api_servers_validation(operator) -> None:
