@@ -30,3 +30,10 @@ ELECTED = Gauge("dm_operator_elected_timestamp_seconds", "When this instance las
                 registry=REGISTRY)
 DRIFT_CORRECTED = Counter("dm_operator_drift_corrections", "Children put back to the desired state after something "
                           "else changed them", ["kind"], registry=REGISTRY)
+
+# Label values known in advance start at zero, so a rate() over them is 0 rather than no series at all
+# (dashboards and alerts see "no errors", not "no data").
+for _kind in ("DMCluster", "Topic", "User"):
+    ERRORS.labels(kind=_kind)
+    for _result in ("ok", "error"):
+        RECONCILES.labels(kind=_kind, result=_result)

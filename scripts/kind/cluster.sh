@@ -6,6 +6,7 @@
 # kubeadm at its images: testbed/kind/kubeadm-offline.yaml), or with DM_KIND_NODE_IMAGE=default kind's
 # own default node image (a machine with Docker Hub, e.g. the hosted CI runner), or any image named there.
 #   DM_KIND_CLUSTER (default dm-e2e)   DM_IMAGE (default dm:e2e)   DM_CURL_IMAGE (default dm.local/curl:e2e)
+#   DM_PROMETHEUS_IMAGE (default dm.local/prometheus:e2e)
 #   DM_TESTBED_CACHE (tool cache root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,5 +44,6 @@ else
 fi
 start=$SECONDS
 curl_image=${DM_CURL_IMAGE:-dm.local/curl:e2e}  # the HTTP client pods' (scripts/kind/images.sh)
-kind load docker-image "$image" "$curl_image" --name "$cluster"
-echo "cluster: $image and $curl_image loaded in $((SECONDS - start)) s"
+prometheus_image=${DM_PROMETHEUS_IMAGE:-dm.local/prometheus:e2e}  # tests/e2e/test_monitoring.py's
+kind load docker-image "$image" "$curl_image" "$prometheus_image" --name "$cluster"
+echo "cluster: $image, $curl_image and $prometheus_image loaded in $((SECONDS - start)) s"

@@ -76,8 +76,23 @@ ensure_curl_image() {
   echo "images: $curl_image built from $base in $((SECONDS - start)) s"
 }
 
+# The e2e suite's Prometheus (tests/e2e/test_monitoring.py): Debian's prometheus package.
+ensure_prometheus_image() {
+  local prometheus_image=${DM_PROMETHEUS_IMAGE:-dm.local/prometheus:e2e} base=debian:bookworm-slim
+  has_image "$prometheus_image" && return 0
+  if ! has_image "$base" && ! docker pull "$base" >/dev/null 2>&1; then
+    ensure_minbase
+    base=$minbase
+  fi
+  local start=$SECONDS
+  build --build-arg "BASE=$base" -t "$prometheus_image" -f testbed/kind/images/prometheus.Dockerfile \
+    testbed/kind/images
+  echo "images: $prometheus_image built from $base in $((SECONDS - start)) s"
+}
+
 ensure_python_base
 ensure_curl_image
+ensure_prometheus_image
 start=$SECONDS
 build -t "$image" .
 size=$(docker image inspect -f '{{.Size}}' "$image")

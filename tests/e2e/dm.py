@@ -103,6 +103,8 @@ def fully_in_sync(status: dict) -> bool:
 
 # curl and jq on Debian, for the HTTP client pods (scripts/kind/images.sh builds it, cluster.sh loads it)
 CURL_IMAGE = os.environ.get("DM_CURL_IMAGE", "dm.local/curl:e2e")
+# Debian's prometheus package (testbed/kind/images/prometheus.Dockerfile), for tests/e2e/test_monitoring.py
+PROMETHEUS_IMAGE = os.environ.get("DM_PROMETHEUS_IMAGE", "dm.local/prometheus:e2e")
 
 
 def bootstrap(ns: str, cluster: str = "demo") -> str:
