@@ -45,5 +45,7 @@ fi
 start=$SECONDS
 curl_image=${DM_CURL_IMAGE:-dm.local/curl:e2e}  # the HTTP client pods' (scripts/kind/images.sh)
 prometheus_image=${DM_PROMETHEUS_IMAGE:-dm.local/prometheus:e2e}  # tests/e2e/test_monitoring.py's
-kind load docker-image "$image" "$curl_image" "$prometheus_image" --name "$cluster"
+kind load docker-image "$image" --name "$cluster"
+# client pods and Prometheus run on the control plane (tests/e2e/dm.py: ON_CONTROL_PLANE)
+kind load docker-image "$curl_image" "$prometheus_image" --name "$cluster" --nodes "$cluster-control-plane"
 echo "cluster: $image, $curl_image and $prometheus_image loaded in $((SECONDS - start)) s"

@@ -2,8 +2,9 @@
 deploy/prometheus/prometheus-kubernetes.yml (brokers and operator found through the cluster's DNS) and
 dm's alert rules with short `for:` and intervals. It scrapes every broker and the operator; every
 dashboard query returns series from the live cluster (but those about features this cluster does not
-use, listed with the reason); a stalled consumer makes the lag alert fire; deleting a broker pod makes
-the under-replicated alert fire and resolve once the broker is back. Prints the time from the deletion
+use, listed with the reason); a stalled consumer makes the lag alert fire; deleting a broker pod on a
+cordoned node makes the under-replicated alert fire, and it resolves once the node is uncordoned and
+the broker is back. Prints the time from the deletion
 to the alert firing."""
 
 from __future__ import annotations
@@ -135,13 +136,21 @@ def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, op
     [lagging] = [a for a in prom.get("alerts")["alerts"] if a["labels"]["alertname"] == "DmConsumerLagGrowing"]
     assert lagging["labels"]["group"] == "stalled" and lagging["labels"]["namespace"] == ns
 
-    # A broker pod deleted: the under-replicated alert fires, then resolves once the broker is back.
+    # A broker pod deleted while its node is cordoned (node maintenance: the pod cannot come back until
+    # the node is uncordoned, so the outage outlasts `for:`): the under-replicated alert fires, then
+    # resolves once the broker is back.
     assert not prom.alert_states("DmUnderReplicatedPartitions")
-    deleted = time.time()
-    sub.kubectl("delete", "pod", "demo-broker-1", "-n", ns, "--wait=false")
-    wait_until(lambda: "firing" in prom.alert_states("DmUnderReplicatedPartitions"), 180,
-               "the under-replicated alert firing")
-    fired_after = time.time() - deleted
+    node = get_json(sub, "pod", "demo-broker-1", "-n", ns)["spec"]["nodeName"]
+    sub.kubectl("cordon", node)
+    try:
+        deleted = time.time()
+        sub.kubectl("delete", "pod", "demo-broker-1", "-n", ns, "--wait=false")
+        wait_until(lambda: "firing" in prom.alert_states("DmUnderReplicatedPartitions"), 180,
+                   "the under-replicated alert firing")
+        fired_after = time.time() - deleted
+    finally:
+        sub.kubectl("uncordon", node)
+        uncordoned = time.time()
 
     def whole() -> bool:
         pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
@@ -149,7 +158,7 @@ def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, op
 
     wait_until(whole, 300, "the broker back and every ISR whole")
     wait_until(lambda: not prom.alert_states("DmUnderReplicatedPartitions"), 120, "the alert resolved")
-    resolved_after = time.time() - deleted
+    resolved_after = time.time() - uncordoned
     # Every dashboard query answers from the live cluster.
     time.sleep(10)  # rate() windows hold samples of the workload since the broker came back
     empty = []
@@ -164,7 +173,8 @@ def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, op
     assert not empty, "dashboard queries without series:\n" + "\n".join(empty)
 
     clients.stop()
-    note(f"[e2e monitoring] Prometheus (Debian's, scrape and rule interval {INTERVAL}, for: 6s): broker pod "
-         f"deleted -> DmUnderReplicatedPartitions firing after {fired_after:.1f} s, resolved after "
-         f"{resolved_after:.1f} s; a stalled consumer -> DmConsumerLagGrowing firing; "
-         f"{sum(len(p.queries) for d in dashboards.DASHBOARDS for p in d.panels)} dashboard queries checked")
+    queries = sum(len(p.queries) for d in dashboards.DASHBOARDS for p in d.panels)
+    note(f"[e2e monitoring] Debian's Prometheus, scrape and rule interval {INTERVAL}, for: 6s: broker pod deleted "
+         f"on a cordoned node -> DmUnderReplicatedPartitions firing after {fired_after:.1f} s; node uncordoned -> "
+         f"alert resolved after {resolved_after:.1f} s; a stalled consumer -> DmConsumerLagGrowing firing; "
+         f"{queries} dashboard queries answered")

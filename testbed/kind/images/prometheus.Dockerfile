@@ -6,7 +6,7 @@ FROM ${BASE}
 LABEL dev.dm.purpose="dm e2e: Prometheus"
 RUN apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-    && rm -rf /var/lib/apt/lists/* \
+    && apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
     && mkdir -p /prometheus && chown 10001:10001 /prometheus
 USER 10001:10001
 WORKDIR /prometheus
