@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 TESTBED := PYTHONPATH=testbed $(BIN)/python -m dm_testbed
 
-.PHONY: install install-test run test lint bench clean tools k8s-build k8s-up k8s-down wheel image e2e-kind kind-up kind-down
+.PHONY: install install-test run test lint bench dashboards clean tools k8s-build k8s-up k8s-down wheel image e2e-kind kind-up kind-down
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ lint: install-test
 
 bench: install-test
 	$(BIN)/python -m bench.run_all
+
+# docs/dashboards/*.png: the Grafana dashboards drawn from a local cluster and a local Prometheus
+# (Debian's prometheus package, which `make tools` installs), about 5 minutes.
+dashboards: install-test
+	$(BIN)/python -m bench.dashboards
 
 # The control plane alone (etcd, kube-apiserver, kube-controller-manager as local processes) that the
 # tests in tests/apiserver use, for manual use (docs/testing.md).

@@ -45,7 +45,7 @@ NEEDS_KUBERNETES = {"dm-operator"}
 def start_prometheus(cluster: LocalCluster, directory: Path) -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("prometheus")
     if binary is None:
-        sys.exit("prometheus is not installed: bash scripts/install-tools.sh (Debian's prometheus package)")
+        sys.exit("prometheus is not installed: make tools (Debian's prometheus package)")
     port = free_port()
     targets = [{"targets": [f"127.0.0.1:{p}"], "labels": {"instance": f"broker-{i}"}}
                for i, p in enumerate(cluster.http_ports)]
