@@ -92,6 +92,11 @@ class LeaderElector:
         self._written: Obj | None = None  # the Lease as this instance's last write returned it
 
     @property
+    def epoch(self) -> int:
+        """The Lease's leaseTransitions as this instance last wrote it: the controller epoch."""
+        return int(((self._written or {}).get("spec") or {}).get("leaseTransitions") or 0)
+
+    @property
     def path(self) -> str:
         return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
 

@@ -22,7 +22,7 @@ from .crds import CrdMissing
 from .handlers import register
 from .kube import ApiError, Kube
 from .leadership import ElectionTiming, LeaderElector, mark_pod
-from .metrics import ELECTED, LEADING
+from .metrics import ELECTED, LEADER_EPOCH, LEADING
 from .operator import Operator
 from .settings import OperatorSettings
 from .topics import release_in_terminating_namespaces
@@ -77,6 +77,7 @@ async def run(settings: OperatorSettings) -> None:
         operator.role = "leader"
         LEADING.set(1)
         ELECTED.set(time.time())
+        LEADER_EPOCH.set(elector.epoch if elector is not None else 0)
         await _lead(settings, kube, operator, stop, elector, lost)
     finally:
         LEADING.set(0)

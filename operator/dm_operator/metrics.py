@@ -26,6 +26,9 @@ API_REQUESTS = Counter("dm_operator_api_requests", "Kubernetes API requests the 
                        "and not counted)", ["verb", "resource"], registry=REGISTRY)
 LEADING = Gauge("dm_operator_leading", "1 while this instance holds the operator Lease and hosts the controllers",
                 registry=REGISTRY)
+LEADER_EPOCH = Gauge("dm_operator_leader_epoch", "The controller epoch: the operator Lease's leaseTransitions when "
+                     "this instance took it (one more each time leadership changes hands; 0 without election)",
+                     registry=REGISTRY)
 ELECTED = Gauge("dm_operator_elected_timestamp_seconds", "When this instance last became the leader",
                 registry=REGISTRY)
 DRIFT_CORRECTED = Counter("dm_operator_drift_corrections", "Children put back to the desired state after something "

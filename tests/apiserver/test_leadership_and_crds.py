@@ -31,6 +31,7 @@ def test_one_instance_leads_and_a_standby_takes_over(apiserver: Testbed, namespa
         stop = asyncio.Event()
         try:
             assert await asyncio.wait_for(a.acquire(stop), 10)
+            assert a.epoch == 0  # the controller epoch (dm_operator_leader_epoch) of the first holder
             lost_a: list[str] = []
             keeper = asyncio.create_task(a.keep(lost_a.append))
             standby = asyncio.create_task(b.acquire(stop))
@@ -42,6 +43,7 @@ def test_one_instance_leads_and_a_standby_takes_over(apiserver: Testbed, namespa
             keeper.cancel()
             hung_at = time.monotonic()
             assert await asyncio.wait_for(standby, 10)
+            assert b.epoch == 1, "leadership changed hands: the next epoch"
             waited = time.monotonic() - hung_at
             assert FAST.lease_duration_s - FAST.retry_period_s <= waited < FAST.lease_duration_s + 3, waited
             assert not lost_a

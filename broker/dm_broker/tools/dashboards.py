@@ -151,6 +151,8 @@ TXN_VIEW = Dashboard("dm-transactions", "dm / Transactions", "Transactional ids,
 OPERATOR_VIEW = Dashboard("dm-operator", "dm / Operator", "The kopf operator and the controllers it hosts.", (
     _p("Leading instance", ("max by (instance) (dm_operator_leading)", "{{instance}}"),
        description="1 on the instance that holds the Lease and runs the controllers."),
+    _p("Controller epoch", ("max(dm_operator_leader_epoch)", "epoch"),
+       description="One more each time operator leadership (and so the controllers) changed hands."),
     _p("Reconciles", ("sum by (kind, result) (rate(dm_operator_reconciles_total[$__rate_interval]))",
                       "{{kind}} {{result}}"), unit="ops"),
     _p("Reconcile errors", ("sum by (kind) (rate(dm_operator_reconcile_errors_total[$__rate_interval]))", "{{kind}}"),

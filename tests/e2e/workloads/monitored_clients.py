@@ -1,8 +1,8 @@
 """Traffic for the monitoring e2e (tests/e2e/test_monitoring.py), in one pod until SIGTERM:
 - a producer writing RATE records a second to TOPIC;
 - a transactional producer committing a transaction of a few records to TOPIC every second;
-- a consumer in group GROUP that reads and commits once, then pauses every partition and only keeps
-  polling: it stays a member, and its lag grows (the stalled consumer the lag alert is about).
+- a consumer in group GROUP that reads what is there, commits once, then pauses every partition and
+  only keeps polling: it stays a member, and its lag grows (the stalled consumer the lag alert is about).
 Prints READY once the group has committed, then "ACKS <n>" every 5 seconds."""
 
 import os
@@ -53,12 +53,14 @@ def acked(err, _msg):
 for i in range(50):  # something for the consumer to read before it stalls
     producer.produce(topic, f"warm-{i}".encode(), on_delivery=acked)
 producer.flush(60)
-while not committed and not stopping:
+read, reading_until = 0, time.time() + 60
+while not stopping and read < 50 and time.time() < reading_until:  # every partition read: each has a lag
     msg = consumer.poll(1)
-    if msg is not None and msg.error() is None:
-        consumer.commit(asynchronous=False)
-        consumer.pause(consumer.assignment())
-        committed = True
+    read += msg is not None and msg.error() is None
+if read:
+    consumer.commit(asynchronous=False)
+consumer.pause(consumer.assignment())
+committed = True
 print("READY", flush=True)
 
 seq, last_txn, last_report = 0, 0.0, time.time()
