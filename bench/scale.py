@@ -7,6 +7,9 @@
 For each count: a local cluster (a controller and 3 brokers as processes, default settings), topics of
 100 partitions (`--per-topic`) at RF 3 created until the count is reached (so every broker hosts every partition), and:
 - create + leaders: from the first CreateTopics to every partition having a leader in the controller;
+  hosted on brokers: until the brokers host every replica (dm_partitions: logs created, replicas
+  running), the point from which idle CPU is measured;
+- shutdown: SIGTERM to the three brokers at once until the last has exited (every log flushed);
 - idle CPU per broker: utime + stime over `--idle-seconds` with no client, as % of one core (mean of the
   three brokers), after 10 s of settling; RSS per broker (mean);
 - full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time until the
@@ -46,6 +49,33 @@ def all_led(cluster: LocalCluster, expected: int) -> bool:
     led = sum(1 for name, t in topics.items() if name.startswith("scale-") for p in t["partitions"]
               if p["leader"] >= 0)
     return led >= expected
+
+
+def hosted(cluster: LocalCluster) -> int:
+    """Partition replicas the brokers host (dm_partitions summed): logs created, replicas running."""
+    total = 0
+    for port in cluster.http_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("dm_partitions "):
+                    total += int(float(line.split()[1]))
+    return total
+
+
+def wait_hosted(cluster: LocalCluster, replicas: int, started: float) -> float:
+    while hosted(cluster) < replicas:
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def shutdown_s(cluster: LocalCluster) -> float:
+    """SIGTERM to every broker at once (as a cluster-wide stop does) until the last has exited."""
+    started = time.monotonic()
+    for proc in cluster.procs.values():
+        proc.terminate()
+    for proc in cluster.procs.values():
+        proc.wait(300)
+    return time.monotonic() - started
 
 
 def create_all(cluster: LocalCluster, partitions: int, per_topic: int = PER_TOPIC) -> float:
@@ -156,7 +186,9 @@ def stalls(before: list[dict[float, float]], after: list[dict[float, float]]) ->
 def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = PER_TOPIC) -> dict:
     with LocalCluster(3, overrides=[], http=True) as cluster:
         lag0 = loop_lag(cluster)
+        started = time.monotonic()
         created = create_all(cluster, partitions, per_topic)
+        on_brokers = wait_hosted(cluster, partitions * 3, started)
         time.sleep(10)  # the ISRs settle, the first checkpoints are written
         lag1 = loop_lag(cluster)
         cpu, rss = idle_cpu(cluster, idle_s)
@@ -165,11 +197,14 @@ def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = P
         lag3 = loop_lag(cluster)
         rate = produce_spread(cluster, partitions, produce_s, per_topic)
         lag4 = loop_lag(cluster)
+        stopped = shutdown_s(cluster)
     loop = {"create": stalls(lag0, lag1), "idle": stalls(lag1, lag2), "produce": stalls(lag3, lag4)}
     row = {"partitions": partitions, "per_topic": per_topic, "create_and_lead_s": created,
+           "hosted_on_brokers_s": on_brokers, "shutdown_s": stopped,
            "idle_cpu_pct_per_broker": cpu, "rss_mb_per_broker": rss, "full_metadata_ms": meta,
            "produce_spread_rec_s": rate, "loop_stalls": loop}
-    print(f"{partitions:>6} partitions: create + leaders {created:6.1f} s, idle CPU {cpu:5.1f} % per broker, "
+    print(f"{partitions:>6} partitions: create + leaders {created:6.1f} s (hosted by the brokers after "
+          f"{on_brokers:.1f} s), shutdown {stopped:.1f} s, idle CPU {cpu:5.1f} % per broker, "
           f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s", flush=True)
     print("        event loop, all brokers: " + "; ".join(
         f"{phase} {s['over_100ms']} probes > 100 ms, longest <= {s['longest_at_most_s']:g} s"

@@ -80,3 +80,49 @@ def test_an_unchanged_producer_state_is_not_rewritten_and_a_truncation_voids_a_l
     assert state.snapshot(5) is not None  # still due
     reloaded = ProducerStateManager(tmp_path)
     assert reloaded.load() == 1 and reloaded.snapshot(1) is None
+
+
+def test_a_clean_close_flushes_every_log_in_threads_and_each_log_directory_once(tmp_path, monkeypatch):
+    """Shutdown at 10,000 partitions made some 60,000 fsyncs one after the other (docs/benchmarks.md):
+    they now run in threads, and the log directory, whose entries every new log added, is fsynced
+    once rather than once per log. What a clean close promises is unchanged: every log durable to its
+    end, the recovery checkpoint at the ends, the clean-shutdown marker."""
+    import asyncio
+    import threading
+
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log import manager as manager_module
+    from dm_broker.log import partition_log as partition_log_module
+    from dm_broker.log.checkpoints import read_offsets
+    from dm_broker.log.manager import CLEAN_SHUTDOWN, RECOVERY_CHECKPOINT, LogManager
+    from dm_broker.log.records import build_batch, validate_batches
+
+    config = BrokerConfig.build({"log.dirs": str(tmp_path / "logs")}, environ={})
+    logs = LogManager(config)
+    logs.open_all(lambda _: TopicSettings(config, {}))
+    for p in range(50):
+        plog = logs.create("t", p, TopicSettings(config, {}))
+        for i in range(p % 3 + 1):
+            data = bytearray(build_batch([(None, b"r%d" % i, [])], timestamp_ms=1))
+            plog.append(data, validate_batches(data, 1 << 20), 0)
+    ends = {("t", p): logs.get("t", p).log_end_offset for p in range(50)}
+
+    synced_dirs: list[str] = []
+    flush_threads: set[str] = set()
+    real_dir, real_fsync = manager_module.fsync_dir, partition_log_module.PartitionLog._fsync
+
+    def counting_fsync(self, segments, sync_parent=True):
+        flush_threads.add(threading.current_thread().name)
+        return real_fsync(self, segments, sync_parent)
+
+    monkeypatch.setattr(manager_module, "fsync_dir", lambda d: (synced_dirs.append(str(d)), real_dir(d)))
+    monkeypatch.setattr(partition_log_module.PartitionLog, "_fsync", counting_fsync)
+    asyncio.run(logs.close())
+
+    assert synced_dirs == [str(tmp_path / "logs")], "the log directory once, for all its new logs"
+    assert len(flush_threads) > 1 and all(name.startswith("dm-shutdown-flush") for name in flush_threads)
+    assert (tmp_path / "logs" / CLEAN_SHUTDOWN).exists()
+    assert read_offsets(tmp_path / "logs" / RECOVERY_CHECKPOINT) == ends
+    again = LogManager(config)
+    again.open_all(lambda _: TopicSettings(config, {}))
+    assert {key: again.get(*key).log_end_offset for key in ends} == ends

@@ -346,14 +346,18 @@ class PartitionLog:
             await loop.run_in_executor(None, self._fsync, dirty)
             self.recovery_point = max(self.recovery_point, end)
 
-    def flush_sync(self) -> None:
+    def flush_sync(self, sync_parent: bool = True) -> bool:
+        """fsyncs everything appended so far, in the calling thread. With sync_parent=False the log
+        directory's own entry in its parent is left to the caller (one fsync of the parent for many
+        new logs); the answer says whether it still needs one."""
         dirty = [s for s in self.segments if s.next_offset > self.recovery_point]
-        self._fsync(dirty)
+        parent_pending = self._fsync(dirty, sync_parent)
         self.unflushed_messages = 0
         self.first_unflushed_ms = None
         self.recovery_point = self.log_end_offset
+        return parent_pending
 
-    def _fsync(self, segments: list[Segment]) -> None:
+    def _fsync(self, segments: list[Segment], sync_parent: bool = True) -> bool:
         # The epochs of the records being made durable first: every epoch assigned before the flush took
         # its end offset is in the file synced here.
         self.leader_epochs.sync()
@@ -368,7 +372,10 @@ class PartitionLog:
             fsync_dir(self.directory)
             if self._parent_dirty:
                 self._parent_dirty = False
+                if not sync_parent:
+                    return True
                 fsync_dir(self.directory.parent)
+        return False
 
     def write_unsynced(self, name: str, data: bytes) -> None:
         """Replaces the small file `name` in this log's directory without an fsync; the next flush
