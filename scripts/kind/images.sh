@@ -63,36 +63,28 @@ ensure_python_base() {
   rm -rf "$ctx"
 }
 
-# The e2e suite's HTTP client pods: curl and jq on Debian (tests/e2e/test_http.py).
-ensure_curl_image() {
-  local curl_image=${DM_CURL_IMAGE:-dm.local/curl:e2e} base=debian:bookworm-slim
-  has_image "$curl_image" && return 0
+# An image of the e2e suite built FROM Debian bookworm (debian:bookworm-slim where a registry serves it,
+# else the offline base), rebuilt when its Dockerfile changes (the hash is a label of the image).
+ensure_debian_image() {
+  local tag=$1 dockerfile=$2 base=debian:bookworm-slim digest
+  digest=$(sha256sum "$dockerfile" | cut -c1-16)
+  [ "$(docker image inspect -f '{{index .Config.Labels "dev.dm.dockerfile"}}' "$tag" 2>/dev/null)" = "$digest" ] \
+    && return 0
   if ! has_image "$base" && ! docker pull "$base" >/dev/null 2>&1; then
     ensure_minbase
     base=$minbase
   fi
   local start=$SECONDS
-  build --build-arg "BASE=$base" -t "$curl_image" -f testbed/kind/images/curl.Dockerfile testbed/kind/images
-  echo "images: $curl_image built from $base in $((SECONDS - start)) s"
-}
-
-# The e2e suite's Prometheus (tests/e2e/test_monitoring.py): Debian's prometheus package.
-ensure_prometheus_image() {
-  local prometheus_image=${DM_PROMETHEUS_IMAGE:-dm.local/prometheus:e2e} base=debian:bookworm-slim
-  has_image "$prometheus_image" && return 0
-  if ! has_image "$base" && ! docker pull "$base" >/dev/null 2>&1; then
-    ensure_minbase
-    base=$minbase
-  fi
-  local start=$SECONDS
-  build --build-arg "BASE=$base" -t "$prometheus_image" -f testbed/kind/images/prometheus.Dockerfile \
+  build --build-arg "BASE=$base" --label "dev.dm.dockerfile=$digest" -t "$tag" -f "$dockerfile" \
     testbed/kind/images
-  echo "images: $prometheus_image built from $base in $((SECONDS - start)) s"
+  echo "images: $tag built from $base in $((SECONDS - start)) s"
 }
 
 ensure_python_base
-ensure_curl_image
-ensure_prometheus_image
+# the HTTP client pods: curl and jq (tests/e2e/test_http.py)
+ensure_debian_image "${DM_CURL_IMAGE:-dm.local/curl:e2e}" testbed/kind/images/curl.Dockerfile
+# the e2e suite's Prometheus: Debian's prometheus package (tests/e2e/test_monitoring.py)
+ensure_debian_image "${DM_PROMETHEUS_IMAGE:-dm.local/prometheus:e2e}" testbed/kind/images/prometheus.Dockerfile
 start=$SECONDS
 build -t "$image" .
 size=$(docker image inspect -f '{{.Size}}' "$image")
