@@ -66,10 +66,6 @@ def query_range(api: str, expr: str, start: float, end: float) -> list[dict]:
     return body["data"]["result"]
 
 
-def grafana_expanded(expr: str) -> str:
-    return re.sub(r"\$(\w+)", lambda m: "30s" if m.group(1) == "__rate_interval" else ".*", expr)
-
-
 def legend(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), template).strip() or "value"
 
@@ -97,7 +93,7 @@ def draw(dashboard: dashboards.Dashboard, api: str, start: float, end: float, ou
     for ax, panel in zip(axes.flat, panels, strict=False):
         ax.set_title(panel.title, fontsize=10, loc="left")
         series = [(query, s) for query in panel.queries
-                  for s in query_range(api, grafana_expanded(query.expr), start, end)]
+                  for s in query_range(api, dashboards.expanded(query.expr), start, end)]
         if panel.stat:  # Grafana's stat: the last value, over a faint sparkline of the run
             last = [float(s["values"][-1][1]) for _, s in series if s["values"]]
             for _, s in series:

@@ -53,13 +53,7 @@ def all_led(cluster: LocalCluster, expected: int) -> bool:
 
 def hosted(cluster: LocalCluster) -> int:
     """Partition replicas the brokers host (dm_partitions summed): logs created, replicas running."""
-    total = 0
-    for port in cluster.http_ports:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("dm_partitions "):
-                    total += int(float(line.split()[1]))
-    return total
+    return int(sum(sample.value for port in cluster.http_ports for sample in scraped(port, "dm_partitions")))
 
 
 def wait_hosted(cluster: LocalCluster, replicas: int, started: float) -> float:
@@ -152,23 +146,21 @@ def produce_over(client: dict, topics: list[str], per_topic: int, seconds: float
     return acked[0] / (time.monotonic() - started)
 
 
+def scraped(port: int, family_name: str) -> list:
+    """The samples of one metric family from a broker's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return [sample for family in text_string_to_metric_families(text) if family.name == family_name
+            for sample in family.samples]
+
+
 def loop_lag(cluster: LocalCluster) -> list[dict[float, float]]:
     """Each broker's event-loop lag histogram (dm_event_loop_lag_seconds: how late a 50 ms timer fired),
     as cumulative counts by upper bound (+Inf included)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    histograms = []
-    for port in cluster.http_ports:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-            text = r.read().decode()
-        buckets = {}
-        for family in text_string_to_metric_families(text):
-            if family.name == "dm_event_loop_lag_seconds":
-                for sample in family.samples:
-                    if sample.name.endswith("_bucket"):
-                        buckets[float(sample.labels["le"])] = sample.value
-        histograms.append(buckets)
-    return histograms
+    return [{float(sample.labels["le"]): sample.value for sample in scraped(port, "dm_event_loop_lag_seconds")
+             if sample.name.endswith("_bucket")} for port in cluster.http_ports]
 
 
 def stalls(before: list[dict[float, float]], after: list[dict[float, float]]) -> dict:

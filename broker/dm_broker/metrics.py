@@ -29,10 +29,12 @@ class _State:
     from plain values in a worker thread, never from structures the loop is changing."""
 
     per_partition: bool = True  # metrics.per.partition.enabled; false: partition rows summed per topic
-    # topic, partition ("" when summed per topic), end, start, high watermark, bytes, unstable offsets
-    partitions: list[tuple[str, str, int, int, int, int, int | None]] = field(default_factory=list)
+    # labels ((topic, partition), or (topic,) when summed per topic), end, start, high watermark, bytes,
+    # unstable offsets
+    partitions: list[tuple[tuple[str, ...], int, int, int, int, int | None]] = field(default_factory=list)
     strays: list[tuple[str, Path, int]] = field(default_factory=list)
-    groups: list[tuple[str, str, int, int, str | None, list[tuple[str, str, int]]]] = field(default_factory=list)
+    groups: list[tuple[str, str, int, int, str | None, list[tuple[tuple[str, ...], int]]]] = field(
+        default_factory=list)
     txn_states: dict[str, int] = field(default_factory=dict)
     oldest_open_txn_s: float = 0.0
     fetch_sessions: int = 0
@@ -62,7 +64,7 @@ class _StateCollector(Collector):
         per_partition = state.per_partition = broker.dynamic("metrics.per.partition.enabled")
         for (topic, index), part in broker.partitions.items():
             log_ = part.log
-            state.partitions.append((topic, str(index) if per_partition else "", log_.log_end_offset,
+            state.partitions.append(((topic, str(index)) if per_partition else (topic,), log_.log_end_offset,
                                      log_.log_start_offset, part.high_watermark, log_.size_bytes,
                                      part.high_watermark - part.last_stable_offset if part.is_leader else None))
             if part.is_leader:
@@ -89,7 +91,7 @@ class _StateCollector(Collector):
             for (topic, index), committed in group.offsets.items():
                 part = broker.partition(topic, index)
                 if part is not None:
-                    lags.append((topic, str(index) if per_partition else "",
+                    lags.append(((topic, str(index)) if per_partition else (topic,),
                                  max(0, part.high_watermark - committed.offset)))
             state.groups.append((group.group_id, group.state.value, len(group.members), group.generation,
                                  group.leader_id or None, lags))
@@ -126,26 +128,24 @@ class _StateCollector(Collector):
         unstable = GaugeMetricFamily("dm_unstable_offsets", "High watermark minus last stable offset: offsets "
                                      "read_committed consumers wait for (open transactions), partitions led here",
                                      labels=where)
-        # With metrics.per.partition.enabled=false every partition of a topic has the index "", so the rows
-        # sum per topic.
-        sums: dict[tuple[str, str], list[int]] = {}
-        unstable_sums: dict[tuple[str, str], int] = {}
-        for topic, index, end_offset, start_offset, high_watermark, size_bytes, unstable_offsets in state.partitions:
-            row = sums.setdefault((topic, index), [0, 0, 0, 0])
+        # With metrics.per.partition.enabled=false the rows of a topic share their labels: they sum.
+        sums: dict[tuple[str, ...], list[int]] = {}
+        unstable_sums: dict[tuple[str, ...], int] = {}
+        for labels, end_offset, start_offset, high_watermark, size_bytes, unstable_offsets in state.partitions:
+            row = sums.setdefault(labels, [0, 0, 0, 0])
             row[0] += end_offset
             row[1] += start_offset
             row[2] += high_watermark
             row[3] += size_bytes
             if unstable_offsets is not None:
-                unstable_sums[(topic, index)] = unstable_sums.get((topic, index), 0) + unstable_offsets
-        for key, (end_offset, start_offset, high_watermark, size_bytes) in sums.items():
-            labels = list(key) if state.per_partition else [key[0]]
+                unstable_sums[labels] = unstable_sums.get(labels, 0) + unstable_offsets
+        for labels, (end_offset, start_offset, high_watermark, size_bytes) in sums.items():
             end.add_metric(labels, end_offset)
             start.add_metric(labels, start_offset)
             hw.add_metric(labels, high_watermark)
             size.add_metric(labels, size_bytes)
-        for key, unstable_offsets in unstable_sums.items():
-            unstable.add_metric(list(key) if state.per_partition else [key[0]], unstable_offsets)
+        for labels, unstable_offsets in unstable_sums.items():
+            unstable.add_metric(labels, unstable_offsets)
         yield from (end, start, hw, size, unstable)
 
     @staticmethod
@@ -182,11 +182,11 @@ class _StateCollector(Collector):
             generation.add_metric([group_id], group_generation)
             if leader_id:
                 leader.add_metric([group_id, leader_id], 1)
-            lag_sums: dict[tuple[str, str], int] = {}
-            for topic, index, behind in lags:
-                lag_sums[(topic, index)] = lag_sums.get((topic, index), 0) + behind
-            for key, behind in lag_sums.items():
-                lag.add_metric([group_id, *key] if state.per_partition else [group_id, key[0]], behind)
+            lag_sums: dict[tuple[str, ...], int] = {}
+            for labels, behind in lags:
+                lag_sums[labels] = lag_sums.get(labels, 0) + behind
+            for labels, behind in lag_sums.items():
+                lag.add_metric([group_id, *labels], behind)
         yield from (members, lag, generation, leader)
 
     @staticmethod

@@ -109,10 +109,6 @@ class Prometheus:
         return {a["state"] for a in self.get("alerts")["alerts"] if a["labels"]["alertname"] == name}
 
 
-def grafana_expanded(expr: str) -> str:
-    return re.sub(r"\$(\w+)", lambda m: "30s" if m.group(1) == "__rate_interval" else ".*", expr)
-
-
 def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, operator):
     sub, ns = operator, e2e_namespace
     create_cluster(sub, ns)
@@ -165,7 +161,7 @@ def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, op
     for dashboard in dashboards.DASHBOARDS:
         for panel in dashboard.panels:
             for query in panel.queries:
-                if prom.query(grafana_expanded(query.expr)):
+                if prom.query(dashboards.expanded(query.expr)):
                     continue
                 names = set(re.findall(r"\b((?:dm|process)_[a-z0-9_]+)", query.expr))
                 if not names <= set(OPTIONAL):

@@ -5,7 +5,6 @@ metrics dm exports (docs/metrics.md); the chart makes them ConfigMaps for Grafan
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import promql_parser
@@ -15,11 +14,6 @@ from test_alert_rules import SUFFIXES, exported_names
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "charts" / "dm-cluster" / "files" / "dashboards"
-
-
-def grafana_expanded(expr: str) -> str:
-    """What Grafana sends Prometheus: its interval and the variables ("All" is .*) substituted."""
-    return re.sub(r"\$(\w+)", lambda m: "1m" if m.group(1) == "__rate_interval" else ".*", expr)
 
 
 def metric_names(expr: str) -> set[str]:
@@ -44,14 +38,14 @@ def test_the_charts_json_is_the_code() -> None:
 
 @pytest.mark.parametrize("dashboard", dashboards.DASHBOARDS, ids=lambda d: d.uid)
 def test_every_query_is_promql_naming_only_metrics_dm_exports(dashboard) -> None:
-    exported = exported_names() | {"process_cpu_seconds", "process_resident_memory_bytes"}
+    exported = exported_names()
     model = json.loads((FILES / f"{dashboard.uid}.json").read_text())
     queries = [t["expr"] for panel in model["panels"] for t in panel["targets"]]
     queries += [v["definition"].removeprefix("label_values(").split(",")[0]
                 for v in model["templating"]["list"] if v["type"] == "query"]
     assert queries
     for expr in queries:
-        names = metric_names(grafana_expanded(expr))  # raises on a syntax error
+        names = metric_names(dashboards.expanded(expr))  # raises on a syntax error
         assert names, f"{expr} reads no metric"
         for name in names:
             base = next((name.removesuffix(s) for s in SUFFIXES if name.endswith(s)), name)
@@ -60,7 +54,7 @@ def test_every_query_is_promql_naming_only_metrics_dm_exports(dashboard) -> None
 
 def test_the_checks_catch_a_broken_query_and_a_metric_dm_does_not_export() -> None:
     with pytest.raises(ValueError):
-        promql_parser.parse(grafana_expanded("sum by (topic) (rate(dm_bytes_in_total[$__rate_interval])"))
+        promql_parser.parse(dashboards.expanded("sum by (topic) (rate(dm_bytes_in_total[$__rate_interval])"))
     assert metric_names("sum(rate(dm_made_up_total[1m])) / dm_partitions") == {"dm_made_up_total", "dm_partitions"}
 
 

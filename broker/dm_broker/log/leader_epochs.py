@@ -73,14 +73,16 @@ class LeaderEpochCache:
             self.entries = kept
             self._save()
 
-    def sync(self) -> None:
-        """Makes the last write durable (the file, then its directory entry). Called from a flush's
-        thread; the lock keeps a write on the event loop from replacing the file between the two."""
+    def sync(self, sync_dir: bool = True) -> None:
+        """Makes the last write durable (the file, then its directory entry unless the caller fsyncs the
+        directory next). Called from a flush's thread; the lock keeps a write on the event loop from
+        replacing the file between the two."""
         with self._file_lock:
             if not self.unsynced:
                 return
             fsync_file(self.path)
-            fsync_dir(self.path.parent)
+            if sync_dir:
+                fsync_dir(self.path.parent)
             self.unsynced = False
 
     def _save(self, durable: bool = True) -> None:

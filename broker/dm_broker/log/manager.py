@@ -395,12 +395,8 @@ class LogManager:
             plog.checkpoint_producers()
             return plog.directory.parent if plog.flush_sync(sync_parent=False) else None
 
-        logs = list(self.logs.values())
-        if len(logs) > 1:
-            with ThreadPoolExecutor(SHUTDOWN_FLUSH_THREADS, thread_name_prefix="dm-shutdown-flush") as pool:
-                parents = set(pool.map(flush_one, logs))
-        else:
-            parents = {flush_one(plog) for plog in logs}
+        with ThreadPoolExecutor(SHUTDOWN_FLUSH_THREADS, thread_name_prefix="dm-shutdown-flush") as pool:
+            parents = set(pool.map(flush_one, self.logs.values()))
         for parent in parents - {None}:
             fsync_dir(parent)
 

@@ -359,12 +359,14 @@ class PartitionLog:
 
     def _fsync(self, segments: list[Segment], sync_parent: bool = True) -> bool:
         # The epochs of the records being made durable first: every epoch assigned before the flush took
-        # its end offset is in the file synced here.
-        self.leader_epochs.sync()
+        # its end offset is in the file synced here. A directory fsynced below anyway makes the epoch
+        # file's entry durable too: no fsync of it in between.
+        dir_dirty = self._dir_dirty
+        self.leader_epochs.sync(sync_dir=not dir_dirty)
         for seg in segments:
             if seg.fd >= 0:
                 seg.flush(fsync=True)
-        if self._dir_dirty:
+        if dir_dirty:
             self._dir_dirty = False
             for name in list(self._unsynced_files):
                 fsync_file(self.directory / name)

@@ -9,6 +9,7 @@ against a live cluster; `make dashboards` renders them to PNGs for the docs.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,12 @@ OPERATOR_VIEW = Dashboard("dm-operator", "dm / Operator", "The kopf operator and
 ), variables=())
 
 DASHBOARDS = (OVERVIEW, BROKER_VIEW, TOPIC_VIEW, GROUP_VIEW, TXN_VIEW, OPERATOR_VIEW)
+
+
+def expanded(expr: str, rate_interval: str = "30s") -> str:
+    """A panel query as Grafana sends it to Prometheus with every variable at "All" (`.*`) and
+    `$__rate_interval` at `rate_interval` (the tests, the e2e suite and bench.dashboards run them so)."""
+    return re.sub(r"\$(\w+)", lambda m: rate_interval if m.group(1) == "__rate_interval" else ".*", expr)
 
 
 def _variable_json(variable: Variable) -> dict:
