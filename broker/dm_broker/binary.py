@@ -5,6 +5,7 @@ versions' unsigned varints, compact strings and tagged fields. Big-endian, as Ka
 from __future__ import annotations
 
 import struct
+import uuid
 
 
 class FormatError(ValueError):
@@ -60,6 +61,13 @@ class Writer:
         self.i32(len(v))
         self.buf += v
         return self
+
+    def uuid(self, v: uuid.UUID) -> Writer:
+        self.buf += v.bytes
+        return self
+
+    def compact_array_len(self, n: int) -> Writer:
+        return self.uvarint(n + 1)
 
     def tagged(self, fields: dict[int, bytes]) -> Writer:
         """Tagged fields (flexible versions): the count, then each tag, size and value, by tag."""
@@ -119,6 +127,13 @@ class Reader:
     def bytes_(self) -> bytes | None:
         n = self.i32()
         return None if n < 0 else self._take(n)
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
+
+    def compact_array_len(self) -> int:
+        """The element count of a compact array (-1 for null)."""
+        return self.uvarint() - 1
 
     def tagged(self) -> dict[int, bytes]:
         return {self.uvarint(): self._take(self.uvarint()) for _ in range(self.uvarint())}

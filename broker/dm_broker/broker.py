@@ -45,6 +45,7 @@ from .controller.models import (
 )
 from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
+from .groups.consumer_protocol import consumer_settings
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
 from .log import meta_properties
@@ -142,6 +143,7 @@ class Broker:
             max_group_size=config["group.max.size"],
             offsets_retention_ms=int(config["offsets.retention.minutes"] * 60_000),
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+            consumer=consumer_settings(config),
         ))
         self.channels = BrokerChannels(self.broker_address, client_id=f"dm-broker-{self.node_id}",
                                        security=self.security.client)

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .groups.assignors import short_name
+
 LONG_MAX = (1 << 63) - 1
 
 
@@ -409,6 +411,28 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("group.max.session.timeout.ms", "int", 1_800_000, "Largest session timeout a member may ask for.",
                  minimum=1),
         Property("group.max.size", "int", 2**31 - 1, "Most members in one group.", minimum=1),
+        # -- KIP-848 consumer groups (ADR 0037) ---------------------------------------------------------
+        Property("group.coordinator.rebalance.protocols", "list", "classic,consumer",
+                 "The group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848, "
+                 "ConsumerGroupHeartbeat). Without consumer, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION."),
+        Property("group.consumer.session.timeout.ms", "int", 45_000,
+                 "A KIP-848 member that has not heartbeated for this long leaves its group.", minimum=1),
+        Property("group.consumer.min.session.timeout.ms", "int", 45_000,
+                 "Smallest group.consumer.session.timeout.ms accepted.", minimum=1),
+        Property("group.consumer.max.session.timeout.ms", "int", 60_000,
+                 "Largest group.consumer.session.timeout.ms accepted.", minimum=1),
+        Property("group.consumer.heartbeat.interval.ms", "int", 5_000,
+                 "How often a KIP-848 member heartbeats (the broker tells it).", minimum=1),
+        Property("group.consumer.min.heartbeat.interval.ms", "int", 5_000,
+                 "Smallest group.consumer.heartbeat.interval.ms accepted.", minimum=1),
+        Property("group.consumer.max.heartbeat.interval.ms", "int", 15_000,
+                 "Largest group.consumer.heartbeat.interval.ms accepted.", minimum=1),
+        Property("group.consumer.max.size", "int", 2**31 - 1, "Most members in one KIP-848 consumer group.",
+                 minimum=1),
+        Property("group.consumer.assignors", "list", "uniform,range",
+                 "Server-side assignors a member may ask for with group.remote.assignor, the first the default: "
+                 "uniform (balanced, sticky) and range (co-partitioned per topic); Kafka's class names "
+                 "(org.apache.kafka.coordinator.group.assignor.UniformAssignor, ...RangeAssignor) work too."),
         Property("log.cleaner.enable", "bool", True, "Compact topics with cleanup.policy=compact.",),
         Property("log.cleaner.backoff.ms", "int", 15_000, "How often the cleaner looks for logs to compact.",
                  minimum=10),
@@ -542,6 +566,7 @@ class BrokerConfig(BaseModel):
             if prop is None:
                 raise ConfigError(f"unknown broker property {name!r}")
             values[name] = prop.parse(value)
+        _check_consumer_group_settings(values)
         return cls(values=values, explicit=frozenset(raw), scoped=scoped)
 
     def for_listener(self, listener: str, name: str) -> Any:
@@ -560,6 +585,29 @@ LISTENER_PREFIX = "listener.name."
 LISTENER_SCOPED = ("ssl.", "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.server.max.receive.size",
                    "connections.max.reauth.ms", "max.connections")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+GROUP_PROTOCOLS = ("classic", "consumer")
+
+
+def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:
+    """The KIP-848 settings that only make sense together (Kafka refuses the same at start)."""
+    protocols = [p.lower() for p in values["group.coordinator.rebalance.protocols"].split(",") if p]
+    unknown = [p for p in protocols if p not in GROUP_PROTOCOLS]
+    if unknown or "classic" not in protocols:
+        raise ConfigError(f"group.coordinator.rebalance.protocols: dm serves {', '.join(GROUP_PROTOCOLS)} and needs "
+                          f"classic; got {values['group.coordinator.rebalance.protocols']!r}")
+    assignors = [a for a in values["group.consumer.assignors"].split(",") if a]
+    if not assignors or any(short_name(a) is None for a in assignors):
+        raise ConfigError(f"group.consumer.assignors: dm has the uniform and range assignors; got "
+                          f"{values['group.consumer.assignors']!r}")
+    for what in ("session.timeout", "heartbeat.interval"):
+        low, value, high = (values[f"group.consumer.{m}{what}.ms"] for m in ("min.", "", "max."))
+        if not low <= value <= high:
+            raise ConfigError(f"group.consumer.{what}.ms={value} must lie between group.consumer.min.{what}.ms={low} "
+                              f"and group.consumer.max.{what}.ms={high}")
+    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
+        raise ConfigError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
 
 
 def _listener_scoped(name: str) -> Property:

@@ -76,7 +76,7 @@ NOT_IMPLEMENTED = {
     38: "CreateDelegationToken", 39: "RenewDelegationToken", 40: "ExpireDelegationToken",
     41: "DescribeDelegationToken",
     55: "DescribeQuorum (KRaft)", 57: "UpdateFeatures",
-    64: "UnregisterBroker (KRaft)", 68: "ConsumerGroupHeartbeat (KIP-848)", 69: "ConsumerGroupDescribe (KIP-848)",
+    64: "UnregisterBroker (KRaft)",
     74: "ListClientMetricsResources", 75: "DescribeTopicPartitions", 80: "AddRaftVoter (KRaft)",
     81: "RemoveRaftVoter (KRaft)",
 }

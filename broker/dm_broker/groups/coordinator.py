@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -28,8 +28,10 @@ from ..log.records import NO_PRODUCER_ID, TRANSACTIONAL_BIT, build_batch, contro
 from ..partitioners import murmur2_partition
 from ..replication.partition import NotEnoughReplicasError
 from ..tasks import stop_tasks
+from .consumer_protocol import ConsumerProtocol, ConsumerSettings, group_tombstones, replay
 from .group import Group, GroupState, JoinResult, Member
 from .records import (
+    ConsumerKey,
     GroupKey,
     OffsetKey,
     OffsetValue,
@@ -63,6 +65,7 @@ class CoordinatorSettings:
     max_group_size: int = 2**31 - 1
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     retention_check_interval_ms: int = 600_000
+    consumer: ConsumerSettings = field(default_factory=ConsumerSettings)
 
 
 def now_ms() -> int:
@@ -80,6 +83,7 @@ class GroupCoordinator:
         self._sweeper: asyncio.Task[None] | None = None
         self._expirer: asyncio.Task[None] | None = None
         self.on_change: Callable[[], None] | None = None
+        self.consumer_protocol = ConsumerProtocol(self, settings.consumer)
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -139,6 +143,7 @@ class GroupCoordinator:
             for group in loaded.values():
                 for member in group.members.values():
                     member.heartbeat_deadline = deadline + member.session_timeout_ms / 1000
+                self.consumer_protocol.loaded(group)
                 self.groups[group.group_id] = group
             self.owned.add(partition)
             if loaded:
@@ -150,6 +155,9 @@ class GroupCoordinator:
         if key_bytes is None:
             return
         key = decode_key(key_bytes)
+        if isinstance(key, ConsumerKey):
+            replay(groups, key, value)
+            return
         group = groups.get(key.group)
         if isinstance(key, OffsetKey):
             if value is None:
@@ -260,6 +268,10 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)
         if group.state == GroupState.DEAD:
             return JoinResult(E.coordinator_not_available.value, member_id=member_id)
+        if group.consumer is not None:
+            error = await self._to_classic(group)
+            if error is not None:
+                return JoinResult(error.value, member_id=member_id)
         if not group.supports(protocol_type, protocols):
             return JoinResult(E.inconsistent_group_protocol.value, member_id=member_id)
         if len(group.members) >= s.max_group_size and member_id not in group.members:
@@ -269,6 +281,19 @@ class GroupCoordinator:
         if not member_id:
             return await self._join_new_member(group, new, require_known_member_id, supports_skip_assignment)
         return await self._join_known_member(group, new)
+
+    async def _to_classic(self, group: Group) -> ErrorCode | None:
+        """A classic member joins a KIP-848 group: allowed once the group is empty (ADR 0037)."""
+        assert group.consumer is not None
+        if group.consumer.members:
+            log.info("group %s: a classic member cannot join while KIP-848 members are in it", group.group_id)
+            return E.inconsistent_group_protocol
+        stored = await self._write(group.group_id, group_tombstones(group.group_id, group, deleting=False))
+        if stored != E.none:
+            return stored
+        group.consumer = None
+        group.protocol_type = None
+        return None
 
     async def _join_new_member(self, group: Group, new: Member, require_known: bool, skip_ok: bool) -> JoinResult:
         new.member_id = f"{new.client_id or 'member'}-{uuid.uuid4()}"
@@ -572,6 +597,7 @@ class GroupCoordinator:
             await asyncio.sleep(SWEEP_SECONDS)
             now = time.monotonic()
             for group in list(self.groups.values()):
+                self.consumer_protocol.expire(group, now)
                 expired = [m for m in group.members.values()
                            if not m.awaiting_join and not m.awaiting_sync and now > m.heartbeat_deadline]
                 for member in expired:
@@ -605,7 +631,11 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)  # offsets-only group (assign() consumers)
         if group.state == GroupState.DEAD:
             return all_error(E.coordinator_not_available)
-        if not (generation < 0 and group.state == GroupState.EMPTY):
+        if group.consumer is not None:
+            error = self.consumer_protocol.commit_error(group, member_id, generation)
+            if error is not None:
+                return all_error(error)
+        elif not (generation < 0 and group.state == GroupState.EMPTY):
             if group.state == GroupState.COMPLETING_REBALANCE:
                 return all_error(E.rebalance_in_progress)
             error = self._member_error(group, member_id, instance_id, generation)
@@ -652,6 +682,13 @@ class GroupCoordinator:
             return E.none.value, dict(committed)
         return E.none.value, {tp: committed.get(tp) for tp in partitions}
 
+    def fetch_member_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """OffsetFetch v9 by a KIP-848 member: it must be in the group at that epoch (Kafka's check)."""
+        group = self.groups.get(group_id)
+        if not member_id or group is None or group.consumer is None or self.error_for(group_id) is not None:
+            return None
+        return self.consumer_protocol.commit_error(group, member_id, member_epoch)
+
     def unstable(self, group_id: str, partitions: list[tuple[str, int]] | None) -> set[tuple[str, int]]:
         """Partitions with offsets committed in a transaction that has not ended (require_stable)."""
         group = self.groups.get(group_id)
@@ -676,7 +713,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and generation >= 0 and member_id:
             # KIP-447: a zombie consumer of an older generation cannot commit in a transaction either.
-            error = self._member_error(group, member_id, instance_id, generation)
+            error = (self.consumer_protocol.commit_error(group, member_id, generation) if group.consumer is not None
+                     else self._member_error(group, member_id, instance_id, generation))
             if error is not None:
                 return all_error(error)
         results: dict[tuple[str, int], int] = {}
@@ -783,7 +821,7 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = [
                 (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in expired]
             if drop_group:
-                records.append((encode_key(GroupKey(group.group_id)), None))
+                records += group_tombstones(group.group_id, group)
             if await self._write(group.group_id, records) != E.none:
                 continue
             if self.groups.get(group.group_id) is not group:
@@ -807,9 +845,9 @@ class GroupCoordinator:
         for group in self.groups.values():
             if group.state == GroupState.DEAD:
                 continue
-            if states and group.state.value.lower() not in states:
+            if states and group.state_name.lower() not in states:
                 continue
-            if types and "classic" not in types:
+            if types and group.group_type not in types:
                 continue
             out.append(group)
         return out
@@ -829,7 +867,7 @@ class GroupCoordinator:
             return E.group_id_not_found.value
         if group.state != GroupState.EMPTY:
             return E.non_empty_group.value
-        records: list[tuple[bytes, bytes | None]] = [(encode_key(GroupKey(group_id)), None)]
+        records = group_tombstones(group_id, group)
         records += [(encode_key(OffsetKey(group_id, t, p)), None) for t, p in group.offsets]
         stored = await self._write(group_id, records)
         if stored != E.none:

@@ -1,4 +1,4 @@
-"""In-memory state of one classic consumer group."""
+"""In-memory state of one group: a classic one, or the shell (offsets) of a KIP-848 consumer group."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .consumer_group import ConsumerGroupState
 from .records import GroupValue, MemberValue, OffsetValue
 
 
@@ -90,6 +91,20 @@ class Group:
     rebalance_deadline: asyncio.TimerHandle | None = None
     initial_delay_until: float | None = None
     new_member_added: bool = False
+    # Set for a KIP-848 consumer group (ADR 0037): its members, epochs and assignments live there;
+    # `state` then only says Empty or Stable, for the code both kinds share (offsets, expiry).
+    consumer: ConsumerGroupState | None = None
+
+    @property
+    def group_type(self) -> str:
+        return "classic" if self.consumer is None else "consumer"
+
+    @property
+    def state_name(self) -> str:
+        """The state Kafka's ListGroups and Describe* report for the group's type."""
+        if self.consumer is not None and self.state != GroupState.DEAD:
+            return self.consumer.phase.value
+        return self.state.value
 
     def transition(self, state: GroupState) -> None:
         self.state = state
@@ -151,6 +166,8 @@ class Group:
         """Topics the members subscribe to (None when the protocol is not the consumer one)."""
         from .records import subscribed_topics
 
+        if self.consumer is not None:
+            return set(self.consumer.subscribed)
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
         topics: set[str] = set()

@@ -1,13 +1,15 @@
 """Records of `__consumer_offsets`, in Kafka's formats so Kafka tooling can read them.
 
-Keys: OffsetCommitKey (version 1: group, topic, partition) and GroupMetadataKey (version 2:
-group). Values: OffsetCommitValue v3 (offset, leader epoch, metadata, commit timestamp) and
+Keys: OffsetCommitKey (version 1: group, topic, partition), GroupMetadataKey (version 2:
+group) and, for KIP-848 consumer groups, keys 3 and 5-8 (below).
+Values: OffsetCommitValue v3 (offset, leader epoch, metadata, commit timestamp) and
 GroupMetadataValue v3 (protocol type, generation, protocol, leader, members). A null value is a
 tombstone: the offset or group was deleted, and compaction eventually drops it.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from ..binary import FormatError, Reader, Writer
@@ -69,7 +71,7 @@ def encode_key(key: OffsetKey | GroupKey) -> bytes:
     return bytes(Writer().i16(GROUP_KEY_VERSION).string(key.group).buf)
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey:
+def decode_key(data: bytes) -> OffsetKey | GroupKey | ConsumerKey:
     r = Reader(data)
     version = r.i16()
     if version in (0, 1):
@@ -77,6 +79,8 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
         return OffsetKey(group or "", topic or "", r.i32())
     if version == 2:
         return GroupKey(r.string() or "")
+    if version in _GROUP_ONLY_KEYS or version in _MEMBER_KEYS:
+        return _decode_consumer_key(version, r)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -129,3 +133,153 @@ def subscribed_topics(subscription: bytes) -> set[str]:
         return {t for t in (r.string() for _ in range(r.i32())) if t}
     except (RecordFormatError, UnicodeDecodeError):
         return set()
+
+
+# -- KIP-848 consumer groups: Kafka's coordinator records (keys 3, 5, 6, 7, 8; flexible values v0) ----
+
+CONSUMER_GROUP_KEY = 3
+CONSUMER_MEMBER_KEY = 5
+CONSUMER_TARGET_KEY = 6
+CONSUMER_TARGET_MEMBER_KEY = 7
+CONSUMER_CURRENT_MEMBER_KEY = 8
+_GROUP_ONLY_KEYS = (CONSUMER_GROUP_KEY, CONSUMER_TARGET_KEY)
+_MEMBER_KEYS = (CONSUMER_MEMBER_KEY, CONSUMER_TARGET_MEMBER_KEY, CONSUMER_CURRENT_MEMBER_KEY)
+METADATA_HASH_TAG = 0
+
+
+@dataclass(frozen=True)
+class ConsumerKey:
+    """One of a consumer group's records: `kind` is the key version, `member_id` set for member records."""
+
+    kind: int
+    group: str
+    member_id: str | None = None
+
+
+@dataclass
+class ConsumerGroupValue:
+    epoch: int
+    metadata_hash: int = 0
+
+
+@dataclass
+class ConsumerMemberValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_names: tuple[str, ...]
+    subscribed_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass
+class ConsumerCurrentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: dict[str, frozenset[int]]
+    pending_revocation: dict[str, frozenset[int]]
+
+
+def encode_consumer_key(key: ConsumerKey) -> bytes:
+    w = Writer().i16(key.kind).string(key.group)
+    if key.kind in _MEMBER_KEYS:
+        w.string(key.member_id or "")
+    return bytes(w.buf)
+
+
+def _decode_consumer_key(version: int, r: Reader) -> ConsumerKey:
+    group = r.string() or ""
+    return ConsumerKey(version, group, (r.string() or "") if version in _MEMBER_KEYS else None)
+
+
+def _write_partitions(w: Writer, assignment: dict[str, frozenset[int]]) -> None:
+    w.compact_array_len(len(assignment))
+    for topic_id in sorted(assignment):
+        w.uuid(uuid.UUID(topic_id))
+        parts = sorted(assignment[topic_id])
+        w.compact_array_len(len(parts))
+        for p in parts:
+            w.i32(p)
+        w.tagged({})
+
+
+def _read_partitions(r: Reader) -> dict[str, frozenset[int]]:
+    out: dict[str, frozenset[int]] = {}
+    for _ in range(max(0, r.compact_array_len())):
+        topic_id = str(r.uuid())
+        out[topic_id] = frozenset(r.i32() for _ in range(max(0, r.compact_array_len())))
+        r.tagged()
+    return out
+
+
+def _value_reader(data: bytes) -> Reader:
+    r = Reader(data)
+    version = r.i16()
+    if version != 0:
+        raise RecordFormatError(f"unknown consumer group record value version {version}")
+    return r
+
+
+def encode_consumer_group(value: ConsumerGroupValue) -> bytes:
+    tags = {METADATA_HASH_TAG: Writer().i64(value.metadata_hash).done()} if value.metadata_hash else {}
+    return Writer().i16(0).i32(value.epoch).tagged(tags).done()
+
+
+def decode_consumer_group(data: bytes) -> ConsumerGroupValue:
+    r = _value_reader(data)
+    epoch = r.i32()
+    tags = r.tagged()
+    hash_bytes = tags.get(METADATA_HASH_TAG)
+    return ConsumerGroupValue(epoch, Reader(hash_bytes).i64() if hash_bytes else 0)
+
+
+def encode_consumer_member(value: ConsumerMemberValue) -> bytes:
+    w = Writer().i16(0).compact_string(value.instance_id).compact_string(value.rack_id)
+    w.compact_string(value.client_id).compact_string(value.client_host)
+    w.compact_array_len(len(value.subscribed_names))
+    for name in value.subscribed_names:
+        w.compact_string(name)
+    w.compact_string(value.subscribed_regex).i32(value.rebalance_timeout_ms).compact_string(value.server_assignor)
+    return w.tagged({}).done()
+
+
+def decode_consumer_member(data: bytes) -> ConsumerMemberValue:
+    r = _value_reader(data)
+    instance, rack, client_id, host = r.compact_string(), r.compact_string(), r.compact_string(), r.compact_string()
+    names = tuple(r.compact_string() or "" for _ in range(max(0, r.compact_array_len())))
+    regex, timeout, assignor = r.compact_string(), r.i32(), r.compact_string()
+    return ConsumerMemberValue(instance, rack, client_id or "", host or "", names, regex, timeout, assignor)
+
+
+def encode_target_epoch(epoch: int) -> bytes:
+    return Writer().i16(0).i32(epoch).tagged({}).done()
+
+
+def decode_target_epoch(data: bytes) -> int:
+    return _value_reader(data).i32()
+
+
+def encode_target_member(assignment: dict[str, frozenset[int]]) -> bytes:
+    w = Writer().i16(0)
+    _write_partitions(w, assignment)
+    return w.tagged({}).done()
+
+
+def decode_target_member(data: bytes) -> dict[str, frozenset[int]]:
+    return _read_partitions(_value_reader(data))
+
+
+def encode_current_member(value: ConsumerCurrentValue) -> bytes:
+    w = Writer().i16(0).i32(value.member_epoch).i32(value.previous_member_epoch).i8(value.state)
+    _write_partitions(w, value.assigned)
+    _write_partitions(w, value.pending_revocation)
+    return w.tagged({}).done()
+
+
+def decode_current_member(data: bytes) -> ConsumerCurrentValue:
+    r = _value_reader(data)
+    epoch, previous, state = r.i32(), r.i32(), r.i8()
+    return ConsumerCurrentValue(epoch, previous, state, _read_partitions(r), _read_partitions(r))

@@ -217,6 +217,11 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
         part_cls = nested(cls, "OffsetFetchResponsePartitions")
         groups = []
         for g in req.groups:
+            member_error = ctx.broker.coordinator.fetch_member_error(
+                g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            if member_error is not None:
+                groups.append(group_cls(group_id=g.group_id, topics=(), error_code=member_error))
+                continue
             code, topics = _offset_topics(ctx, g.group_id, g.topics, topic_cls, part_cls,
                                           require_stable=getattr(req, "require_stable", False))
             groups.append(group_cls(group_id=g.group_id, topics=topics, error_code=code))
@@ -236,7 +241,7 @@ async def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
     # DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
     every = ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
     groups = tuple(make(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type or "",
-                        group_state=g.state.value, group_type="classic")
+                        group_state=g.state_name, group_type=g.group_type)
                    for g in ctx.broker.coordinator.list_groups(states, types)
                    if every or ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, groups=groups)
@@ -258,6 +263,11 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
             state = "Dead" if code == ErrorCode.none.value else ""
             out.append(make(group_cls, error_code=ErrorCode(code), group_id=group_id, group_state=state,
                             protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
+        if group.consumer is not None:  # Kafka 4: DescribeGroups describes classic groups only (KIP-1043)
+            out.append(make(group_cls, error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} "
+                            "is not a classic group.", group_id=group_id, group_state="Dead", protocol_type="",
+                            protocol_data="", members=(), authorized_operations=-2147483648))
             continue
         members = tuple(make(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
                              client_id=m.client_id, client_host=m.client_host,

@@ -1,0 +1,117 @@
+"""KIP-848 consumer group APIs: ConsumerGroupHeartbeat and ConsumerGroupDescribe (ADR 0037)."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...groups.assignors import Assignment
+from ...groups.consumer_protocol import HeartbeatRequest
+from ...security.acls import Operation, ResourceType
+from ..build import ZERO, make, nested
+from ..dispatch import RequestContext
+
+UNKNOWN_OPERATIONS = -2147483648
+MEMBER_TYPE_CONSUMER = 1
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+
+
+def _owned(topic_partitions: Any) -> Assignment | None:
+    if topic_partitions is None:
+        return None
+    return {str(tp.topic_id): frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}
+
+
+def _topic_partitions(cls: type, assignment: Assignment, names: dict[str, str] | None = None) -> tuple[Any, ...]:
+    out = []
+    for topic_id in sorted(assignment):
+        fields = {"topic_id": uuid.UUID(topic_id), "partitions": tuple(sorted(assignment[topic_id]))}
+        if names is not None:
+            fields["topic_name"] = names.get(topic_id, "")
+        out.append(make(cls, **fields))
+    return tuple(out)
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+
+    def answer(error: ErrorCode, message: str | None, member_id: str | None = None, epoch: int = -1,
+               interval_ms: int = 0, assignment: Assignment | None = None) -> Any:
+        assignment_obj = None
+        if assignment is not None:
+            assignment_obj = make(nested(cls, "Assignment"), topic_partitions=_topic_partitions(
+                nested(cls, "TopicPartitions"), assignment))
+        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, member_id=member_id,
+                    member_epoch=epoch, heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
+                    assignment=assignment_obj)
+
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return answer(ErrorCode.group_authorization_failed, f"READ on group {req.group_id} is not allowed")
+    names = req.subscribed_topic_names
+    if names:
+        denied = sorted(n for n in set(names) if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
+        if denied:
+            return answer(ErrorCode.topic_authorization_failed,
+                          f"DESCRIBE on subscribed topics is not allowed: {', '.join(denied)}")
+    result = await ctx.broker.coordinator.consumer_protocol.heartbeat(HeartbeatRequest(
+        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
+        rack_id=req.rack_id, rebalance_timeout_ms=_ms(req.rebalance_timeout),
+        subscribed_names=tuple(names) if names is not None else None,
+        subscribed_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
+        owned=_owned(req.topic_partitions), client_id=ctx.header.client_id or "",
+        client_host="/" + ctx.peer.rsplit(":", 1)[0], version=ctx.version))
+    return answer(result.error, result.message, result.member_id, result.member_epoch, result.heartbeat_interval_ms,
+                  result.assignment)
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    group_cls = nested(cls, "DescribedGroup")
+    member_cls = nested(cls, "Member")
+    assignment_cls = nested(cls, "Assignment")
+    tp_cls = nested(cls, "TopicPartitions")
+    coordinator = ctx.broker.coordinator
+    names = {t.topic_id: name for name, t in ctx.broker.topics().items()}
+
+    def failed(group_id: str, error: ErrorCode, message: str | None) -> Any:
+        return make(group_cls, error_code=error, error_message=message, group_id=group_id, group_state="",
+                    group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                    authorized_operations=UNKNOWN_OPERATIONS)
+
+    out = []
+    for group_id in req.group_ids:
+        if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(failed(group_id, ErrorCode.group_authorization_failed,
+                              f"DESCRIBE on group {group_id} is not allowed"))
+            continue
+        code, group = coordinator.describe(group_id)
+        if code != ErrorCode.none.value:
+            out.append(failed(group_id, ErrorCode(code), None))
+            continue
+        if group is None:
+            out.append(failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
+            continue
+        cg = group.consumer
+        if cg is None:
+            out.append(failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
+            continue
+        members = tuple(make(
+            member_cls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+            member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+            subscribed_topic_names=tuple(sorted(m.subscribed_names)), subscribed_topic_regex=m.subscribed_regex,
+            assignment=make(assignment_cls, topic_partitions=_topic_partitions(tp_cls, m.assigned, names)),
+            target_assignment=make(assignment_cls, topic_partitions=_topic_partitions(
+                tp_cls, cg.target.get(m.member_id, {}), names)),
+            member_type=MEMBER_TYPE_CONSUMER) for m in cg.members.values())
+        out.append(make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                        group_state=group.state_name, group_epoch=cg.group_epoch,
+                        assignment_epoch=cg.assignment_epoch,
+                        assignor_name=cg.preferred_assignor(list(coordinator.settings.consumer.assignors)),
+                        members=members, authorized_operations=UNKNOWN_OPERATIONS))
+    return make(cls, throttle_time=ZERO, groups=tuple(out))
