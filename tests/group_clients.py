@@ -73,9 +73,7 @@ class GroupConsumer(threading.Thread):
 class ConfluentGroupConsumer(GroupConsumer):
     client = "confluent-kafka"
 
-    def consume(self) -> None:
-        from confluent_kafka import Consumer
-
+    def config(self) -> dict:
         conf = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "auto.offset.reset": "earliest",
                 "enable.auto.commit": False, "session.timeout.ms": self.session_ms,
                 "heartbeat.interval.ms": max(300, self.session_ms // 6), "client.id": self.name}
@@ -83,7 +81,12 @@ class ConfluentGroupConsumer(GroupConsumer):
             conf["partition.assignment.strategy"] = self.assignor
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
-        consumer = Consumer(conf)
+        return conf
+
+    def consume(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self.config())
         consumer.subscribe([self.topic])
         try:
             while not self.stop_event.is_set():
@@ -96,6 +99,23 @@ class ConfluentGroupConsumer(GroupConsumer):
                     consumer.commit(asynchronous=False)
         finally:
             consumer.close()
+
+
+class ConfluentKip848Consumer(ConfluentGroupConsumer):
+    """confluent-kafka with group.protocol=consumer: the broker assigns (KIP-848); the session and the
+    heartbeat interval are the broker's, `assignor` is group.remote.assignor, a topic starting with ^
+    is a regex subscription."""
+
+    client = "confluent-kafka (KIP-848)"
+
+    def config(self) -> dict:
+        conf = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "group.protocol": "consumer",
+                "auto.offset.reset": "earliest", "enable.auto.commit": False, "client.id": self.name}
+        if self.assignor:
+            conf["group.remote.assignor"] = self.assignor
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        return conf
 
 
 class KafkaPythonGroupConsumer(GroupConsumer):

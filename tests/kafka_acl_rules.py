@@ -199,6 +199,19 @@ def sync_group() -> Any:
                protocol_type="consumer", protocol_name="range", assignments=())
 
 
+KIP848_GROUP = "conf-g848"  # its own group: a KIP-848 member would keep classic JoinGroups out of GROUP
+
+
+def consumer_group_heartbeat() -> Any:
+    return req(68, 1, group_id=KIP848_GROUP, member_id="conf-member", member_epoch=0,
+               rebalance_timeout=datetime.timedelta(seconds=10), subscribed_topic_names=(TOPIC,),
+               topic_partitions=())
+
+
+def consumer_group_describe() -> Any:
+    return req(69, 1, group_ids=(KIP848_GROUP,), include_authorized_operations=False)
+
+
 def describe_groups() -> Any:
     return req(15, 5, groups=(GROUP,), include_authorized_operations=False)
 
@@ -387,6 +400,11 @@ RULES: dict[int, Rule] = {
     15: Rule(5, describe_groups, ((G, GROUP, "DESCRIBE"),), _d((G, "DESCRIBE"))),
     16: Rule(4, list_groups, ((G, GROUP, "DESCRIBE"),), _d((C, "DESCRIBE"), (G, "DESCRIBE")), hides=_hides_groups),
     42: Rule(2, delete_groups, ((G, "conf-gone", "DELETE"),), _d((G, "DELETE"))),
+    68: Rule(1, consumer_group_heartbeat, ((G, KIP848_GROUP, "READ"), (T, TOPIC, "DESCRIBE")),
+             _d((G, "READ"), (T, "DESCRIBE"))),
+    # the heartbeat's member subscribes to TOPIC: describing its group needs DESCRIBE on that topic too
+    69: Rule(1, consumer_group_describe, ((G, KIP848_GROUP, "DESCRIBE"), (T, TOPIC, "DESCRIBE")),
+             _d((G, "DESCRIBE"), (T, "DESCRIBE"))),
     47: Rule(0, offset_delete, ((G, GROUP, "DELETE"), (T, TOPIC, "READ")), _d((G, "DELETE"), (T, "READ"))),
     24: Rule(3, add_partitions_to_txn, ((X, TXN, "WRITE"), (T, TOPIC, "WRITE")),
              _d((X, "WRITE"), (T, "WRITE"), (C, "CLUSTER_ACTION"))),

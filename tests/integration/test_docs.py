@@ -83,8 +83,8 @@ def test_readme_then_quickstart_work_as_written(cluster_like_make_run: Path) -> 
     assert "user1\tclicked" in readme.stdout
     # The group the Python snippet closed shows its committed offsets and lag (a row per partition
     # with a committed offset: topic, partition, current-offset, log-end-offset, lag).
-    assert "group readme: state " in readme.stdout, readme.stdout
-    described = readme.stdout[readme.stdout.index("group readme: state "):]
+    assert "group readme (classic): state " in readme.stdout, readme.stdout
+    described = readme.stdout[readme.stdout.index("group readme (classic): state "):]
     rows = [[c.strip() for c in line.split("│")[1:6]] for line in described.splitlines() if "│ demo" in line]
     assert rows and any(r[2].isdigit() and int(r[2]) >= 1 for r in rows), described
 

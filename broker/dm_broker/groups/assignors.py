@@ -94,21 +94,45 @@ def uniform_assign(members: Mapping[str, MemberSpec], partitions: Mapping[str, i
 
 def _balance(load: dict[str, set[tuple[str, int]]], owner: dict[tuple[str, int], str],
              subscribers: Mapping[str, list[str]]) -> None:
-    """Moves one partition at a time from a member to a less-loaded subscriber of its topic while that
-    lowers the spread; bounded by the partition count (each move strictly reduces the imbalance)."""
+    """Evens out the loads: while some member carries at least two more partitions than another it can
+    reach, shift one partition along a chain of members (each gives one partition of a topic the next
+    subscribes to), so only the two ends change load. Each shift lowers the sum of squared loads, so
+    this ends; a chain is needed when subscriptions differ (a gives T1 to b, b gives T2 to c)."""
     for _ in range(len(owner) + 1):
-        moved = False
         for giver in sorted(load, key=lambda m: (-len(load[m]), m)):
-            candidates = sorted(load[giver])
-            for tp in candidates:
-                taker = min(subscribers[tp[0]], key=lambda m: (len(load[m]), m))
-                if len(load[taker]) + 1 < len(load[giver]):
-                    load[giver].discard(tp)
+            chain = _chain_to_lighter(giver, load, subscribers)
+            if chain:
+                for tp, taker in chain:
+                    load[owner[tp]].discard(tp)
                     load[taker].add(tp)
                     owner[tp] = taker
-                    moved = True
-                    break
-            if moved:
                 break
-        if not moved:
+        else:
             return
+
+
+def _chain_to_lighter(giver: str, load: dict[str, set[tuple[str, int]]],
+                      subscribers: Mapping[str, list[str]]) -> list[tuple[tuple[str, int], str]]:
+    """Breadth-first from `giver`: the shortest chain of (partition, next member) moves ending at a member
+    with at least two partitions fewer than the giver; empty when there is none."""
+    limit = len(load[giver]) - 2
+    came_from: dict[str, tuple[str, tuple[str, int]] | None] = {giver: None}
+    frontier = [giver]
+    while frontier:
+        nxt: list[str] = []
+        for member in frontier:
+            for tp in sorted(load[member]):
+                for taker in subscribers[tp[0]]:
+                    if taker in came_from:
+                        continue
+                    came_from[taker] = (member, tp)
+                    if len(load[taker]) <= limit:
+                        chain: list[tuple[tuple[str, int], str]] = []
+                        node = taker
+                        while (step := came_from[node]) is not None:
+                            chain.append((step[1], node))
+                            node = step[0]
+                        return chain[::-1]
+                    nxt.append(taker)
+        frontier = nxt
+    return []

@@ -87,8 +87,9 @@ SPECS: list[ApiSpec] = [
     ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete, per_item(group(Op.DELETE), topic(Op.READ))),
     ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat, per_item(
         group(Op.READ), topic(Op.DESCRIBE, "each subscribed topic name"))),
-    ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe,
-            per_item(group(Op.DESCRIBE, "each group"))),
+    ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe, per_item(
+        group(Op.DESCRIBE, "each group"), topic(Op.DESCRIBE, "each topic its members subscribe to or own"),
+        note="a group using topics the principal may not describe is TOPIC_AUTHORIZATION_FAILED")),
     ApiSpec(24, "AddPartitionsToTxn", 0, 5, transactions.handle_add_partitions_to_txn, per_item(
         transactional_id(Op.WRITE), topic(Op.WRITE), on_cluster(Op.CLUSTER_ACTION),
         note="v0-3 (clients): WRITE on the id and each topic; v4+ (brokers verifying): CLUSTER_ACTION")),

@@ -24,7 +24,7 @@ class BoundsError(ValueError):
     pass
 
 
-# A step is (kind, payload): ("fixed", size), ("varlen", kafka type), ("entity", steps),
+# A step is (kind, payload): ("fixed", size), ("varlen", kafka type), ("entity", steps), ("nullable_entity", steps),
 # ("array", (item step, nullable)), ("tags", None).
 Step = tuple[str, typing.Any]
 
@@ -52,7 +52,8 @@ def _field_step(hint: typing.Any, kafka_type: str | None) -> Step:
         return ("array", (item_step, type(None) in args))
     entity = next((a for a in candidates if dataclasses.is_dataclass(a)), None)
     if entity is not None:
-        return ("entity", plan(entity))
+        # a nullable struct (ConsumerGroupHeartbeat's assignment) starts with an int8: -1 null, 1 present
+        return ("nullable_entity" if type(None) in args else "entity", plan(entity))
     return _primitive(kafka_type)
 
 
@@ -94,6 +95,11 @@ def _walk(steps: tuple[Step, ...], buf: bytes, pos: int, flexible: bool) -> int:
             pos = _varlen(buf, pos, flexible, payload)
         elif kind == "entity":
             pos = _walk(payload, buf, pos, flexible)
+        elif kind == "nullable_entity":
+            if pos >= end:
+                raise BoundsError("truncated struct marker")
+            present = buf[pos] < 0x80  # the int8 marker, -1 (0xff) for null
+            pos = _walk(payload, buf, pos + 1, flexible) if present else pos + 1
         elif kind == "array":
             (item_kind, item), nullable = payload
             n, pos = _length(buf, pos, flexible, I32)

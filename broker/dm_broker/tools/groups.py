@@ -40,7 +40,8 @@ def list_groups(args: argparse.Namespace) -> None:
     client = admin(args.bootstrap)
     result = client.list_consumer_groups().result(15)
     for g in sorted(result.valid, key=lambda g: g.group_id):
-        print(f"{g.group_id}\t{g.state.name if g.state else ''}")
+        kind = g.type.name.lower() if getattr(g, "type", None) is not None else ""
+        print(f"{g.group_id}\t{g.state.name if g.state else ''}\t{kind}")
 
 
 def describe(args: argparse.Namespace) -> None:
@@ -54,7 +55,8 @@ def describe(args: argparse.Namespace) -> None:
     partitions = sorted(set(committed) | set(owners))
     ends = _end_offsets(args.bootstrap, partitions)
     out = console()
-    out.print(f"group {args.group}: state {desc.state.name}, {len(desc.members)} members, "
+    kind = desc.type.name.lower() if getattr(desc, "type", None) is not None else "classic"
+    out.print(f"group {args.group} ({kind}): state {desc.state.name}, {len(desc.members)} members, "
                   f"assignor {desc.partition_assignor or '-'}, coordinator {desc.coordinator.id}")
     table = Table()
     for col in ("topic", "partition", "current-offset", "log-end-offset", "lag", "consumer-id", "host", "client-id"):
@@ -116,7 +118,7 @@ def delete(args: argparse.Namespace) -> None:
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     groups = sub.add_parser("groups", help="consumer groups and their lag")
     gsub = groups.add_subparsers(dest="action", required=True)
-    p = gsub.add_parser("list", parents=[common], help="list groups with their state")
+    p = gsub.add_parser("list", parents=[common], help="list groups with their state and type (classic or consumer)")
     p.set_defaults(func=list_groups)
     p = gsub.add_parser("describe", parents=[common], help="members, assignment, committed offsets and lag")
     p.add_argument("group", help="group id")

@@ -101,6 +101,13 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
         if cg is None:
             out.append(failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
             continue
+        used = {n for m in cg.members.values() for n in m.subscribed_names}
+        used |= {names.get(t, "") for m in cg.members.values() for t in m.owned()} - {""}
+        hidden = sorted(n for n in used if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
+        if hidden:  # Kafka's rule: a group is not described to whom may not see its topics
+            out.append(failed(group_id, ErrorCode.topic_authorization_failed,
+                              "The described group uses topics that the client is not authorized to describe."))
+            continue
         members = tuple(make(
             member_cls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,

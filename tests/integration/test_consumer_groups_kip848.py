@@ -1,0 +1,385 @@
+"""KIP-848 consumer groups with real clients: confluent-kafka's group.protocol=consumer against real
+broker processes (several members, rolling join and leave, a member SIGKILLed, regex subscriptions,
+static members, coordinator restart), classic clients on the same broker, and the wire-level errors."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from clients import ConfluentClient, Rec
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient
+from dm_broker.protocol.build import make, nested
+from dm_broker.protocol.client import KafkaConnection
+from dm_broker.protocol.codec import request_class
+from group_clients import ConfluentGroupConsumer, ConfluentKip848Consumer, KafkaPythonGroupConsumer, Seen, wait_for
+from harness import BrokerProcess, run_dm, running_broker
+from kio.schema.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(240)
+
+KIP848_BROKER = {
+    "group.consumer.min.session.timeout.ms": 1000, "group.consumer.session.timeout.ms": 6000,
+    "group.consumer.min.heartbeat.interval.ms": 100, "group.consumer.heartbeat.interval.ms": 500,
+    "group.initial.rebalance.delay.ms": 200, "group.min.session.timeout.ms": 1000,
+}
+MEMBER_SCRIPT = Path(__file__).resolve().parent.parent / "kip848_member.py"
+
+
+@pytest.fixture(scope="module")
+def kbroker(tmp_path_factory):
+    with running_broker(tmp_path_factory.mktemp("kip848") / "data", KIP848_BROKER) as proc:
+        yield proc
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:
+    ConfluentClient(bootstrap).produce(topic, [Rec(b"k%d" % i, b"%06d" % i) for i in range(start, start + n)],
+                                       acks="all")
+
+
+def stop_all(consumers) -> None:
+    for c in consumers:
+        c.stop_event.set()
+    for c in consumers:
+        c.join(30)
+    errors = [c.error for c in consumers if c.error]
+    assert not errors, errors
+
+
+def values(seen: list[Seen]) -> list[bytes]:
+    return [s.value for s in seen]
+
+
+def describe(bootstrap: str, group: str):
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept referenced until the answer arrives
+    return admin.describe_consumer_groups([group])[group].result(15)
+
+
+async def describe_wire(port: int, group: str):
+    """ConsumerGroupDescribe v1 as the wire has it (epochs, target assignments)."""
+    conn = await KafkaConnection.open("127.0.0.1", port)
+    try:
+        resp = await conn.request(make(request_class(69, 1), group_ids=(group,), include_authorized_operations=False))
+        return resp.groups[0]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_members_split_partitions_and_consume_exactly_once(kbroker, assignor):
+    topic, group = unique("split"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 6)
+    produce(kbroker.bootstrap, topic, 600)
+    seen: list[Seen] = []
+    consumers = [ConfluentKip848Consumer(kbroker.bootstrap, group, topic, f"c{i}", seen, assignor=assignor)
+                 for i in range(3)]
+    for c in consumers:
+        c.start()
+    try:
+        wait_for(lambda: len(seen) >= 600 and all(len(c.assigned) == 2 for c in consumers), 60,
+                 what="3 members with 2 partitions each and every record")
+        owned = [c.assigned for c in consumers]
+        assert set().union(*owned) == set(range(6)) and sum(map(len, owned)) == 6
+        desc = describe(kbroker.bootstrap, group)
+        assert desc.type == ConsumerGroupType.CONSUMER and desc.partition_assignor == assignor
+        assert desc.state.name == "STABLE" and len(desc.members) == 3
+        if assignor == "range":  # contiguous ranges by member id
+            ranges = sorted(sorted(tp.partition for tp in m.assignment.topic_partitions) for m in desc.members)
+            assert ranges == [[0, 1], [2, 3], [4, 5]]
+    finally:
+        stop_all(consumers)
+    assert sorted(values(seen)) == [b"%06d" % i for i in range(600)]
+
+
+def test_rolling_join_and_leave_loses_nothing(kbroker):
+    topic, group = unique("rolling"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 8)
+    seen: list[Seen] = []
+    members: list[ConfluentKip848Consumer] = []
+    produced = 0
+    epochs = []
+    for i in range(4):  # join one at a time while records keep coming
+        member = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, f"m{i}", seen)
+        member.start()
+        members.append(member)
+        produce(kbroker.bootstrap, topic, 200, produced)
+        produced += 200
+        wait_for(lambda: sum(len(m.assigned) for m in members) == 8 and all(m.assigned for m in members), 60,
+                 what=f"{len(members)} members sharing 8 partitions")
+        epochs.append(asyncio.run(describe_wire(kbroker.port, group)).group_epoch)
+    while len(members) > 1:  # then leave one at a time
+        members.pop(0).stop()
+        produce(kbroker.bootstrap, topic, 200, produced)
+        produced += 200
+        wait_for(lambda: sum(len(m.assigned) for m in members) == 8, 60, what="the rest taking over")
+    try:
+        wait_for(lambda: len(set(values(seen))) >= produced, 60, what="every record")
+    finally:
+        stop_all(members)
+    assert epochs == sorted(epochs) and len(set(epochs)) == 4  # one epoch per join
+    assert sorted(set(values(seen))) == [b"%06d" % i for i in range(produced)]
+    duplicates = len(seen) - len(set(values(seen)))
+    assert duplicates == 0, f"{duplicates} records delivered twice with commits after each batch"
+
+
+def test_killed_member_partitions_move_after_the_session_timeout(kbroker):
+    topic, group = unique("killed"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 4)
+    proc = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), kbroker.bootstrap, group, topic],
+                            stdout=subprocess.PIPE, text=True)
+    seen: list[Seen] = []
+    survivor = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "survivor", seen)
+    try:
+        line = proc.stdout.readline()
+        while not line.startswith("assigned 0 1 2 3"):
+            line = proc.stdout.readline()
+            assert line, "the member process ended"
+        survivor.start()
+        wait_for(lambda: len(survivor.assigned) == 2, 60, what="the survivor taking half")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        killed_at = time.monotonic()
+        produce(kbroker.bootstrap, topic, 400)
+        wait_for(lambda: survivor.assigned == {0, 1, 2, 3}, 30, what="the survivor taking the killed member's part")
+        moved_after = time.monotonic() - killed_at
+        wait_for(lambda: len(seen) >= 400, 30, what="every record")
+    finally:
+        proc.kill()
+        stop_all([survivor])
+    # the broker's session timeout (6 s here) is what frees the partitions of a member that died
+    assert moved_after >= 4.0, f"partitions moved {moved_after:.1f} s after the kill, before the session ended"
+    assert sorted(values(seen)) == [b"%06d" % i for i in range(400)]
+
+
+def test_regex_subscription_is_evaluated_by_the_broker_and_follows_new_topics(kbroker):
+    prefix = unique("rx")
+    admin = ConfluentClient(kbroker.bootstrap)
+    admin.create_topic(f"{prefix}-a", 2)
+    admin.create_topic(unique("other"), 1)
+    seen: list[Seen] = []
+    member = ConfluentKip848Consumer(kbroker.bootstrap, unique("g"), f"^{prefix}-.*", "rx", seen)
+    member.start()
+    try:
+        produce(kbroker.bootstrap, f"{prefix}-a", 10)
+        wait_for(lambda: len(seen) >= 10, 60, what="records of the first matching topic")
+        admin.create_topic(f"{prefix}-b", 3)
+
+        def assigned_count() -> int:
+            desc = asyncio.run(describe_wire(kbroker.port, member.group))
+            return sum(len(tp.partitions) for m in desc.members for tp in m.assignment.topic_partitions)
+
+        wait_for(lambda: assigned_count() == 5, 60, what="the new matching topic assigned")
+        ConfluentClient(kbroker.bootstrap).produce(f"{prefix}-b", [Rec(b"k", b"b%d" % i) for i in range(10)],
+                                                   acks="all")
+        wait_for(lambda: len(seen) >= 20, 60, what="records of the new topic")
+        desc = asyncio.run(describe_wire(kbroker.port, member.group))
+        assert f"^{prefix}-.*" in desc.members[0].subscribed_topic_regex  # librdkafka wraps it in ( )
+        assigned = {tp.topic_name for tp in desc.members[0].assignment.topic_partitions}
+        assert assigned == {f"{prefix}-a", f"{prefix}-b"}
+    finally:
+        stop_all([member])
+
+
+def test_static_member_restart_keeps_its_partitions_without_a_new_epoch(kbroker):
+    topic, group = unique("static"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 4)
+    seen: list[Seen] = []
+    a = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "a", seen, instance_id="instance-a")
+    b = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "b", seen, instance_id="instance-b")
+    a.start()
+    b.start()
+    wait_for(lambda: len(a.assigned) == 2 and len(b.assigned) == 2, 60, what="two static members")
+    before = asyncio.run(describe_wire(kbroker.port, group))
+    owned_by_b = b.assigned
+    b.stop()  # a static member leaves with epoch -2: its partitions wait for it
+    stop_all([b])
+    time.sleep(1.5)
+    assert a.assigned != {0, 1, 2, 3}, "a static member's partitions were handed over when it left"
+    b2 = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "b2", seen, instance_id="instance-b")
+    b2.start()
+    try:
+        wait_for(lambda: b2.assigned == owned_by_b, 60, what="the restarted instance getting its partitions back")
+        after = asyncio.run(describe_wire(kbroker.port, group))
+        assert after.group_epoch == before.group_epoch, "the restart of a static member caused a rebalance"
+        assert {m.instance_id for m in after.members} == {"instance-a", "instance-b"}
+    finally:
+        stop_all([a, b2])
+
+
+def test_group_survives_a_coordinator_restart(tmp_path):
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, KIP848_BROKER)
+    broker.start()
+    topic, group = unique("restart"), unique("g")
+    seen: list[Seen] = []
+    members: list[ConfluentKip848Consumer] = []
+    try:
+        ConfluentClient(broker.bootstrap).create_topic(topic, 4)
+        produce(broker.bootstrap, topic, 200)
+        members = [ConfluentKip848Consumer(broker.bootstrap, group, topic, f"r{i}", seen) for i in range(2)]
+        for m in members:
+            m.start()
+        wait_for(lambda: len(seen) >= 200 and all(len(m.assigned) == 2 for m in members), 60,
+                 what="two members and every record")
+        before = asyncio.run(describe_wire(broker.port, group))
+        broker.kill()  # SIGKILL: the group's state is only what __consumer_offsets holds
+        broker.start()
+        after = asyncio.run(describe_wire(broker.port, group))
+        assert after.error_code == ErrorCode.none, after
+        assert after.group_epoch == before.group_epoch and after.assignment_epoch == before.assignment_epoch
+        assert {(m.member_id, m.member_epoch) for m in after.members} == \
+            {(m.member_id, m.member_epoch) for m in before.members}
+        assert {m.member_id: m.assignment for m in after.members} == {m.member_id: m.assignment for m in before.members}
+        produce(broker.bootstrap, topic, 200, 200)
+        wait_for(lambda: len(set(values(seen))) >= 400, 60, what="records after the restart")
+        final = asyncio.run(describe_wire(broker.port, group))
+        assert final.group_epoch == before.group_epoch, "the members were fenced or the group rebalanced"
+    finally:
+        stop_all(members)
+        broker.stop()
+    assert sorted(set(values(seen))) == [b"%06d" % i for i in range(400)]
+
+
+def test_an_empty_group_changes_protocol_with_its_offsets(kbroker):
+    topic, group = unique("convert"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
+    produce(kbroker.bootstrap, topic, 100)
+    rounds: list[list[Seen]] = []
+    for cls, start in ((ConfluentGroupConsumer, 0), (ConfluentKip848Consumer, 100), (KafkaPythonGroupConsumer, 200)):
+        if start:
+            produce(kbroker.bootstrap, topic, 100, start)
+        seen: list[Seen] = []
+        member = cls(kbroker.bootstrap, group, topic, "convert", seen, session_ms=6000)
+        member.start()
+        try:
+            wait_for(lambda s=seen: len(s) >= 100, 60, what=f"{cls.client} reading the new records")
+            time.sleep(0.5)
+        finally:
+            stop_all([member])
+        rounds.append(seen)
+    for start, seen in zip((0, 100, 200), rounds, strict=True):  # each continues from the last commit
+        assert sorted(values(seen)) == [b"%06d" % i for i in range(start, start + 100)]
+
+
+def test_classic_member_cannot_join_a_live_consumer_group(kbroker):
+    topic, group = unique("mixed"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
+    member = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "new", [])
+    member.start()
+    try:
+        wait_for(lambda: len(member.assigned) == 2, 60, what="the KIP-848 member")
+
+        async def join() -> ErrorCode:
+            conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
+            cls = request_class(11, 5)
+            proto = nested(cls, "JoinGroupRequestProtocol")
+            resp = await conn.request(make(
+                cls, group_id=group, session_timeout=datetime.timedelta(seconds=10),
+                rebalance_timeout=datetime.timedelta(seconds=10), member_id="", group_instance_id=None,
+                protocol_type="consumer", protocols=(proto(name="range", metadata=b""),)))
+            await conn.close()
+            return resp.error_code
+
+        assert asyncio.run(join()) == ErrorCode.inconsistent_group_protocol
+    finally:
+        stop_all([member])
+
+
+def test_list_and_describe_show_both_kinds(kbroker):
+    topic = unique("kinds")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
+    classic, modern = unique("classic"), unique("consumer")
+    members = [ConfluentGroupConsumer(kbroker.bootstrap, classic, topic, "c", [], session_ms=6000),
+               ConfluentKip848Consumer(kbroker.bootstrap, modern, topic, "k", [])]
+    for m in members:
+        m.start()
+    try:
+        wait_for(lambda: all(m.assigned for m in members), 60, what="both groups assigned")
+        admin = AdminClient({"bootstrap.servers": kbroker.bootstrap})
+        listed = admin.list_consumer_groups().result(15).valid
+        kinds = {g.group_id: g.type for g in listed}
+        assert kinds[classic] == ConsumerGroupType.CLASSIC and kinds[modern] == ConsumerGroupType.CONSUMER
+        out = run_dm("groups", "list", "--bootstrap", kbroker.bootstrap)
+        assert f"{modern}\tSTABLE\tconsumer" in out.stdout and f"{classic}\tSTABLE\tclassic" in out.stdout, out
+        out = run_dm("groups", "describe", modern, "--bootstrap", kbroker.bootstrap)
+        assert f"group {modern} (consumer): state STABLE, 1 members, assignor uniform" in out.stdout, out
+        classic_wire = asyncio.run(describe_wire(kbroker.port, classic))
+        assert classic_wire.error_code == ErrorCode.group_id_not_found
+        assert classic_wire.error_message == f"Group {classic} is not a consumer group."
+    finally:
+        stop_all(members)
+
+
+async def _heartbeat(conn, group: str, member_id: str, epoch: int, **fields):
+    cls = request_class(68, 1)
+    body = {"group_id": group, "member_id": member_id, "member_epoch": epoch, "instance_id": None, "rack_id": None,
+            "rebalance_timeout": datetime.timedelta(seconds=30), "subscribed_topic_names": None,
+            "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": None, **fields}
+    return await conn.request(make(cls, **body))
+
+
+def test_wire_errors_and_member_epoch_checks(kbroker):
+    topic, group = unique("wire"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
+
+    async def scenario() -> None:
+        conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
+        try:
+            joined = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
+            assert joined.error_code == ErrorCode.none and joined.member_epoch >= 1
+            assert joined.heartbeat_interval == datetime.timedelta(milliseconds=500)
+            epoch = joined.member_epoch
+            assert sum(len(tp.partitions) for tp in joined.assignment.topic_partitions) == 2
+            for fields, error in [
+                ({"member_epoch": epoch + 5}, ErrorCode.fenced_member_epoch),
+                ({"member_id": "ghost"}, ErrorCode.unknown_member_id),
+                ({"member_epoch": 0, "member_id": "m2", "subscribed_topic_names": (topic,), "topic_partitions": (),
+                  "server_assignor": "sticky"}, ErrorCode.unsupported_assignor),
+                ({"member_epoch": 0, "member_id": "m3", "subscribed_topic_regex": "(", "topic_partitions": ()},
+                 ErrorCode.invalid_regular_expression),
+                ({"member_epoch": 0, "member_id": "", "subscribed_topic_names": (topic,), "topic_partitions": ()},
+                 ErrorCode.invalid_request),
+            ]:
+                args = {"member_id": "m1", "member_epoch": epoch, **fields}
+                resp = await _heartbeat(conn, group, args.pop("member_id"), args.pop("member_epoch"), **args)
+                assert resp.error_code == error, (fields, resp)
+                assert resp.error_message, resp
+            commit = request_class(8, 9)
+            part = nested(commit, "OffsetCommitRequestPartition")(partition_index=0, committed_offset=1,
+                                                                   committed_leader_epoch=-1, committed_metadata="")
+            topic_entry = nested(commit, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
+
+            async def commit_with(epoch_value: int, member_id: str = "m1") -> ErrorCode:
+                resp = await conn.request(make(commit, group_id=group, generation_id_or_member_epoch=epoch_value,
+                                               member_id=member_id, group_instance_id=None, topics=(topic_entry,)))
+                return resp.topics[0].partitions[0].error_code
+
+            assert await commit_with(epoch) == ErrorCode.none
+            assert await commit_with(epoch - 1) == ErrorCode.stale_member_epoch
+            assert await commit_with(epoch, "ghost") == ErrorCode.unknown_member_id
+            assert await commit_with(-1, "") == ErrorCode.unknown_member_id  # not while the group has members
+            describe_groups = request_class(15, 5)
+            resp = await conn.request(make(describe_groups, groups=(group,), include_authorized_operations=False))
+            assert resp.groups[0].error_code == ErrorCode.group_id_not_found
+            left = await _heartbeat(conn, group, "m1", -1)
+            assert left.error_code == ErrorCode.none and left.member_epoch == -1
+            assert await commit_with(-1, "") == ErrorCode.none  # an admin commit once it is empty
+            desc = await conn.request(make(request_class(69, 0), group_ids=(group,),
+                                           include_authorized_operations=False))
+            assert desc.groups[0].group_state == "Empty" and not desc.groups[0].members
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
