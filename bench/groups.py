@@ -1,12 +1,22 @@
 """Consumer-group benchmarks.
 
-    .venv/bin/python -m bench.groups [--rounds 5] [--heartbeat-ms 500]
+    .venv/bin/python -m bench.groups [--rounds 5] [--heartbeat-ms 500] [--skip-throughput]
 
 1. Rebalance time: a sixth member joins a stable group of five (confluent-kafka, range
    assignor); time from its subscribe() to the coordinator reporting the group Stable with six
    members (sampled from /metrics every 5 ms). Existing members learn of a rebalance from their
    next heartbeat, so the result depends on heartbeat.interval.ms, as with Kafka.
-2. Throughput: 3 consumer processes in one group read a 6-partition topic of 1 KiB records.
+2. Under load, classic against KIP-848 (issue 28): ten members read a 22-partition topic that a
+   producer keeps writing (about 2,000 records/s); an eleventh joins. Reported per protocol: the time
+   until the group is Stable with 11 members, every one reconciled (KIP-848: all at the assignment
+   epoch); for records produced between the join and Stable, each partition's worst produce-to-consume
+   latency (a stop-the-world rebalance makes every partition wait it out; an incremental one only the
+   partitions that move), as the median over partitions, the maximum and the count above 0.2 s, beside
+   the same figures for the 3 s before the join.
+   Classic members use the
+   eager range assignor and, separately, cooperative-sticky; KIP-848 members the broker's uniform
+   assignor. Heartbeats every `--heartbeat-ms` for all three.
+3. Throughput: 3 consumer processes in one group read a 6-partition topic of 1 KiB records.
 """
 
 from __future__ import annotations
@@ -77,6 +87,95 @@ def rebalance_times(bootstrap: str, http_port: int, rounds: int, heartbeat_ms: i
     return times
 
 
+LOAD_PARTITIONS = 22
+PROTOCOLS = ("classic-range", "classic-cooperative", "consumer")
+
+
+def load_member(bootstrap: str, group: str, topic: str, protocol: str, heartbeat_ms: int, stop: threading.Event,
+                arrivals: list[tuple[int, float, float]]) -> None:
+    from confluent_kafka import Consumer
+
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "latest"}
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"  # the broker's heartbeat interval and assignor
+    else:
+        conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": heartbeat_ms,
+                     "partition.assignment.strategy": "range" if protocol == "classic-range" else "cooperative-sticky"})
+    c = Consumer(conf)
+    c.subscribe([topic])
+    while not stop.is_set():
+        for m in c.consume(1000, 0.02):
+            if m.error() is None:
+                arrivals.append((m.partition(), m.timestamp()[1] / 1000, time.time()))
+    c.close()
+
+
+def _produce_steadily(bootstrap: str, topic: str, stop: threading.Event, rate: int = 2000) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "partitioner": "random"})
+    while not stop.is_set():
+        for _ in range(rate // 100):
+            p.produce(topic, b"x" * 100)
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(10)
+
+
+def _latencies(arrivals: list[tuple[int, float, float]], start: float, end: float) -> dict:
+    """Records produced in [start, end]: each partition's worst produce-to-consume latency. A partition
+    that a rebalance stops waits out the rebalance, so its worst latency is about that long; one that
+    keeps its owner reads on."""
+    worst: dict[int, float] = {}
+    for partition, produced, consumed in arrivals:
+        if start <= produced <= end:
+            worst[partition] = max(worst.get(partition, 0.0), consumed - produced)
+    values = sorted(worst.values()) or [0.0]
+    return {"partition_worst_median_s": statistics.median(values), "partition_worst_max_s": values[-1],
+            "partitions_over_fifth_s": sum(v > 0.2 for v in values)}
+
+
+def rebalance_under_load(bootstrap: str, http_port: int, protocol: str, rounds: int, heartbeat_ms: int) -> list[dict]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    out = []
+    for r in range(rounds):
+        topic, group = f"load-{protocol}-{r}", f"load-{protocol}-{r}"
+        admin.create_topics([NewTopic(topic, LOAD_PARTITIONS, 1)])[topic].result(10)
+        stop = threading.Event()
+        arrivals: list[tuple[int, float, float]] = []
+        producer = threading.Thread(target=_produce_steadily, args=(bootstrap, topic, stop))
+        producer.start()
+        members = [threading.Thread(target=load_member, args=(bootstrap, group, topic, protocol, heartbeat_ms, stop,
+                                                              arrivals)) for _ in range(10)]
+        for t in members:
+            t.start()
+        deadline = time.monotonic() + 90
+        while stable_members(http_port, group) != 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3)
+        baseline_from = time.time()
+        time.sleep(3)
+        joined_at = time.time()
+        joined_mono = time.monotonic()
+        eleventh = threading.Thread(target=load_member, args=(bootstrap, group, topic, protocol, heartbeat_ms, stop,
+                                                              arrivals))
+        eleventh.start()
+        while stable_members(http_port, group) != 11 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        stable_at = time.time()
+        rebalance_s = time.monotonic() - joined_mono
+        time.sleep(3)  # records produced during the rebalance are read by now
+        snapshot = list(arrivals)
+        out.append({"protocol": protocol, "rebalance_s": rebalance_s, **_latencies(snapshot, joined_at, stable_at),
+                    "baseline": _latencies(snapshot, baseline_from, joined_at)})
+        stop.set()
+        for t in [*members, eleventh, producer]:
+            t.join(30)
+    return out
+
+
 def _consume(bootstrap: str, group: str, topic: str, total: int, counter, done) -> None:
     from confluent_kafka import Consumer
 
@@ -122,19 +221,37 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--heartbeat-ms", type=int, default=500)
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--load-rounds", type=int, default=3, help="rounds of the 10 -> 11 members test per protocol")
+    parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
     http_port = free_port()
-    with dm_broker("group.initial.rebalance.delay.ms=0", http_port=http_port) as (bootstrap, _):
+    kip848 = [f"group.consumer.heartbeat.interval.ms={args.heartbeat_ms}",
+              "group.consumer.min.heartbeat.interval.ms=100", "group.consumer.min.session.timeout.ms=1000",
+              "group.consumer.session.timeout.ms=10000"]
+    with dm_broker("group.initial.rebalance.delay.ms=0", *kip848, http_port=http_port) as (bootstrap, _):
         time.sleep(1)
         times = rebalance_times(bootstrap, http_port, args.rounds, args.heartbeat_ms)
         print(f"rebalance after a 6th member joins a stable group of 5 (heartbeat {args.heartbeat_ms} ms): "
               f"median {statistics.median(times):.3f} s, max {max(times):.3f} s, runs {[round(t, 3) for t in times]}")
-        rate = group_throughput(bootstrap, args.records)
-        print(f"3-member group consume, 6 partitions, 1 KiB: {rate:,.0f} records/s ({rate * 1024 / 1e6:.0f} MB/s)")
+        loaded = []
+        for protocol in PROTOCOLS:
+            runs = rebalance_under_load(bootstrap, http_port, protocol, args.load_rounds, args.heartbeat_ms)
+            loaded += runs
+            print(f"10 -> 11 members under load, {protocol}: rebalance median "
+                  f"{statistics.median(r['rebalance_s'] for r in runs):.2f} s; per run, partitions whose records "
+                  f"waited > 0.2 s {[r['partitions_over_fifth_s'] for r in runs]} of {LOAD_PARTITIONS} (before the "
+                  f"join {[r['baseline']['partitions_over_fifth_s'] for r in runs]}); median partition's worst wait "
+                  f"{[round(r['partition_worst_median_s'], 2) for r in runs]} s (before "
+                  f"{[round(r['baseline']['partition_worst_median_s'], 2) for r in runs]}); worst wait "
+                  f"{[round(r['partition_worst_max_s'], 2) for r in runs]} s")
+        rate = None
+        if not args.skip_throughput:
+            rate = group_throughput(bootstrap, args.records)
+            print(f"3-member group consume, 6 partitions, 1 KiB: {rate:,.0f} records/s ({rate * 1024 / 1e6:.0f} MB/s)")
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "groups.jsonl").open("a") as fh:
         fh.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "heartbeat_ms": args.heartbeat_ms,
-                             "rebalance_s": times, "group_consume_records_per_s": rate}) + "\n")
+                             "rebalance_s": times, "under_load": loaded, "group_consume_records_per_s": rate}) + "\n")
 
 
 if __name__ == "__main__":

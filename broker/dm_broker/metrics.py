@@ -93,8 +93,9 @@ class _StateCollector(Collector):
                 if part is not None:
                     lags.append(((topic, str(index)) if per_partition else (topic,),
                                  max(0, part.high_watermark - committed.offset)))
-            state.groups.append((group.group_id, group.state.value, len(group.members), group.generation,
-                                 group.leader_id or None, lags))
+            cg = group.consumer  # a KIP-848 group: its members, and its epoch as the generation
+            state.groups.append((group.group_id, group.state_name, len(cg.members) if cg else len(group.members),
+                                 cg.group_epoch if cg else group.generation, group.leader_id or None, lags))
         now = time.time() * 1000
         for meta in broker.txn_coordinator.txns.values():
             name = meta.state.kafka_name
@@ -173,7 +174,7 @@ class _StateCollector(Collector):
         members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])
         lag = GaugeMetricFamily("dm_group_lag", "High watermark minus committed offset, for partitions led here",
                                 labels=["group", "topic", "partition"] if state.per_partition else ["group", "topic"])
-        generation = GaugeMetricFamily("dm_group_generation", "Current generation of a consumer group",
+        generation = GaugeMetricFamily("dm_group_generation", "Current generation of a consumer group (a KIP-848 group's epoch)",
                                        labels=["group"])
         leader = GaugeMetricFamily("dm_group_leader_info", "The member leading (assigning for) a consumer group",
                                    labels=["group", "member"])
