@@ -62,6 +62,11 @@ class Writer:
         self.buf += v
         return self
 
+    def compact_bytes(self, v: bytes) -> Writer:
+        self.uvarint(len(v) + 1)
+        self.buf += v
+        return self
+
     def uuid(self, v: uuid.UUID) -> Writer:
         self.buf += v.bytes
         return self
@@ -127,6 +132,9 @@ class Reader:
     def bytes_(self) -> bytes | None:
         n = self.i32()
         return None if n < 0 else self._take(n)
+
+    def compact_bytes(self) -> bytes:
+        return self._take(self.uvarint() - 1)
 
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self._take(16))

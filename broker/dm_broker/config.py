@@ -429,6 +429,41 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Largest group.consumer.heartbeat.interval.ms accepted.", minimum=1),
         Property("group.consumer.max.size", "int", 2**31 - 1, "Most members in one KIP-848 consumer group.",
                  minimum=1),
+        Property("group.consumer.migration.policy", "choice", "bidirectional",
+                 "Online conversion of a group with live members between the classic and the KIP-848 protocol: "
+                 "upgrade (a KIP-848 member joins a classic group), downgrade (the last KIP-848 member leaves a "
+                 "group of classic members), bidirectional or disabled. Empty groups always convert.",
+                 choices=("disabled", "upgrade", "downgrade", "bidirectional")),
+        # -- share groups (KIP-932, ADR 0038) --------------------------------------------------------------
+        Property("group.share.enable", "bool", True,
+                 "Serve share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge); off, they are refused with "
+                 "UNSUPPORTED_VERSION."),
+        Property("group.share.session.timeout.ms", "int", 45_000,
+                 "A share group member that has not heartbeated for this long leaves its group.", minimum=1),
+        Property("group.share.min.session.timeout.ms", "int", 45_000,
+                 "Smallest group.share.session.timeout.ms accepted.", minimum=1),
+        Property("group.share.max.session.timeout.ms", "int", 60_000,
+                 "Largest group.share.session.timeout.ms accepted.", minimum=1),
+        Property("group.share.heartbeat.interval.ms", "int", 5_000, "How often a share group member heartbeats.",
+                 minimum=1),
+        Property("group.share.min.heartbeat.interval.ms", "int", 5_000,
+                 "Smallest group.share.heartbeat.interval.ms accepted.", minimum=1),
+        Property("group.share.max.heartbeat.interval.ms", "int", 15_000,
+                 "Largest group.share.heartbeat.interval.ms accepted.", minimum=1),
+        Property("group.share.max.size", "int", 200, "Most members in one share group.", minimum=1),
+        Property("group.share.record.lock.duration.ms", "int", 30_000,
+                 "How long a share consumer holds a record it fetched before it is offered to another.",
+                 minimum=1000, maximum=3_600_000),
+        Property("group.share.min.record.lock.duration.ms", "int", 15_000,
+                 "Smallest group.share.record.lock.duration.ms accepted.", minimum=1000, maximum=30_000),
+        Property("group.share.max.record.lock.duration.ms", "int", 60_000,
+                 "Largest group.share.record.lock.duration.ms accepted.", minimum=30_000, maximum=3_600_000),
+        Property("group.share.delivery.count.limit", "int", 5,
+                 "A record delivered this many times without being accepted is archived (never delivered again).",
+                 minimum=2, maximum=10),
+        Property("group.share.partition.max.record.locks", "int", 2000,
+                 "Most records of one share-partition in flight (fetched, not yet acknowledged) at once.",
+                 minimum=100, maximum=10_000),
         Property("group.consumer.assignors", "list", "uniform,range",
                  "Server-side assignors a member may ask for with group.remote.assignor, the first the default: "
                  "uniform (balanced, sticky) and range (co-partitioned per topic); Kafka's class names "
@@ -601,13 +636,16 @@ def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:
     if not assignors or any(short_name(a) is None for a in assignors):
         raise ConfigError(f"group.consumer.assignors: dm has the uniform and range assignors; got "
                           f"{values['group.consumer.assignors']!r}")
-    for what in ("session.timeout", "heartbeat.interval"):
-        low, value, high = (values[f"group.consumer.{m}{what}.ms"] for m in ("min.", "", "max."))
+    bounded = (("consumer", "session.timeout"), ("consumer", "heartbeat.interval"), ("share", "session.timeout"),
+               ("share", "heartbeat.interval"), ("share", "record.lock.duration"))
+    for kind, what in bounded:
+        low, value, high = (values[f"group.{kind}.{m}{what}.ms"] for m in ("min.", "", "max."))
         if not low <= value <= high:
-            raise ConfigError(f"group.consumer.{what}.ms={value} must lie between group.consumer.min.{what}.ms={low} "
-                              f"and group.consumer.max.{what}.ms={high}")
-    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
-        raise ConfigError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
+            raise ConfigError(f"group.{kind}.{what}.ms={value} must lie between group.{kind}.min.{what}.ms={low} "
+                              f"and group.{kind}.max.{what}.ms={high}")
+    for kind in ("consumer", "share"):
+        if values[f"group.{kind}.heartbeat.interval.ms"] >= values[f"group.{kind}.session.timeout.ms"]:
+            raise ConfigError(f"group.{kind}.heartbeat.interval.ms must be below group.{kind}.session.timeout.ms")
 
 
 def _listener_scoped(name: str) -> Property:

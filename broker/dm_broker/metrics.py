@@ -174,7 +174,8 @@ class _StateCollector(Collector):
         members = GaugeMetricFamily("dm_group_members", "Members of a consumer group", labels=["group", "state"])
         lag = GaugeMetricFamily("dm_group_lag", "High watermark minus committed offset, for partitions led here",
                                 labels=["group", "topic", "partition"] if state.per_partition else ["group", "topic"])
-        generation = GaugeMetricFamily("dm_group_generation", "Current generation of a consumer group (a KIP-848 group's epoch)",
+        generation = GaugeMetricFamily("dm_group_generation",
+                                       "Current generation of a consumer group (a KIP-848 group's epoch)",
                                        labels=["group"])
         leader = GaugeMetricFamily("dm_group_leader_info", "The member leading (assigning for) a consumer group",
                                    labels=["group", "member"])

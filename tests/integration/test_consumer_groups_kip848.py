@@ -273,7 +273,90 @@ def test_an_empty_group_changes_protocol_with_its_offsets(kbroker):
         assert sorted(values(seen)) == [b"%06d" % i for i in range(start, start + 100)]
 
 
-def test_classic_member_cannot_join_a_live_consumer_group(kbroker):
+@pytest.mark.parametrize("classic", ["range", "cooperative-sticky"])
+def test_online_upgrade_and_downgrade_with_live_classic_members(kbroker, classic):
+    """A KIP-848 member joins a live classic group: the group becomes a consumer group, the classic
+    members keep reading (reconciled through JoinGroup/SyncGroup/Heartbeat), and when the KIP-848
+    member leaves the group is classic again. Nothing is lost throughout."""
+    topic, group = unique("migrate"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 4)
+    seen: list[Seen] = []
+    old = [ConfluentGroupConsumer(kbroker.bootstrap, group, topic, f"classic{i}", seen, session_ms=6000,
+                                  assignor=classic) for i in range(2)]
+    for m in old:
+        m.start()
+    produced = 0
+
+    def produce_more(n: int = 100) -> None:
+        nonlocal produced
+        produce(kbroker.bootstrap, topic, n, produced)
+        produced += n
+
+    def kind() -> ConsumerGroupType:
+        admin = AdminClient({"bootstrap.servers": kbroker.bootstrap})
+        return {g.group_id: g.type for g in admin.list_consumer_groups().result(15).valid}[group]
+
+    new = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "kip848", seen)
+    try:
+        wait_for(lambda: all(len(m.assigned) == 2 for m in old), 60, what="the classic group")
+        produce_more()
+        wait_for(lambda: len(set(values(seen))) >= produced, 60, what="the classic members reading")
+        assert kind() == ConsumerGroupType.CLASSIC
+
+        new.start()
+        wait_for(lambda: new.assigned and sum(len(m.assigned) for m in [*old, new]) == 4
+                 and all(m.assigned for m in old), 60, what="the upgraded group sharing 4 partitions")
+        assert kind() == ConsumerGroupType.CONSUMER
+        desc = asyncio.run(describe_wire(kbroker.port, group))
+        assert sorted(m.member_type for m in desc.members) == [0, 0, 1]  # two classic members, one KIP-848
+        produce_more()
+        wait_for(lambda: len(set(values(seen))) >= produced, 60, what="every member reading after the upgrade")
+
+        new.stop()
+        stop_all([new])
+        wait_for(lambda: kind() == ConsumerGroupType.CLASSIC, 30, what="the group classic again")
+        wait_for(lambda: sum(len(m.assigned) for m in old) == 4, 60, what="the classic members taking everything")
+        produce_more()
+        wait_for(lambda: len(set(values(seen))) >= produced, 60, what="reading after the downgrade")
+    finally:
+        new.stop_event.set()
+        stop_all(old)
+    assert sorted(set(values(seen))) == [b"%06d" % i for i in range(produced)]
+
+
+def test_mixed_group_survives_a_coordinator_restart(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", KIP848_BROKER)
+    broker.start()
+    topic, group = unique("mixed-restart"), unique("g")
+    seen: list[Seen] = []
+    members: list = []
+    try:
+        ConfluentClient(broker.bootstrap).create_topic(topic, 4)
+        produce(broker.bootstrap, topic, 100)
+        members = [ConfluentGroupConsumer(broker.bootstrap, group, topic, "classic", seen, session_ms=6000)]
+        members[0].start()
+        wait_for(lambda: len(members[0].assigned) == 4, 60, what="the classic member")
+        members.append(ConfluentKip848Consumer(broker.bootstrap, group, topic, "kip848", seen))
+        members[1].start()
+        wait_for(lambda: all(len(m.assigned) == 2 for m in members) and len(set(values(seen))) >= 100, 60,
+                 what="the upgraded group")
+        before = asyncio.run(describe_wire(broker.port, group))
+        broker.kill()
+        broker.start()
+        after = asyncio.run(describe_wire(broker.port, group))
+        assert after.group_epoch == before.group_epoch
+        assert {(m.member_id, m.member_epoch, m.member_type) for m in after.members} == \
+            {(m.member_id, m.member_epoch, m.member_type) for m in before.members}
+        produce(broker.bootstrap, topic, 100, 100)
+        wait_for(lambda: len(set(values(seen))) >= 200, 60, what="both members reading after the restart")
+        assert all(len(m.assigned) == 2 for m in members)
+    finally:
+        stop_all(members)
+        broker.stop()
+    assert sorted(set(values(seen))) == [b"%06d" % i for i in range(200)]
+
+
+def test_classic_join_with_another_protocol_is_refused(kbroker):
     topic, group = unique("mixed"), unique("g")
     ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
     member = ConfluentKip848Consumer(kbroker.bootstrap, group, topic, "new", [])
@@ -281,18 +364,19 @@ def test_classic_member_cannot_join_a_live_consumer_group(kbroker):
     try:
         wait_for(lambda: len(member.assigned) == 2, 60, what="the KIP-848 member")
 
-        async def join() -> ErrorCode:
+        async def join(protocol_type: str, metadata: bytes) -> ErrorCode:
             conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
             cls = request_class(11, 5)
             proto = nested(cls, "JoinGroupRequestProtocol")
             resp = await conn.request(make(
                 cls, group_id=group, session_timeout=datetime.timedelta(seconds=10),
                 rebalance_timeout=datetime.timedelta(seconds=10), member_id="", group_instance_id=None,
-                protocol_type="consumer", protocols=(proto(name="range", metadata=b""),)))
+                protocol_type=protocol_type, protocols=(proto(name="range", metadata=metadata),)))
             await conn.close()
             return resp.error_code
 
-        assert asyncio.run(join()) == ErrorCode.inconsistent_group_protocol
+        assert asyncio.run(join("connect", b"")) == ErrorCode.inconsistent_group_protocol
+        assert asyncio.run(join("consumer", b"\x00")) == ErrorCode.inconsistent_group_protocol  # not a subscription
     finally:
         stop_all([member])
 

@@ -200,7 +200,8 @@ def test_uniform_random_subscriptions_place_every_partition_on_a_subscriber():
     topics = [str(uuid.UUID(int=i + 1)) for i in range(5)]
     for _ in range(200):
         partitions = {t: rng.randint(1, 9) for t in topics}
-        specs = {f"m{i}": MemberSpec(frozenset(rng.sample(topics, rng.randint(1, 5)))) for i in range(rng.randint(1, 6))}
+        specs = {f"m{i}": MemberSpec(frozenset(rng.sample(topics, rng.randint(1, 5))))
+                 for i in range(rng.randint(1, 6))}
         subscribed = {t: n for t, n in partitions.items() if any(t in s.topics for s in specs.values())}
         out = uniform_assign(specs, partitions)
         every_partition_once(out, subscribed)
@@ -209,3 +210,39 @@ def test_uniform_random_subscriptions_place_every_partition_on_a_subscriber():
         # uniform again from its own result moves nothing: the balance it reached is stable
         again = uniform_assign({m: MemberSpec(s.topics, out[m]) for m, s in specs.items()}, partitions)
         assert again == out
+
+
+def test_embedded_consumer_protocol_round_trip():
+    from dm_broker.binary import FormatError, Writer
+    from dm_broker.groups.embedded_protocol import decode_assignment, decode_subscription, encode_assignment
+
+    # ConsumerProtocolSubscription v1 as a cooperative client writes it: topics, no user data, owned partitions
+    w = Writer().i16(1).i32(2).string("a").string("b").bytes_(None).i32(1).string("a").i32(2).i32(0).i32(3)
+    sub = decode_subscription(w.done())
+    assert sub.version == 1 and sub.topics == ("a", "b") and sub.owned == {"a": frozenset({0, 3})}
+    assert decode_subscription(Writer().i16(0).i32(1).string("t").bytes_(b"x").done()).owned == {}
+    with pytest.raises(FormatError):
+        decode_subscription(b"\x00")
+    data = encode_assignment(1, {"a": frozenset({2, 1}), "b": frozenset({0})})
+    assert decode_assignment(data) == {"a": frozenset({1, 2}), "b": frozenset({0})}
+    assert decode_assignment(b"") == {} and decode_assignment(b"\x00\x01\x00") == {}
+
+
+def test_classic_member_metadata_round_trips():
+    value = ConsumerMemberValue(None, None, "c", "/h", ("t",), None, 60000, None,
+                                classic=(10000, (("range", b"\x00\x01"), ("cooperative-sticky", b""))))
+    assert decode_consumer_member(encode_consumer_member(value)) == value
+
+
+def test_online_upgrade_follows_the_migration_policy():
+    from dm_broker.groups.consumer_protocol import ConsumerProtocol, ConsumerSettings
+    from dm_broker.groups.group import Group, Member
+
+    group = Group("g", protocol_type="consumer")
+    group.add(Member("m", None, "c", "/h", 1000, 1000, "consumer", [("range", b"")]))
+    with pytest.raises(InvalidHeartbeat) as caught:
+        ConsumerProtocol(None, ConsumerSettings(migration_policy="downgrade"))._upgrade(group)  # type: ignore[arg-type]
+    assert caught.value.error == ErrorCode.group_id_not_found and "migration.policy" in str(caught.value)
+    group.protocol_type = "connect"
+    with pytest.raises(InvalidHeartbeat, match="not consumer"):
+        ConsumerProtocol(None, ConsumerSettings())._upgrade(group)  # type: ignore[arg-type]

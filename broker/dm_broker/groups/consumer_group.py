@@ -63,6 +63,14 @@ def is_subset(a: Mapping[str, frozenset[int]], b: Mapping[str, frozenset[int]]) 
     return not minus(a, b)
 
 
+@dataclass(frozen=True)
+class ClassicInfo:
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a KIP-848 group."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -79,6 +87,7 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicInfo | None = None
     # Not persisted: deadlines on this coordinator's clock, and what the member was last told.
     session_deadline: float = 0.0
     revocation_deadline: float | None = None

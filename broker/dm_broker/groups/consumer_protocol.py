@@ -19,19 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..binary import FormatError
 from .assignors import Assignment, MemberSpec, assign, short_name
 from .consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicInfo,
     ConsumerGroupState,
     ConsumerMember,
     MemberState,
     is_subset,
     metadata_hash,
+    normalised,
     reconcile,
     subscribed_topics,
 )
-from .group import Group, GroupState
+from .embedded_protocol import decode_assignment, decode_subscription, encode_assignment
+from .group import Group, GroupState, JoinResult, Member
 from .records import (
     CONSUMER_CURRENT_MEMBER_KEY,
     CONSUMER_GROUP_KEY,
@@ -52,6 +56,7 @@ from .records import (
     encode_consumer_key,
     encode_consumer_member,
     encode_current_member,
+    encode_group,
     encode_key,
     encode_target_epoch,
     encode_target_member,
@@ -72,6 +77,7 @@ class ConsumerSettings:
     heartbeat_interval_ms: int = 5_000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
+    migration_policy: str = "bidirectional"
 
 
 @dataclass
@@ -142,11 +148,19 @@ def validate(req: HeartbeatRequest, settings: ConsumerSettings) -> None:
 
 
 def as_consumer_group(group: Group) -> ConsumerGroupState:
+    """The group's KIP-848 state, made from an empty one when the group was classic (its classic
+    members, if any, are the caller's to carry over)."""
     if group.consumer is None:
         group.consumer = ConsumerGroupState()
         group.protocol_type = "consumer"
         group.protocol_name = None
         group.leader_id = None
+        group.members.clear()
+        group.static_members.clear()
+        group.pending_members.clear()
+        if group.rebalance_deadline is not None:
+            group.rebalance_deadline.cancel()
+            group.rebalance_deadline = None
     return group.consumer
 
 
@@ -158,8 +172,9 @@ def group_record(group_id: str, cg: ConsumerGroupState) -> Record:
 
 
 def member_record(group_id: str, m: ConsumerMember) -> Record:
+    classic = (m.classic.session_timeout_ms, m.classic.protocols) if m.classic is not None else None
     value = ConsumerMemberValue(m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_names,
-                                m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor)
+                                m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor, classic)
     return encode_consumer_key(ConsumerKey(CONSUMER_MEMBER_KEY, group_id, m.member_id)), encode_consumer_member(value)
 
 
@@ -231,6 +246,7 @@ def replay(groups: dict[str, Group], key: ConsumerKey, value: bytes | None) -> N
             v.instance_id, v.rack_id, v.client_id, v.client_host
         member.subscribed_names, member.subscribed_regex = v.subscribed_names, v.subscribed_regex
         member.rebalance_timeout_ms, member.server_assignor = v.rebalance_timeout_ms, v.server_assignor
+        member.classic = ClassicInfo(v.classic[0], v.classic[1]) if v.classic is not None else None
         cg.add(member)
     elif key.kind == CONSUMER_CURRENT_MEMBER_KEY:
         v = decode_current_member(value)
@@ -267,12 +283,15 @@ class ConsumerProtocol:
         """A group was replayed: its members get a full session on this coordinator's clock."""
         if group.consumer is None:
             return
-        deadline = time.monotonic() + self.settings.session_timeout_ms / 1000
         for member in group.consumer.members.values():
-            member.session_deadline = deadline
+            member.session_deadline = time.monotonic() + self.session_ms(member) / 1000
             if member.state == MemberState.UNREVOKED_PARTITIONS:
                 member.revocation_deadline = time.monotonic() + member.rebalance_timeout_ms / 1000
         group.consumer.subscribed = self._subscribed(group.consumer, self._topics())
+
+    def session_ms(self, member: ConsumerMember) -> int:
+        """A classic member keeps the session timeout it joined with; a KIP-848 member has the broker's."""
+        return member.classic.session_timeout_ms if member.classic is not None else self.settings.session_timeout_ms
 
     def _subscribed(self, cg: ConsumerGroupState, topics: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         names: set[str] = set()
@@ -303,13 +322,13 @@ class ConsumerProtocol:
             if req.member_epoch != 0:
                 raise InvalidHeartbeat(E.unknown_member_id, f"Group {req.group_id} has no member {req.member_id}.")
             group = c.groups[req.group_id] = Group(req.group_id)
+        if group.share is not None:
+            raise InvalidHeartbeat(E.group_id_not_found, f"Group {req.group_id} is a share group.")
         if group.consumer is None:
-            if group.members or group.state not in (GroupState.EMPTY, GroupState.DEAD):
-                raise InvalidHeartbeat(E.group_id_not_found, f"Group {req.group_id} is a classic group with active "
-                                       "members; dm does not convert a live group between protocols (ADR 0037): "
-                                       "stop its classic consumers first.")
             if req.member_epoch != 0:
                 raise InvalidHeartbeat(E.unknown_member_id, f"Group {req.group_id} has no member {req.member_id}.")
+            if group.members:
+                records += self._upgrade(group)
             # An emptied classic group converts in place, with its offsets: the consumer records written
             # below supersede its classic record when the partition is replayed.
             as_consumer_group(group)
@@ -318,7 +337,7 @@ class ConsumerProtocol:
         member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
         member, joined, records = self._member(cg, req, member_id, records)
         now = time.monotonic()
-        member.session_deadline = now + self.settings.session_timeout_ms / 1000
+        member.session_deadline = now + self.session_ms(member) / 1000
         before = (member.member_epoch, member.previous_member_epoch, member.state, member.assigned,
                   member.pending_revocation)
         bumped = joined
@@ -463,7 +482,8 @@ class ConsumerProtocol:
                 member.member_epoch = STATIC_LEAVE_EPOCH
             stored = await c._write(req.group_id, [current_record(req.group_id, member)])
             return HeartbeatResult(stored, None, req.member_id, STATIC_LEAVE_EPOCH, 0)
-        stored = await c._write(req.group_id, self.remove_member(group, member.member_id, "left the group"))
+        records = self.remove_member(group, member.member_id, "left the group")
+        stored = await c._write(req.group_id, records + self.maybe_downgrade(group))
         return HeartbeatResult(stored, None, req.member_id, LEAVE_EPOCH, 0)
 
     def remove_member(self, group: Group, member_id: str, why: str) -> list[Record]:
@@ -489,7 +509,236 @@ class ConsumerProtocol:
             elif member.revocation_deadline is not None and now > member.revocation_deadline:
                 records += self.remove_member(group, member.member_id, "did not revoke its partitions in time")
         if records:
+            records += self.maybe_downgrade(group)
             asyncio.get_running_loop().create_task(self.coordinator._write(group.group_id, records))
+
+    # -- classic members in a KIP-848 group: online upgrade and downgrade (ADR 0037) -----------------
+
+    def _upgrade(self, group: Group) -> list[Record]:
+        """A classic consumer group with members becomes a KIP-848 group when a KIP-848 member joins:
+        every member keeps its partitions and its generation as its epoch, and reconciles through the
+        classic protocol (a heartbeat answered REBALANCE_IN_PROGRESS makes it rejoin)."""
+        if self.settings.migration_policy not in ("upgrade", "bidirectional"):
+            raise InvalidHeartbeat(E.group_id_not_found, f"Group {group.group_id} is a classic group with active "
+                                   "members and group.consumer.migration.policy does not allow an online upgrade: "
+                                   "stop its classic consumers first.")
+        if group.protocol_type != "consumer":
+            raise InvalidHeartbeat(E.group_id_not_found, f"Group {group.group_id} uses the classic protocol type "
+                                   f"{group.protocol_type!r}, not consumer: it cannot take KIP-848 members.")
+        if len(group.members) >= self.settings.max_size:
+            raise InvalidHeartbeat(E.group_max_size_reached, f"Group {group.group_id} is too large for a KIP-848 "
+                                   "group (group.consumer.max.size).")
+        for member in group.members.values():  # a rebalance in progress is abandoned: they rejoin
+            if member.awaiting_join:
+                member.join_future.set_result(JoinResult(E.rebalance_in_progress.value, member_id=member.member_id))
+            if member.awaiting_sync:
+                member.sync_future.set_result((E.rebalance_in_progress.value, b""))
+        topics = self._topics()
+        ids = {name: topic_id for name, (topic_id, _) in topics.items()}
+        classic = list(group.members.values())
+        generation, protocol = group.generation, group.protocol_name or ""
+        cg = as_consumer_group(group)
+        for m in classic:
+            try:
+                names = decode_subscription(m.metadata_for(protocol)).topics
+            except FormatError:
+                names = ()
+            owned = {ids[t]: ps for t, ps in decode_assignment(m.assignment).items() if t in ids}
+            member = ConsumerMember(m.member_id, instance_id=m.group_instance_id, client_id=m.client_id,
+                                    client_host=m.client_host, subscribed_names=names,
+                                    rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=generation,
+                                    assigned=normalised(owned),
+                                    classic=ClassicInfo(m.session_timeout_ms, tuple(m.protocols)))
+            member.session_deadline = m.heartbeat_deadline
+            cg.add(member)
+            cg.target[member.member_id] = member.assigned
+        cg.group_epoch = cg.assignment_epoch = generation
+        cg.subscribed = self._subscribed(cg, topics)
+        cg.metadata_hash = metadata_hash(cg.subscribed)
+        log.info("group %s: upgraded online to a KIP-848 group with %d classic members (generation %d)",
+                 group.group_id, len(classic), generation)
+        records = [group_record(group.group_id, cg)]
+        for member in cg.members.values():
+            records += [member_record(group.group_id, member), current_record(group.group_id, member)]
+        return records + target_records(group.group_id, cg, list(cg.members))
+
+    def maybe_downgrade(self, group: Group) -> list[Record]:
+        """When the last KIP-848 member of a group with classic members is gone, the group becomes
+        classic again: the members keep their partitions and rebalance through the classic protocol."""
+        cg = group.consumer
+        if (cg is None or not cg.members or any(m.classic is None for m in cg.members.values())
+                or self.settings.migration_policy not in ("downgrade", "bidirectional")):
+            return []
+        names = {topic_id: name for name, (topic_id, _) in self._topics().items()}
+        records = group_tombstones(group.group_id, group, deleting=False)
+        members = list(cg.members.values())
+        group.consumer = None
+        group.protocol_type = "consumer"
+        group.generation = cg.group_epoch
+        now = time.monotonic()
+        for m in members:
+            assert m.classic is not None
+            version = _subscription_version(m.classic.protocols)
+            by_name = {names[t]: ps for t, ps in m.assigned.items() if t in names}
+            classic = Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                             m.classic.session_timeout_ms, "consumer", list(m.classic.protocols),
+                             assignment=encode_assignment(version, by_name))
+            classic.heartbeat_deadline = now + m.classic.session_timeout_ms / 1000
+            group.add(classic)
+        group.protocol_name = group.select_protocol()
+        group.transition(GroupState.STABLE)
+        records.append((encode_key(GroupKey(group.group_id)), encode_group(group.to_value())))
+        log.info("group %s: downgraded online to a classic group with %d members", group.group_id, len(members))
+        self.coordinator._prepare_rebalance(group, "downgraded to the classic protocol")
+        return records
+
+    def _classic_member(self, cg: ConsumerGroupState, member_id: str, instance_id: str | None
+                        ) -> ConsumerMember | ErrorCode:
+        if instance_id:
+            known = cg.static_members.get(instance_id)
+            if known is None:
+                return E.unknown_member_id
+            if known != member_id:
+                return E.fenced_instance_id
+        member = cg.members.get(member_id)
+        if member is None or member.classic is None:
+            return E.unknown_member_id
+        return member
+
+    async def classic_join(self, group: Group, member_id: str, instance_id: str | None, protocol_type: str,
+                           protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+                           client_id: str, client_host: str, require_known_member_id: bool) -> JoinResult:
+        """JoinGroup of a classic member into a KIP-848 group: the broker assigns, the JoinGroup answer
+        carries the member epoch as generation, SyncGroup the member's partitions."""
+        cg = group.consumer
+        assert cg is not None
+        if protocol_type != "consumer" or not protocols:
+            return JoinResult(E.inconsistent_group_protocol.value, member_id=member_id)
+        try:
+            subscription = decode_subscription(protocols[0][1])
+        except FormatError:
+            return JoinResult(E.inconsistent_group_protocol.value, member_id=member_id)
+        if not member_id:
+            member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
+            if require_known_member_id and not instance_id:
+                return JoinResult(E.member_id_required.value, member_id=member_id)
+        records: list[Record] = []
+        member = cg.members.get(member_id)
+        if instance_id and (old_id := cg.static_members.get(instance_id)) not in (None, member_id):
+            old = cg.remove(old_id)  # the restarted static member takes over
+            assert old is not None
+            records += member_tombstones(group.group_id, old_id)
+            old.member_id = member_id
+            if old.member_epoch < 0:
+                old.member_epoch = old.previous_member_epoch
+            cg.add(old)
+            cg.target[member_id] = cg.target.pop(old_id, old.assigned)
+            member = old
+        joined = member is None
+        if member is None:
+            if len(cg.members) >= self.settings.max_size:
+                return JoinResult(E.group_max_size_reached.value, member_id=member_id)
+            member = ConsumerMember(member_id, instance_id=instance_id)
+            cg.add(member)
+        elif member.classic is None:
+            return JoinResult(E.inconsistent_group_protocol.value, member_id=member_id)
+        changed = member.subscribed_names != subscription.topics
+        member.subscribed_names = subscription.topics
+        member.instance_id = instance_id or member.instance_id
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
+        member.classic = ClassicInfo(session_timeout_ms, tuple(protocols))
+        records.append(member_record(group.group_id, member))
+        topics = self._topics()
+        cg.subscribed = self._subscribed(cg, topics)
+        digest = metadata_hash(cg.subscribed)
+        if joined or changed or digest != cg.metadata_hash:
+            cg.metadata_hash = digest
+            cg.group_epoch += 1
+            records.append(group_record(group.group_id, cg))
+        if cg.group_epoch > cg.assignment_epoch:
+            records += self._assign(group.group_id, cg, topics)
+        ids = {name: topic_id for name, (topic_id, _) in topics.items()}
+        owned = normalised({ids[t]: ps for t, ps in subscription.owned.items() if t in ids})
+        reconcile(member, cg.assignment_epoch, cg.target.get(member_id, {}), cg.owners(member_id), owned)
+        records.append(current_record(group.group_id, member))
+        now = time.monotonic()
+        member.session_deadline = now + session_timeout_ms / 1000
+        member.revocation_deadline = (member.revocation_deadline or now + rebalance_timeout_ms / 1000) \
+            if member.state == MemberState.UNREVOKED_PARTITIONS else None
+        sync_state(group)
+        stored = await self.coordinator._write(group.group_id, records)
+        if stored != E.none:
+            return JoinResult(stored.value, member_id=member_id)
+        self.coordinator._notify()
+        return JoinResult(E.none.value, member.member_epoch, "consumer", protocols[0][0], "", member_id)
+
+    def classic_sync(self, group: Group, generation: int, member_id: str, instance_id: str | None,
+                     protocol_type: str | None, protocol_name: str | None) -> tuple[int, bytes, str | None, str | None]:
+        cg = group.consumer
+        assert cg is not None
+        member = self._classic_member(cg, member_id, instance_id)
+        if isinstance(member, ErrorCode):
+            return member.value, b"", None, None
+        assert member.classic is not None
+        if generation != member.member_epoch:
+            return E.illegal_generation.value, b"", None, None
+        supported = [name for name, _ in member.classic.protocols]
+        if (protocol_type and protocol_type != "consumer") or (protocol_name and protocol_name not in supported):
+            return E.inconsistent_group_protocol.value, b"", None, None
+        # A member still revoking has rejoined already: it gets its (smaller) assignment, gives the rest
+        # up and rejoins; any other member behind the group epoch must rejoin first.
+        if member.member_epoch < cg.group_epoch and member.state != MemberState.UNREVOKED_PARTITIONS:
+            return E.rebalance_in_progress.value, b"", None, None
+        member.session_deadline = time.monotonic() + member.classic.session_timeout_ms / 1000
+        names = {topic_id: name for name, (topic_id, _) in self._topics().items()}
+        by_name = {names[t]: ps for t, ps in member.assigned.items() if t in names}
+        assignment = encode_assignment(_subscription_version(member.classic.protocols), by_name)
+        return E.none.value, assignment, "consumer", protocol_name or supported[0]
+
+    def classic_heartbeat(self, group: Group, generation: int, member_id: str, instance_id: str | None) -> int:
+        """Kafka's rule: the member rejoins when the group moved on, when it must give partitions up, or
+        when partitions it waits for are free."""
+        cg = group.consumer
+        assert cg is not None
+        member = self._classic_member(cg, member_id, instance_id)
+        if isinstance(member, ErrorCode):
+            return member.value
+        assert member.classic is not None
+        if generation != member.member_epoch:
+            return E.illegal_generation.value
+        member.session_deadline = time.monotonic() + member.classic.session_timeout_ms / 1000
+        if member.member_epoch < cg.group_epoch or member.state == MemberState.UNREVOKED_PARTITIONS:
+            return E.rebalance_in_progress.value
+        if member.state == MemberState.UNRELEASED_PARTITIONS:
+            owners = cg.owners(member_id)
+            waiting = any((t, p) in owners for t, ps in cg.target.get(member_id, {}).items() for p in ps
+                          if p not in member.assigned.get(t, frozenset()))
+            if not waiting:
+                return E.rebalance_in_progress.value
+        return E.none.value
+
+    def classic_leave(self, group: Group, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
+        cg = group.consumer
+        assert cg is not None
+        results: list[int] = []
+        records: list[Record] = []
+        for member_id, instance_id in members:
+            if instance_id:
+                known = cg.static_members.get(instance_id)
+                if known is None or (member_id and member_id != known):
+                    results.append((E.unknown_member_id if known is None else E.fenced_instance_id).value)
+                    continue
+                member_id = known
+            if member_id not in cg.members:
+                results.append(E.unknown_member_id.value)
+                continue
+            records += self.remove_member(group, member_id, "left the group")
+            results.append(E.none.value)
+        if records:
+            records += self.maybe_downgrade(group)
+            asyncio.get_running_loop().create_task(self.coordinator._write(group.group_id, records))
+        return E.none.value, results
 
     # -- offsets ------------------------------------------------------------------------------------
 
@@ -509,6 +758,14 @@ class ConsumerProtocol:
         return None
 
 
+def _subscription_version(protocols: tuple[tuple[str, bytes], ...]) -> int:
+    """The embedded protocol version a classic member speaks (its assignment is written in it)."""
+    try:
+        return decode_subscription(protocols[0][1]).version if protocols else 0
+    except FormatError:
+        return 0
+
+
 def consumer_settings(config: Mapping[str, Any]) -> ConsumerSettings:
     """The KIP-848 settings of a broker's configuration (checked together by config.py)."""
     return ConsumerSettings(
@@ -517,4 +774,5 @@ def consumer_settings(config: Mapping[str, Any]) -> ConsumerSettings:
         heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
         max_size=config["group.consumer.max.size"],
         assignors=tuple(dict.fromkeys(short_name(a) or a for a in config["group.consumer.assignors"].split(",") if a)),
+        migration_policy=config["group.consumer.migration.policy"],
     )

@@ -43,6 +43,7 @@ from .records import (
     encode_key,
     encode_offset,
 )
+from .share_protocol import ShareProtocol, ShareSettings
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -66,6 +67,7 @@ class CoordinatorSettings:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     retention_check_interval_ms: int = 600_000
     consumer: ConsumerSettings = field(default_factory=ConsumerSettings)
+    share: ShareSettings = field(default_factory=ShareSettings)
 
 
 def now_ms() -> int:
@@ -84,6 +86,7 @@ class GroupCoordinator:
         self._expirer: asyncio.Task[None] | None = None
         self.on_change: Callable[[], None] | None = None
         self.consumer_protocol = ConsumerProtocol(self, settings.consumer)
+        self.share_protocol = ShareProtocol(self, settings.share)
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -268,6 +271,12 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)
         if group.state == GroupState.DEAD:
             return JoinResult(E.coordinator_not_available.value, member_id=member_id)
+        if group.share is not None:
+            return JoinResult(E.inconsistent_group_protocol.value, member_id=member_id)
+        if group.consumer is not None and group.consumer.members:
+            return await self.consumer_protocol.classic_join(
+                group, member_id, instance_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms,
+                client_id, client_host, require_known_member_id)
         if group.consumer is not None:
             error = await self._to_classic(group)
             if error is not None:
@@ -283,11 +292,8 @@ class GroupCoordinator:
         return await self._join_known_member(group, new)
 
     async def _to_classic(self, group: Group) -> ErrorCode | None:
-        """A classic member joins a KIP-848 group: allowed once the group is empty (ADR 0037)."""
-        assert group.consumer is not None
-        if group.consumer.members:
-            log.info("group %s: a classic member cannot join while KIP-848 members are in it", group.group_id)
-            return E.inconsistent_group_protocol
+        """A classic member joins an empty KIP-848 group: the group becomes classic, with its offsets."""
+        assert group.consumer is not None and not group.consumer.members
         stored = await self._write(group.group_id, group_tombstones(group.group_id, group, deleting=False))
         if stored != E.none:
             return stored
@@ -493,6 +499,9 @@ class GroupCoordinator:
         if error is not None:
             return error.value, b"", None, None
         group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            return self.consumer_protocol.classic_sync(group, generation, member_id, instance_id, protocol_type,
+                                                       protocol_name)
         error = self._member_error(group, member_id, instance_id, generation)
         if error is not None:
             return error.value, b"", None, None
@@ -535,6 +544,8 @@ class GroupCoordinator:
         if error is not None:
             return error.value
         group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            return self.consumer_protocol.classic_heartbeat(group, generation, member_id, instance_id)
         if group is not None and group.state == GroupState.EMPTY:
             return E.unknown_member_id.value
         error = self._member_error(group, member_id, instance_id, generation)
@@ -554,6 +565,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.unknown_member_id.value, [E.unknown_member_id.value] * len(members)
+        if group.consumer is not None:
+            return self.consumer_protocol.classic_leave(group, members)
         results = []
         removed = False
         for member_id, instance_id in members:
@@ -598,6 +611,7 @@ class GroupCoordinator:
             now = time.monotonic()
             for group in list(self.groups.values()):
                 self.consumer_protocol.expire(group, now)
+                self.share_protocol.expire(group, now)
                 expired = [m for m in group.members.values()
                            if not m.awaiting_join and not m.awaiting_sync and now > m.heartbeat_deadline]
                 for member in expired:
@@ -631,6 +645,8 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)  # offsets-only group (assign() consumers)
         if group.state == GroupState.DEAD:
             return all_error(E.coordinator_not_available)
+        if group.share is not None:  # a share group's progress is its share-partitions' start offsets
+            return all_error(E.group_id_not_found)
         if group.consumer is not None:
             error = self.consumer_protocol.commit_error(group, member_id, generation)
             if error is not None:

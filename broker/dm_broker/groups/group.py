@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..share.group import ShareGroupState
 from .consumer_group import ConsumerGroupState
 from .records import GroupValue, MemberValue, OffsetValue
 
@@ -94,9 +95,13 @@ class Group:
     # Set for a KIP-848 consumer group (ADR 0037): its members, epochs and assignments live there;
     # `state` then only says Empty or Stable, for the code both kinds share (offsets, expiry).
     consumer: ConsumerGroupState | None = None
+    # Set for a share group (KIP-932, ADR 0038): its members; it has no offsets here.
+    share: ShareGroupState | None = None
 
     @property
     def group_type(self) -> str:
+        if self.share is not None:
+            return "share"
         return "classic" if self.consumer is None else "consumer"
 
     @property
@@ -104,6 +109,8 @@ class Group:
         """The state Kafka's ListGroups and Describe* report for the group's type."""
         if self.consumer is not None and self.state != GroupState.DEAD:
             return self.consumer.phase.value
+        if self.share is not None and self.state != GroupState.DEAD:
+            return self.share.phase.value
         return self.state.value
 
     def transition(self, state: GroupState) -> None:

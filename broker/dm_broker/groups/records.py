@@ -172,6 +172,8 @@ class ConsumerMemberValue:
     subscribed_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    # ClassicMemberMetadata (tag 0): session timeout and supported protocols of a classic member
+    classic: tuple[int, tuple[tuple[str, bytes], ...]] | None = None
 
 
 @dataclass
@@ -243,7 +245,14 @@ def encode_consumer_member(value: ConsumerMemberValue) -> bytes:
     for name in value.subscribed_names:
         w.compact_string(name)
     w.compact_string(value.subscribed_regex).i32(value.rebalance_timeout_ms).compact_string(value.server_assignor)
-    return w.tagged({}).done()
+    tags = {}
+    if value.classic is not None:
+        session, protocols = value.classic
+        c = Writer().i32(session).compact_array_len(len(protocols))
+        for name, metadata in protocols:
+            c.compact_string(name).compact_bytes(metadata).tagged({})
+        tags[0] = c.tagged({}).done()
+    return w.tagged(tags).done()
 
 
 def decode_consumer_member(data: bytes) -> ConsumerMemberValue:
@@ -251,7 +260,17 @@ def decode_consumer_member(data: bytes) -> ConsumerMemberValue:
     instance, rack, client_id, host = r.compact_string(), r.compact_string(), r.compact_string(), r.compact_string()
     names = tuple(r.compact_string() or "" for _ in range(max(0, r.compact_array_len())))
     regex, timeout, assignor = r.compact_string(), r.i32(), r.compact_string()
-    return ConsumerMemberValue(instance, rack, client_id or "", host or "", names, regex, timeout, assignor)
+    classic = None
+    if (raw := r.tagged().get(0)) is not None:
+        c = Reader(raw)
+        session = c.i32()
+        protocols = []
+        for _ in range(max(0, c.compact_array_len())):
+            name = c.compact_string() or ""
+            protocols.append((name, c.compact_bytes()))
+            c.tagged()
+        classic = (session, tuple(protocols))
+    return ConsumerMemberValue(instance, rack, client_id or "", host or "", names, regex, timeout, assignor, classic)
 
 
 def encode_target_epoch(epoch: int) -> bytes:

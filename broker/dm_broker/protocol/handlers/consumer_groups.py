@@ -15,6 +15,7 @@ from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 
 UNKNOWN_OPERATIONS = -2147483648
+MEMBER_TYPE_CLASSIC = 0
 MEMBER_TYPE_CONSUMER = 1
 
 
@@ -115,7 +116,8 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
             assignment=make(assignment_cls, topic_partitions=_topic_partitions(tp_cls, m.assigned, names)),
             target_assignment=make(assignment_cls, topic_partitions=_topic_partitions(
                 tp_cls, cg.target.get(m.member_id, {}), names)),
-            member_type=MEMBER_TYPE_CONSUMER) for m in cg.members.values())
+            member_type=MEMBER_TYPE_CLASSIC if m.classic is not None else MEMBER_TYPE_CONSUMER)
+            for m in cg.members.values())
         out.append(make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
                         group_state=group.state_name, group_epoch=cg.group_epoch,
                         assignment_epoch=cg.assignment_epoch,

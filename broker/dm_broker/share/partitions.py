@@ -1,0 +1,179 @@
+"""The share-partitions a broker leads and the share sessions of the members that fetch from it
+(KIP-932, ADR 0038): the state of each (group, topic, partition) this broker leads, created from the
+persisted state (or the group's `share.auto.offset.reset`) when the partition is first fetched under a
+leader epoch, and written back before acknowledgements are answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from .partition_state import SharePartitionState, StateBatch
+
+if TYPE_CHECKING:
+    from ..replication.partition import Partition
+
+log = logging.getLogger(__name__)
+
+FINAL_EPOCH = -1
+INITIAL_EPOCH = 0
+Key = tuple[str, str, int]  # group, topic, partition
+
+
+@dataclass(frozen=True)
+class ShareFetchSettings:
+    lock_ms: int = 30_000
+    delivery_limit: int = 5
+    max_locks: int = 2000
+    max_sessions: int = 2000
+
+
+class SnapshotStore(Protocol):
+    """Where share-partition state survives the leader (share/state_store.py)."""
+
+    async def read(self, group: str, topic_id: str, partition: int) -> tuple[int, list[StateBatch]] | None: ...
+
+    async def write(self, group: str, topic_id: str, partition: int, leader_epoch: int, start: int,
+                    batches: list[StateBatch]) -> ErrorCode: ...
+
+
+class ShareSessionError(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass
+class ShareSession:
+    epoch: int = 1  # the epoch the member's next request must carry
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    last_used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Held:
+    state: SharePartitionState
+    leader_epoch: int
+    topic_id: str
+
+
+class SharePartitions:
+    def __init__(self, settings: ShareFetchSettings, store: SnapshotStore | None,
+                 reset_policy: Callable[[str], str]) -> None:
+        self.settings = settings
+        self.store = store
+        self.reset_policy = reset_policy  # group -> "earliest" | "latest"
+        self.held: dict[Key, _Held] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._loading: dict[Key, asyncio.Lock] = {}
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def session_for(self, group: str, member: str, epoch: int, opening_allowed: bool = True) -> ShareSession:
+        """The member's share session for a request with `epoch` (0 opens a new one)."""
+        key = (group, member)
+        if epoch == INITIAL_EPOCH:
+            if not opening_allowed:
+                raise ShareSessionError(ErrorCode.invalid_share_session_epoch,
+                                        "ShareAcknowledge cannot open a share session (epoch 0)")
+            old = self.sessions.pop(key, None)
+            if old is not None:
+                self._release(group, member, old)
+            if len(self.sessions) >= self.settings.max_sessions:
+                self._evict_idle()
+                if len(self.sessions) >= self.settings.max_sessions:
+                    raise ShareSessionError(ErrorCode.share_session_limit_reached,
+                                            f"this broker holds {len(self.sessions)} share sessions")
+            session = self.sessions[key] = ShareSession()
+            return session
+        session = self.sessions.get(key)
+        if session is None:
+            raise ShareSessionError(ErrorCode.share_session_not_found,
+                                    f"no share session for member {member} of group {group}")
+        if epoch != FINAL_EPOCH and epoch != session.epoch:
+            raise ShareSessionError(ErrorCode.invalid_share_session_epoch,
+                                    f"share session epoch {epoch}, expected {session.epoch}")
+        return session
+
+    def advance(self, session: ShareSession) -> None:
+        session.epoch = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
+        session.last_used = time.monotonic()
+
+    def close(self, group: str, member: str) -> None:
+        session = self.sessions.pop((group, member), None)
+        if session is not None:
+            self._release(group, member, session)
+
+    def _release(self, group: str, member: str, session: ShareSession) -> None:
+        for topic, partition in session.partitions:
+            held = self.held.get((group, topic, partition))
+            if held is not None and held.state.release_member(member):
+                log.debug("share group %s: released what %s held of %s-%d", group, member, topic, partition)
+
+    def _evict_idle(self) -> None:
+        """Sessions of members that stopped without closing them (SIGKILL): idle past twice the lock."""
+        limit = time.monotonic() - max(60.0, 2 * self.settings.lock_ms / 1000)
+        for key in [k for k, s in self.sessions.items() if s.last_used < limit]:
+            self.close(*key)
+
+    # -- share-partition state -----------------------------------------------------------------
+
+    async def state(self, group: str, topic: str, topic_id: str, part: Partition) -> SharePartitionState:
+        """This leader's state of the share-partition, loaded at the first use in its leader epoch."""
+        key = (group, topic, part.index)
+        held = self.held.get(key)
+        if held is not None and held.leader_epoch == part.leader_epoch and held.topic_id == topic_id:
+            return held.state
+        lock = self._loading.setdefault(key, asyncio.Lock())
+        async with lock:
+            held = self.held.get(key)
+            if held is not None and held.leader_epoch == part.leader_epoch and held.topic_id == topic_id:
+                return held.state
+            snapshot = await self.store.read(group, topic_id, part.index) if self.store is not None else None
+            s = self.settings
+            if snapshot is not None:
+                state = SharePartitionState.restored(snapshot[0], snapshot[1], s.delivery_limit, s.max_locks)
+            else:
+                earliest = self.reset_policy(group) == "earliest"
+                start = part.log.log_start_offset if earliest else part.high_watermark
+                state = SharePartitionState(start, s.delivery_limit, s.max_locks)
+            self.held[key] = _Held(state, part.leader_epoch, topic_id)
+            self._loading.pop(key, None)
+            return state
+
+    async def persist(self, group: str, topic: str, topic_id: str, part: Partition,
+                      state: SharePartitionState) -> ErrorCode:
+        """Writes the state before an acknowledgement is answered, so a new leader does not redeliver it."""
+        if self.store is None:
+            return ErrorCode.none
+        start, batches = state.snapshot()
+        return await self.store.write(group, topic_id, part.index, part.leader_epoch, start, batches)
+
+    def forget_unled(self, is_leader: Callable[[str, int], bool]) -> None:
+        """Leadership moved away: the state goes (the next leader reads what was persisted)."""
+        for key in [k for k in self.held if not is_leader(k[1], k[2])]:
+            del self.held[key]
+
+    def expire_locks(self) -> list[Key]:
+        now = time.monotonic()
+        return [key for key, held in self.held.items() if held.state.expire(now)]
+
+    async def sweep(self, is_leader: Callable[[str, int], bool], wake: Callable[[str, int], None],
+                    every_s: float = 0.2) -> None:
+        """Expires locks (waking fetchers that wait for records) and drops state of partitions no longer led."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                for _group, topic, partition in self.expire_locks():
+                    wake(topic, partition)
+                self.forget_unled(is_leader)
+                self._evict_idle()
+            except Exception:  # the next round tries again; nothing here changes what is persisted
+                log.exception("share-partition sweep failed")
