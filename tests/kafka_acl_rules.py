@@ -212,6 +212,41 @@ def consumer_group_describe() -> Any:
     return req(69, 1, group_ids=(KIP848_GROUP,), include_authorized_operations=False)
 
 
+SHARE_GROUP = "conf-share"
+
+
+def share_group_heartbeat() -> Any:
+    return req(76, 1, group_id=SHARE_GROUP, member_id="conf-share-member", member_epoch=0, rack_id=None,
+               subscribed_topic_names=(TOPIC,))
+
+
+def share_group_describe() -> Any:
+    return req(77, 1, group_ids=(SHARE_GROUP,), include_authorized_operations=False)
+
+
+def share_fetch() -> Any:
+    part = sub(78, 1, "FetchPartition", partition_index=0, acknowledgement_batches=())
+    return req(78, 1, group_id=SHARE_GROUP, member_id="conf-share-member", share_session_epoch=0,
+               max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10,
+               topics=(sub(78, 1, "FetchTopic", topic_id=uuid.uuid4(), partitions=(part,)),), forgotten_topics_data=())
+
+
+def share_acknowledge() -> Any:
+    return req(79, 1, group_id=SHARE_GROUP, member_id="conf-share-member", share_session_epoch=1, topics=())
+
+
+def read_share_group_state() -> Any:
+    part = sub(84, 0, "PartitionData", partition=0, leader_epoch=-1)
+    return req(84, 0, group_id=SHARE_GROUP, topics=(sub(84, 0, "ReadStateData", topic_id=uuid.uuid4(),
+                                                        partitions=(part,)),))
+
+
+def write_share_group_state() -> Any:
+    part = sub(85, 0, "PartitionData", partition=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=())
+    return req(85, 0, group_id=SHARE_GROUP, topics=(sub(85, 0, "WriteStateData", topic_id=uuid.uuid4(),
+                                                         partitions=(part,)),))
+
+
 def describe_groups() -> Any:
     return req(15, 5, groups=(GROUP,), include_authorized_operations=False)
 
@@ -405,6 +440,14 @@ RULES: dict[int, Rule] = {
     # the heartbeat's member subscribes to TOPIC: describing its group needs DESCRIBE on that topic too
     69: Rule(1, consumer_group_describe, ((G, KIP848_GROUP, "DESCRIBE"), (T, TOPIC, "DESCRIBE")),
              _d((G, "DESCRIBE"), (T, "DESCRIBE"))),
+    76: Rule(1, share_group_heartbeat, ((G, SHARE_GROUP, "READ"), (T, TOPIC, "DESCRIBE")),
+             _d((G, "READ"), (T, "DESCRIBE"))),
+    77: Rule(1, share_group_describe, ((G, SHARE_GROUP, "DESCRIBE"), (T, TOPIC, "DESCRIBE")),
+             _d((G, "DESCRIBE"), (T, "DESCRIBE"))),
+    78: Rule(1, share_fetch, ((G, SHARE_GROUP, "READ"), (T, TOPIC, "READ")), _d((G, "READ"), (T, "READ"))),
+    79: Rule(1, share_acknowledge, ((G, SHARE_GROUP, "READ"),), _d((G, "READ"), (T, "READ"))),
+    84: Rule(0, read_share_group_state, ((C, CLUSTER, "CLUSTER_ACTION"),), _d((C, "CLUSTER_ACTION"))),
+    85: Rule(0, write_share_group_state, ((C, CLUSTER, "CLUSTER_ACTION"),), _d((C, "CLUSTER_ACTION"))),
     47: Rule(0, offset_delete, ((G, GROUP, "DELETE"), (T, TOPIC, "READ")), _d((G, "DELETE"), (T, "READ"))),
     24: Rule(3, add_partitions_to_txn, ((X, TXN, "WRITE"), (T, TOPIC, "WRITE")),
              _d((X, "WRITE"), (T, "WRITE"), (C, "CLUSTER_ACTION"))),

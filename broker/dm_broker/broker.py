@@ -47,6 +47,7 @@ from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
 from .groups.consumer_protocol import consumer_settings
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
+from .groups.share_protocol import share_settings
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
 from .log import meta_properties
 from .log.checkpoints import atomic_write, read_offsets, write_offsets
@@ -68,6 +69,8 @@ from .replication.throttle import ByteRateQuota, listed
 from .security.acls import AclBinding, AclFilter
 from .security.scram import ScramCredential
 from .security.setup import SecuritySetup
+from .share.partitions import SharePartitions, share_fetch_settings
+from .share.state_store import STATE_TOPIC, ShareCoordinator, ShareStateClient
 from .tasks import stop_tasks
 from .txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
 from .txn.markers import MarkerWriter
@@ -144,7 +147,11 @@ class Broker:
             offsets_retention_ms=int(config["offsets.retention.minutes"] * 60_000),
             retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             consumer=consumer_settings(config),
+            share=share_settings(config),
         ))
+        self.share_coordinator = ShareCoordinator(self, config["share.coordinator.state.topic.num.partitions"])
+        self.share = SharePartitions(share_fetch_settings(config), store=ShareStateClient(self),
+                                     reset_policy=lambda _group: "latest")
         self.channels = BrokerChannels(self.broker_address, client_id=f"dm-broker-{self.node_id}",
                                        security=self.security.client)
         self.markers = MarkerWriter(self, self.channels)
@@ -232,6 +239,7 @@ class Broker:
                         "this process dies before it opens", SESSION_OPEN_WAIT_S)
         self.replicas.start()
         self.coordinator.start()
+        self._tasks.append(asyncio.create_task(self.share.sweep(self._leads, self._wake_partition)))
         self.txn_coordinator.start()
         self.logs.start()
         self.started = self.ready = True
@@ -571,6 +579,8 @@ class Broker:
             self.coordinator.unload(key[1])
         if key[0] == TXN_TOPIC:
             self.txn_coordinator.unload(key[1])
+        if key[0] == STATE_TOPIC:
+            self.share_coordinator.unload(key[1])
         if key[0] not in md.topics:
             self.metrics.forget_topic(key[0])
         self._retire_log(key, topic_id, md)
@@ -613,6 +623,15 @@ class Broker:
                     self.txn_coordinator.load(index, part.leader_epoch)
                 elif index in self.txn_coordinator.owned:
                     self.txn_coordinator.unload(index)
+        topic = md.topics.get(STATE_TOPIC)
+        if topic is not None:
+            self.share_coordinator.partitions = len(topic.partitions)
+            for index in range(len(topic.partitions)):
+                part = self.partitions.get((STATE_TOPIC, index))
+                if part is not None and part.role == LEADER:
+                    self.share_coordinator.load(index)
+                elif index in self.share_coordinator.snapshots:
+                    self.share_coordinator.unload(index)
 
     # -- views -----------------------------------------------------------------------------
 
@@ -630,6 +649,15 @@ class Broker:
         if self.metadata.controller_id >= 0:
             return self.metadata.controller_id
         return min((b.node_id for b in self.metadata.brokers if not b.fenced), default=-1)
+
+    def _leads(self, topic: str, index: int) -> bool:
+        part = self.partition(topic, index)
+        return part is not None and part.is_leader
+
+    def _wake_partition(self, topic: str, index: int) -> None:
+        part = self.partition(topic, index)
+        if part is not None:
+            part.notify_changed()
 
     def topic(self, name: str) -> TopicDoc | None:
         return self.metadata.topics.get(name) if self.metadata else None
@@ -931,6 +959,19 @@ class Broker:
         with contextlib.suppress(KafkaError):
             await self.create_topic(TXN_TOPIC, self.config["transaction.state.log.num.partitions"], rf, configs,
                                     internal=True)
+
+    async def ensure_share_state_topic(self) -> None:
+        """__share_group_state is created on first use of share groups, when the brokers are up."""
+        if self.topic(STATE_TOPIC) is not None:
+            return
+        live = len(self.endpoints())
+        rf = max(1, min(self.config["share.coordinator.state.topic.replication.factor"], live))
+        configs = {"cleanup.policy": "compact",
+                   "min.insync.replicas": str(min(self.config["share.coordinator.state.topic.min.isr"], rf)),
+                   "unclean.leader.election.enable": "false"}
+        with contextlib.suppress(KafkaError):
+            await self.create_topic(STATE_TOPIC, self.config["share.coordinator.state.topic.num.partitions"], rf,
+                                    configs, internal=True)
 
     # -- transaction markers -----------------------------------------------------------------
 

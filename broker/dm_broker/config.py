@@ -257,10 +257,12 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Threads opening (and after a crash recovering) the logs of each log directory at start-up.",
                  minimum=1),
         Property("share.coordinator.state.topic.replication.factor", "int", 3,
-                 "Share groups (KIP-932) are not implemented yet: accepted so a Kafka server.properties starts, "
-                 "no effect.", minimum=1, applied=False),
+                 "Replication factor of __share_group_state, where share-partition state survives its leader "
+                 "(capped at the live brokers when it is created).", minimum=1),
         Property("share.coordinator.state.topic.min.isr", "int", 2,
-                 "Share groups (KIP-932) are not implemented yet: accepted, no effect.", minimum=1, applied=False),
+                 "min.insync.replicas of __share_group_state.", minimum=1),
+        Property("share.coordinator.state.topic.num.partitions", "int", 50,
+                 "Partitions of __share_group_state (fixed once the topic exists).", minimum=1),
         Property("num.network.threads", "int", 3,
                  "Accepted so a Kafka server.properties works; no effect: one event loop reads and writes every "
                  "connection of a broker (ADR 0028).", minimum=1, applied=False),

@@ -83,6 +83,10 @@ NOT_IMPLEMENTED = {
 
 # Later versions dm serves as well (they add what dm already does).
 NEWER = {45: 1}  # AlterPartitionReassignments v1 (Kafka 4.1: allow_replication_factor_change)
+# APIs of later releases dm serves (share groups, KIP-932: GA in Kafka 4.2), within that release's ranges.
+KAFKA_4_2 = BROKER_API_VERSIONS[(4, 2)]
+LATER_APIS = {76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
+              84: "ReadShareGroupState", 85: "WriteShareGroupState"}
 
 
 def test_api_versions_are_kafka_4_0s_for_what_dm_implements():
@@ -95,7 +99,10 @@ def test_api_versions_are_kafka_4_0s_for_what_dm_implements():
         assert key in ours, f"Kafka 4.0 serves API {key}; dm neither serves it nor says why not"
         assert ours[key][1] == NEWER.get(key, high), f"API {key}: dm serves up to v{ours[key][1]}, Kafka 4.0 v{high}"
         assert ours[key][0] <= low, f"API {key}: dm starts at v{ours[key][0]}, Kafka 4.0 at v{low}"
-    assert set(ours) <= set(KAFKA_4_0), f"dm serves APIs 4.0 does not: {set(ours) - set(KAFKA_4_0)}"
+    assert set(ours) - set(KAFKA_4_0) == set(LATER_APIS), f"dm serves APIs 4.0 does not: {set(ours) - set(KAFKA_4_0)}"
+    for key in LATER_APIS:
+        low, high = KAFKA_4_2[key]
+        assert low <= ours[key][0] <= ours[key][1] <= high, f"API {key}: dm v{ours[key]}, Kafka 4.2 v{low}-{high}"
 
 
 def test_kafka_python_infers_kafka_4_0(broker):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +35,13 @@ class ShareSettings:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     max_size: int = 200
+
+
+def share_settings(config: Mapping[str, Any]) -> ShareSettings:
+    return ShareSettings(enabled=config["group.share.enable"],
+                         session_timeout_ms=config["group.share.session.timeout.ms"],
+                         heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
+                         max_size=config["group.share.max.size"])
 
 
 @dataclass

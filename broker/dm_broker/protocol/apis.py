@@ -22,6 +22,7 @@ from .handlers import (
     quotas,
     sasl,
     security_admin,
+    share,
     transactions,
 )
 
@@ -90,6 +91,17 @@ SPECS: list[ApiSpec] = [
     ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe, per_item(
         group(Op.DESCRIBE, "each group"), topic(Op.DESCRIBE, "each topic its members subscribe to or own"),
         note="a group using topics the principal may not describe is TOPIC_AUTHORIZATION_FAILED")),
+    ApiSpec(76, "ShareGroupHeartbeat", 1, 1, share.handle_share_group_heartbeat, per_item(
+        group(Op.READ), topic(Op.DESCRIBE, "each subscribed topic name"))),
+    ApiSpec(77, "ShareGroupDescribe", 1, 1, share.handle_share_group_describe, per_item(
+        group(Op.DESCRIBE, "each group"), topic(Op.DESCRIBE, "each topic its members subscribe to"),
+        note="a group using topics the principal may not describe is TOPIC_AUTHORIZATION_FAILED")),
+    ApiSpec(78, "ShareFetch", 1, 1, share.handle_share_fetch, per_item(group(Op.READ), topic(Op.READ))),
+    ApiSpec(79, "ShareAcknowledge", 1, 1, share.handle_share_acknowledge, per_item(group(Op.READ), topic(Op.READ))),
+    ApiSpec(84, "ReadShareGroupState", 0, 0, share.handle_read_share_group_state,
+            cluster(Op.CLUSTER_ACTION, share.refuse_read_share_group_state)),
+    ApiSpec(85, "WriteShareGroupState", 0, 0, share.handle_write_share_group_state,
+            cluster(Op.CLUSTER_ACTION, share.refuse_write_share_group_state)),
     ApiSpec(24, "AddPartitionsToTxn", 0, 5, transactions.handle_add_partitions_to_txn, per_item(
         transactional_id(Op.WRITE), topic(Op.WRITE), on_cluster(Op.CLUSTER_ACTION),
         note="v0-3 (clients): WRITE on the id and each topic; v4+ (brokers verifying): CLUSTER_ACTION")),

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -35,6 +35,12 @@ class ShareFetchSettings:
     max_sessions: int = 2000
 
 
+def share_fetch_settings(config: Mapping[str, Any]) -> ShareFetchSettings:
+    return ShareFetchSettings(lock_ms=config["group.share.record.lock.duration.ms"],
+                              delivery_limit=config["group.share.delivery.count.limit"],
+                              max_locks=config["group.share.partition.max.record.locks"])
+
+
 class SnapshotStore(Protocol):
     """Where share-partition state survives the leader (share/state_store.py)."""
 
@@ -52,7 +58,7 @@ class ShareSessionError(Exception):
 
 @dataclass
 class ShareSession:
-    epoch: int = 1  # the epoch the member's next request must carry
+    epoch: int = 0  # the epoch of the request being answered; the next one carries epoch + 1
     partitions: set[tuple[str, int]] = field(default_factory=set)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -97,13 +103,15 @@ class SharePartitions:
         if session is None:
             raise ShareSessionError(ErrorCode.share_session_not_found,
                                     f"no share session for member {member} of group {group}")
-        if epoch != FINAL_EPOCH and epoch != session.epoch:
+        expected = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
+        if epoch != FINAL_EPOCH and epoch != expected:
             raise ShareSessionError(ErrorCode.invalid_share_session_epoch,
-                                    f"share session epoch {epoch}, expected {session.epoch}")
+                                    f"share session epoch {epoch}, expected {expected}")
         return session
 
-    def advance(self, session: ShareSession) -> None:
-        session.epoch = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
+    def advance(self, session: ShareSession, epoch: int) -> None:
+        """The request with `epoch` was accepted: the next one carries epoch + 1."""
+        session.epoch = epoch
         session.last_used = time.monotonic()
 
     def close(self, group: str, member: str) -> None:

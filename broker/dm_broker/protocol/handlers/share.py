@@ -1,0 +1,381 @@
+"""Share group APIs (KIP-932, ADR 0038): ShareGroupHeartbeat and ShareGroupDescribe on the group
+coordinator, ShareFetch and ShareAcknowledge on the partition leaders."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...groups.assignors import Assignment
+from ...security.acls import Operation, ResourceType
+from ...share.partition_state import InvalidRecordState, RecordState, StateBatch
+from ...share.partitions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionError
+from ...share.state_store import ShareStateUnavailable, Snapshot
+from ..build import ZERO, make, nested
+from ..dispatch import RequestContext
+
+UNKNOWN_OPERATIONS = -2147483648
+ASSIGNOR = "simple"
+
+
+def _topic_partitions(cls: type, assignment: Assignment, names: dict[str, str] | None = None) -> tuple[Any, ...]:
+    out = []
+    for topic_id in sorted(assignment):
+        fields = {"topic_id": uuid.UUID(topic_id), "partitions": tuple(sorted(assignment[topic_id]))}
+        if names is not None:
+            fields["topic_name"] = names.get(topic_id, "")
+        out.append(make(cls, **fields))
+    return tuple(out)
+
+
+async def handle_share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+
+    def answer(error: ErrorCode, message: str | None, member_id: str | None = None, epoch: int = -1,
+               interval_ms: int = 0, assignment: Assignment | None = None) -> Any:
+        assignment_obj = None if assignment is None else make(
+            nested(cls, "Assignment"), topic_partitions=_topic_partitions(nested(cls, "TopicPartitions"), assignment))
+        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, member_id=member_id,
+                    member_epoch=epoch, heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
+                    assignment=assignment_obj)
+
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return answer(ErrorCode.group_authorization_failed, f"READ on group {req.group_id} is not allowed")
+    names = req.subscribed_topic_names
+    if names:
+        denied = sorted(n for n in set(names) if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
+        if denied:
+            return answer(ErrorCode.topic_authorization_failed,
+                          f"DESCRIBE on subscribed topics is not allowed: {', '.join(denied)}")
+    result = ctx.broker.coordinator.share_protocol.heartbeat(
+        req.group_id, req.member_id, req.member_epoch, req.rack_id, tuple(names) if names is not None else None,
+        ctx.header.client_id or "", "/" + ctx.peer.rsplit(":", 1)[0])
+    return answer(result.error, result.message, result.member_id, result.member_epoch, result.heartbeat_interval_ms,
+                  result.assignment)
+
+
+async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
+    assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
+    names = {t.topic_id: name for name, t in ctx.broker.topics().items()}
+
+    def failed(group_id: str, error: ErrorCode, message: str | None) -> Any:
+        return make(group_cls, error_code=error, error_message=message, group_id=group_id, group_state="",
+                    group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                    authorized_operations=UNKNOWN_OPERATIONS)
+
+    out = []
+    for group_id in req.group_ids:
+        if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(failed(group_id, ErrorCode.group_authorization_failed,
+                              f"DESCRIBE on group {group_id} is not allowed"))
+            continue
+        code, group = ctx.broker.coordinator.describe(group_id)
+        if code != ErrorCode.none.value:
+            out.append(failed(group_id, ErrorCode(code), None))
+            continue
+        if group is None or group.share is None:
+            out.append(failed(group_id, ErrorCode.group_id_not_found,
+                              f"Group {group_id} not found." if group is None else
+                              f"Group {group_id} is not a share group."))
+            continue
+        sg = group.share
+        used = {n for m in sg.members.values() for n in m.subscribed_names}
+        if any(ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in sorted(used)):
+            out.append(failed(group_id, ErrorCode.topic_authorization_failed,
+                              "The described group uses topics that the client is not authorized to describe."))
+            continue
+        members = tuple(make(member_cls, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                             client_id=m.client_id, client_host=m.client_host,
+                             subscribed_topic_names=tuple(sorted(m.subscribed_names)),
+                             assignment=make(assignment_cls, topic_partitions=_topic_partitions(
+                                 tp_cls, m.assigned, names)))
+                        for m in sg.members.values())
+        out.append(make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                        group_state=group.state_name, group_epoch=sg.group_epoch, assignment_epoch=sg.group_epoch,
+                        assignor_name=ASSIGNOR, members=members, authorized_operations=UNKNOWN_OPERATIONS))
+    return make(cls, throttle_time=ZERO, groups=tuple(out))
+
+
+# -- ShareFetch / ShareAcknowledge ---------------------------------------------------------------------
+
+class _Outcome:
+    """What one partition's answer carries."""
+
+    __slots__ = ("ack_error", "ack_message", "acquired", "error", "message", "records")
+
+    def __init__(self) -> None:
+        self.error = ErrorCode.none
+        self.message: str | None = None
+        self.ack_error = ErrorCode.none
+        self.ack_message: str | None = None
+        self.records = b""
+        self.acquired: list[Any] = []
+
+
+class _ShareRequest:
+    def __init__(self, ctx: RequestContext, group: str, member: str) -> None:
+        self.ctx = ctx
+        self.broker = ctx.broker
+        self.share = ctx.broker.share
+        self.group = group
+        self.member = member
+        self.ids = {t.topic_id: name for name, t in ctx.broker.topics().items()}
+        self.outcomes: dict[tuple[str, str, int], _Outcome] = {}  # (topic id, name, partition)
+
+    def outcome(self, topic_id: str, partition: int) -> _Outcome:
+        key = (topic_id, self.ids.get(topic_id, ""), partition)
+        return self.outcomes.setdefault(key, _Outcome())
+
+    def _leader(self, topic_id: str, partition: int, out: _Outcome) -> Any:
+        name = self.ids.get(topic_id)
+        if name is None:
+            out.error = ErrorCode.unknown_topic_id
+            return None
+        if self.ctx.denied(Operation.READ, ResourceType.TOPIC, name):
+            out.error = ErrorCode.topic_authorization_failed
+            return None
+        part = self.broker.partition(name, partition)
+        if part is None or part.closed:
+            out.error = ErrorCode.unknown_topic_or_partition
+            return None
+        if not part.is_leader:
+            out.error = ErrorCode.not_leader_or_follower
+            return None
+        return part
+
+    async def acknowledge(self, topic_id: str, partition: int, batches: Any) -> None:
+        out = self.outcome(topic_id, partition)
+        probe = _Outcome()
+        part = self._leader(topic_id, partition, probe)
+        if part is None:
+            out.ack_error = probe.error
+            return
+        name = self.ids[topic_id]
+        try:
+            state = await self.share.state(self.group, name, topic_id, part)
+        except ShareStateUnavailable as exc:
+            out.ack_error, out.ack_message = ErrorCode.coordinator_not_available, str(exc)
+            return
+        try:
+            for b in batches:
+                state.acknowledge(self.member, b.first_offset, b.last_offset, list(b.acknowledge_types))
+        except InvalidRecordState as exc:
+            out.ack_error, out.ack_message = ErrorCode.invalid_record_state, str(exc)
+        stored = await self.share.persist(self.group, name, topic_id, part, state)
+        if stored != ErrorCode.none and out.ack_error == ErrorCode.none:
+            out.ack_error, out.ack_message = stored, "the share-partition state could not be written"
+        part.notify_changed()  # released records may be waited for
+
+    async def acquire(self, session: ShareSession, max_records: int, max_bytes: int) -> int:
+        taken = 0
+        lock_s = self.share.settings.lock_ms / 1000
+        for name, partition in sorted(session.partitions):
+            if taken >= max_records or max_bytes <= 0:
+                break
+            topic = self.broker.topic(name)
+            if topic is None:
+                continue
+            out = self.outcome(topic.topic_id, partition)
+            part = self._leader(topic.topic_id, partition, out)
+            if part is None:
+                continue
+            try:
+                state = await self.share.state(self.group, name, topic.topic_id, part)
+            except ShareStateUnavailable as exc:  # not started afresh: that would redeliver acknowledged records
+                out.error, out.message = ErrorCode.coordinator_not_available, str(exc)
+                continue
+            acquired = state.acquire(self.member, max_records - taken, part.high_watermark, time.monotonic(), lock_s,
+                                     part.log.log_start_offset)
+            if not acquired:
+                continue
+            first, last = acquired[0].first, acquired[-1].last
+            data = b"".join(part.log.read_batches(first, last + 1, max_bytes))
+            max_bytes -= len(data)
+            out.records += data
+            out.acquired += acquired
+            taken += sum(a.last - a.first + 1 for a in acquired)
+        return taken
+
+    def waiting_parts(self, session: ShareSession) -> list[Any]:
+        parts = []
+        for name, partition in session.partitions:
+            part = self.broker.partition(name, partition)
+            if part is not None and part.is_leader:
+                parts.append(part)
+        return parts
+
+
+def _session(req_ctx: _ShareRequest, epoch: int, opening_allowed: bool) -> ShareSession:
+    return req_ctx.share.session_for(req_ctx.group, req_ctx.member, epoch, opening_allowed)
+
+
+def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = ErrorCode.none,
+            message: str | None = None, fetch: bool = True) -> Any:
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "ShareFetchableTopicResponse" if fetch else "ShareAcknowledgeTopicResponse")
+    part_cls, leader_cls = nested(cls, "PartitionData"), nested(cls, "LeaderIdAndEpoch")
+    by_topic: dict[str, list[Any]] = {}
+    for (topic_id, name, partition), out in sorted(req_ctx.outcomes.items()):
+        part = ctx.broker.partition(name, partition) if name else None
+        leader = make(leader_cls, leader_id=part.leader_id if part is not None else -1,
+                      leader_epoch=part.leader_epoch if part is not None else -1)
+        acquired_cls = nested(cls, "AcquiredRecords") if fetch else None
+        fields = {"partition_index": partition, "error_code": out.error if fetch else (out.ack_error or out.error),
+                  "error_message": out.message if fetch else (out.ack_message or out.message),
+                  "acknowledge_error_code": out.ack_error, "acknowledge_error_message": out.ack_message,
+                  "current_leader": leader, "records": out.records,
+                  "acquired_records": tuple(make(acquired_cls, first_offset=a.first, last_offset=a.last,
+                                                 delivery_count=a.delivery_count) for a in out.acquired)
+                  if acquired_cls is not None else ()}
+        by_topic.setdefault(topic_id, []).append(make(part_cls, **fields))
+    responses = tuple(make(topic_cls, topic_id=uuid.UUID(t), partitions=tuple(ps)) for t, ps in by_topic.items())
+    return make(cls, throttle_time=ZERO, error_code=error, error_message=message,
+                acquisition_lock_timeout=datetime.timedelta(milliseconds=ctx.broker.share.settings.lock_ms),
+                responses=responses, node_endpoints=())
+
+
+def _refused(ctx: RequestContext, req: Any, error: ErrorCode, message: str, fetch: bool) -> Any:
+    return _answer(ctx, _ShareRequest(ctx, req.group_id or "", req.member_id or ""), error, message, fetch)
+
+
+async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
+    if not req.group_id or not req.member_id:
+        return _refused(ctx, req, ErrorCode.invalid_request, "GroupId and MemberId are required", True)
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return _refused(ctx, req, ErrorCode.group_authorization_failed,
+                        f"READ on group {req.group_id} is not allowed", True)
+    r = _ShareRequest(ctx, req.group_id, req.member_id)
+    epoch = req.share_session_epoch
+    try:
+        session = _session(r, epoch, opening_allowed=True)
+    except ShareSessionError as exc:
+        return _answer(ctx, r, exc.error, str(exc))
+    if epoch == FINAL_EPOCH and any(p for t in req.topics for p in t.partitions if not p.acknowledgement_batches):
+        return _answer(ctx, r, ErrorCode.invalid_request, "a final ShareFetch (epoch -1) only acknowledges")
+    for t in req.topics:
+        name = r.ids.get(str(t.topic_id))
+        for p in t.partitions:
+            if name is not None and epoch != FINAL_EPOCH:
+                session.partitions.add((name, p.partition_index))
+            if p.acknowledgement_batches:
+                await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
+    for t in req.forgotten_topics_data:
+        name = r.ids.get(str(t.topic_id))
+        for p in t.partitions:
+            session.partitions.discard((name or "", p))
+    if epoch == FINAL_EPOCH:
+        r.share.close(r.group, r.member)
+        return _answer(ctx, r)
+    r.share.advance(session, epoch)
+    max_records = req.max_records if req.max_records > 0 else 500
+    taken = await r.acquire(session, max_records, req.max_bytes)
+    wait_s = req.max_wait.total_seconds() if isinstance(req.max_wait, datetime.timedelta) else req.max_wait / 1000
+    if taken == 0 and wait_s > 0:
+        await _wait(r.waiting_parts(session), wait_s)
+        await r.acquire(session, max_records, req.max_bytes)
+    return _answer(ctx, r)
+
+
+async def _wait(parts: list[Any], timeout: float) -> None:
+    if not parts:
+        await asyncio.sleep(min(timeout, 0.1))
+        return
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for part in parts:
+        part.add_waiter(fut)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fut, timeout)
+    finally:
+        for part in parts:
+            part.remove_waiter(fut)
+
+
+async def handle_share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+    if not req.group_id or not req.member_id:
+        return _refused(ctx, req, ErrorCode.invalid_request, "GroupId and MemberId are required", False)
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return _refused(ctx, req, ErrorCode.group_authorization_failed,
+                        f"READ on group {req.group_id} is not allowed", False)
+    r = _ShareRequest(ctx, req.group_id, req.member_id)
+    epoch = req.share_session_epoch
+    try:
+        session = _session(r, epoch, opening_allowed=False)
+    except ShareSessionError as exc:
+        return _answer(ctx, r, exc.error, str(exc), fetch=False)
+    assert epoch != INITIAL_EPOCH
+    for t in req.topics:
+        for p in t.partitions:
+            await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
+    if epoch == FINAL_EPOCH:
+        r.share.close(r.group, r.member)
+    else:
+        r.share.advance(session, epoch)
+    return _answer(ctx, r, fetch=False)
+
+
+# -- the share coordinator's inter-broker APIs (ReadShareGroupState 84, WriteShareGroupState 85) ------
+
+def _state_results(req: Any, cls: type, result_cls: str, answer: Any) -> Any:
+    topic_cls = nested(cls, result_cls)
+    return make(cls, results=tuple(
+        make(topic_cls, topic_id=t.topic_id, partitions=tuple(answer(t, p) for p in t.partitions)) for t in req.topics))
+
+
+def refuse_read_share_group_state(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    part_cls = nested(cls, "PartitionResult")
+    return _state_results(req, cls, "ReadStateResult", lambda _t, p: make(
+        part_cls, partition=p.partition, error_code=error, error_message=message, state_epoch=-1, start_offset=-1,
+        state_batches=()))
+
+
+def refuse_write_share_group_state(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    part_cls = nested(cls, "PartitionResult")
+    return _state_results(req, cls, "WriteStateResult", lambda _t, p: make(
+        part_cls, partition=p.partition, error_code=error, error_message=message))
+
+
+async def handle_read_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    part_cls, batch_cls = nested(cls, "PartitionResult"), nested(cls, "StateBatch")
+    coordinator = ctx.broker.share_coordinator
+
+    def answer(t: Any, p: Any) -> Any:
+        error, snapshot = coordinator.read((req.group_id, str(t.topic_id), p.partition))
+        if snapshot is None:  # nothing stored: state epoch -1 says so
+            return make(part_cls, partition=p.partition, error_code=error, state_epoch=-1, start_offset=-1,
+                        state_batches=())
+        return make(part_cls, partition=p.partition, error_code=error, state_epoch=snapshot.state_epoch,
+                    start_offset=snapshot.start, state_batches=tuple(
+                        make(batch_cls, first_offset=b.first, last_offset=b.last, delivery_state=int(b.state),
+                             delivery_count=b.delivery_count) for b in snapshot.batches))
+
+    return _state_results(req, cls, "ReadStateResult", answer)
+
+
+async def handle_write_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    part_cls = nested(cls, "PartitionResult")
+    coordinator = ctx.broker.share_coordinator
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            try:
+                batches = tuple(StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state),
+                                           b.delivery_count) for b in p.state_batches)
+            except ValueError:
+                errors[(str(t.topic_id), p.partition)] = ErrorCode.invalid_request
+                continue
+            snapshot = Snapshot(p.state_epoch, p.leader_epoch, p.start_offset, batches)
+            errors[(str(t.topic_id), p.partition)] = await coordinator.write(
+                (req.group_id, str(t.topic_id), p.partition), snapshot)
+    return _state_results(req, cls, "WriteStateResult", lambda t, p: make(
+        part_cls, partition=p.partition, error_code=errors[(str(t.topic_id), p.partition)]))
