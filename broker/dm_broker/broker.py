@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from . import holdings
-from .config import BROKER_PROPERTIES, BrokerConfig, TopicSettings
+from .config import BROKER_PROPERTIES, GROUP_PROPERTIES, BrokerConfig, TopicSettings
 from .controller.client import ControllerClient, ControllerUnavailable
 from .controller.controller import ControllerError
 from .controller.models import (
@@ -32,6 +32,7 @@ from .controller.models import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     ElectLeadersRequest,
+    GroupConfigsRequest,
     HeartbeatRequest,
     ListenerEndpoint,
     PartitionResult,
@@ -151,7 +152,7 @@ class Broker:
         ))
         self.share_coordinator = ShareCoordinator(self, config["share.coordinator.state.topic.num.partitions"])
         self.share = SharePartitions(share_fetch_settings(config), store=ShareStateClient(self),
-                                     reset_policy=lambda _group: "latest")
+                                     group_config=self.group_config)
         self.channels = BrokerChannels(self.broker_address, client_id=f"dm-broker-{self.node_id}",
                                        security=self.security.client)
         self.markers = MarkerWriter(self, self.channels)
@@ -786,6 +787,27 @@ class Broker:
 
     def dynamic_configs(self) -> dict[str, dict[str, str]]:
         return self.metadata.broker_configs if self.metadata else {}
+
+    def group_configs(self, group: str) -> dict[str, str]:
+        return self.metadata.group_configs.get(group, {}) if self.metadata else {}
+
+    def group_config(self, group: str, name: str) -> Any:
+        """A group config in effect: the group's own value, else the default (for the lock duration,
+        the broker's group.share.record.lock.duration.ms)."""
+        prop = GROUP_PROPERTIES[name]
+        value = self.group_configs(group).get(name)
+        if value is not None:
+            return prop.parse(value)
+        if name == "share.record.lock.duration.ms":
+            return self.config["group.share.record.lock.duration.ms"]
+        return prop.default
+
+    async def alter_group_configs(self, group: str, configs: dict[str, str | None], validate_only: bool) -> None:
+        await self._ask_controller(self.controller.alter_group_configs(
+            GroupConfigsRequest(group=group, configs=configs, validate_only=validate_only)))
+        if not validate_only:
+            await self._until_visible(lambda: all(self.group_configs(group).get(k) is not None
+                                                  for k, v in configs.items() if v is not None))
 
     def config_levels(self, name: str) -> list[tuple[Any, str]]:
         """Where a broker property's value comes from, the value in effect first: this broker's

@@ -101,6 +101,20 @@ class Property:
 
 PARTITIONERS = ("murmur3", "murmur2", "round_robin", "least_loaded")
 
+# Group configs (Kafka's GroupConfig, set with kafka-configs --entity-type groups or IncrementalAlterConfigs
+# on a GROUP resource). dm has the share group ones it acts on.
+GROUP_PROPERTIES: dict[str, Property] = {
+    p.name: p
+    for p in [
+        Property("share.auto.offset.reset", "choice", "latest",
+                 "Where a share group starts reading a partition it has no state for: latest (records produced from "
+                 "then on) or earliest (the log start).", choices=("latest", "earliest")),
+        Property("share.record.lock.duration.ms", "int", 30_000,
+                 "The share group's record lock duration (else group.share.record.lock.duration.ms), within "
+                 "group.share.min/max.record.lock.duration.ms.", minimum=1000, maximum=3_600_000),
+    ]
+}
+
 BROKER_PROPERTIES: dict[str, Property] = {
     p.name: p
     for p in [

@@ -11,13 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.5.0"
+SCHEMA_VERSION = "0.6.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
     "0.3.0": {"dmclusters": "f6bc46a0ebdb817a", "topics": "179363eaa2749f72", "users": "4ed8935debb7dd20"},
     "0.4.0": {"dmclusters": "cad499040d82891a", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.5.0": {"dmclusters": "7ef4088c6cb0270d", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
+    "0.6.0": {"dmclusters": "678b39146b6ff5f6", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -306,6 +307,8 @@ class ControllerState(Model):
     nextProducerId: int = Field(0, description="First producer id of the next block handed to a broker")
     brokerConfigs: dict[str, dict[str, str]] = Field(default_factory=dict, description="Dynamic broker configs "
                                                      "by broker id (\"\": the cluster-wide defaults)")
+    groupConfigs: dict[str, dict[str, str]] = Field(default_factory=dict, description="Group configs "
+                                                    "(share.auto.offset.reset, ...) by group id")
     deletedTopics: list[DeletedTopicStatus] = Field(default_factory=list, description="The last topic deletions: "
                                                     "brokers delete only logs of these topic ids (or moved away)")
     acls: list[AclStatus] = Field(default_factory=list, description="The cluster's ACLs (SCRAM credentials are in "

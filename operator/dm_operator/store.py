@@ -129,6 +129,7 @@ class CrdStatusStore:
         self._cluster_rv: str | None = None
         self._cluster_version = -1
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
         self._acls: list[AclBinding] = []
         self._scram: dict[str, dict[str, ScramCredential]] = {}
         self.listeners: list[ChangeListener] = []
@@ -153,13 +154,16 @@ class CrdStatusStore:
         if state is None or not cluster_id:
             self._cluster_version = -1
             self._broker_configs = {}
+            self._group_configs = {}
             return None
         self._cluster_version = state["documentVersion"]
         self._broker_configs = dict(state.get("brokerConfigs") or {})
+        self._group_configs = dict(state.get("groupConfigs") or {})
         self._acls = [acl_from_status(a) for a in state.get("acls") or []]
         self._scram = await self._load_scram()
         return ClusterDoc(cluster_id=cluster_id, next_producer_id=state["nextProducerId"],
                           broker_configs=state.get("brokerConfigs") or {},
+                          group_configs=state.get("groupConfigs") or {},
                           deleted_topics=[DeletedTopic(topic_id=t["topicId"], name=t["name"])
                                           for t in state.get("deletedTopics") or []],
                           acls=self._acls, scram=self._scram, quotas=[quota_from_status(q) for q in
@@ -177,6 +181,7 @@ class CrdStatusStore:
         status = {"clusterId": doc.cluster_id,
                   "controller": {"nextProducerId": doc.next_producer_id,
                                  "brokerConfigs": with_deletions(doc.broker_configs, self._broker_configs),
+                                 "groupConfigs": with_deletions(doc.group_configs, self._group_configs),
                                  "deletedTopics": [{"topicId": t.topic_id, "name": t.name}
                                                    for t in doc.deleted_topics],
                                  "acls": [acl_to_status(a) for a in doc.acls],
@@ -189,6 +194,7 @@ class CrdStatusStore:
                 self._cluster_rv = obj["metadata"]["resourceVersion"]
                 self._cluster_version = doc.version
                 self._broker_configs = dict(doc.broker_configs)
+                self._group_configs = dict(doc.group_configs)
                 return doc
             except ApiError as exc:
                 if exc.status != 409:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from clients import ConfluentClient, Rec
 from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AdminClient
 from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
@@ -298,3 +299,35 @@ def test_wire_errors(sbroker):
             await conn.close()
 
     asyncio.run(scenario())
+
+
+def test_share_auto_offset_reset_earliest_as_a_group_config(sbroker):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic, group = unique("earliest"), unique("sg")
+    ConfluentClient(sbroker.bootstrap).create_topic(topic, 2)
+    produce(sbroker.bootstrap, topic, 30)  # before any member: only earliest reads them
+    admin = AdminClient({"bootstrap.servers": sbroker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+    configs = next(iter(described.values())).result(15)
+    assert configs["share.auto.offset.reset"].value == "earliest"
+    assert configs["share.record.lock.duration.ms"].value == "3000"  # the broker's default for every group
+    bad = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "sideways", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match=r"share\.auto\.offset\.reset"):
+        admin.incremental_alter_configs([bad])[bad].result(15)
+    unknown = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match="not a group config dm has"):
+        admin.incremental_alter_configs([unknown])[unknown].result(15)
+    seen: list = []
+    sharer = Sharer(sbroker.bootstrap, group, topic, "earliest", seen)
+    sharer.start()
+    try:
+        wait_for(lambda: len(seen) >= 30, 60, what="the records produced before the group existed")
+    finally:
+        stop_all([sharer])
+    assert sorted(int(v) for *_, v in seen) == list(range(30))

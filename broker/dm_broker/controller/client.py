@@ -31,6 +31,7 @@ from .models import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     ElectLeadersRequest,
+    GroupConfigsRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     PartitionResult,
@@ -76,6 +77,7 @@ class ControllerClient(Protocol):
     async def alter_reassignments(self, reqs: list[ReassignmentRequest]) -> list[PartitionResult]: ...
     async def elect_leaders(self, req: ElectLeadersRequest) -> list[PartitionResult]: ...
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc: ...
+    async def alter_group_configs(self, req: GroupConfigsRequest) -> ClusterDoc: ...
     async def create_acls(self, acls: list[AclBinding]) -> list[str | None]: ...
     async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]: ...
     async def alter_scram(self, alterations: list[ScramAlteration]) -> list[ScramResult]: ...
@@ -136,6 +138,9 @@ class LocalControllerClient:
 
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
         return await self.controller.alter_broker_configs(req)
+
+    async def alter_group_configs(self, req: GroupConfigsRequest) -> ClusterDoc:
+        return await self.controller.alter_group_configs(req)
 
     async def create_acls(self, acls: list[AclBinding]) -> list[str | None]:
         return await self.controller.create_acls(acls)
@@ -271,6 +276,9 @@ class HttpControllerClient:
 
     async def alter_broker_configs(self, req: BrokerConfigsRequest) -> ClusterDoc:
         return await self._call("PUT", "/v1/broker-configs", req, answer=ClusterDoc)
+
+    async def alter_group_configs(self, req: GroupConfigsRequest) -> ClusterDoc:
+        return await self._call("PUT", "/v1/group-configs", req, answer=ClusterDoc)
 
     async def create_acls(self, acls: list[AclBinding]) -> list[str | None]:
         return (await self._call("POST", "/v1/acls", AclsRequest(acls=acls), answer=AclResults)).errors

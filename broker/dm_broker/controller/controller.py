@@ -29,7 +29,14 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
 
-from ..config import BROKER_PROPERTIES, DYNAMIC_BROKER_PROPERTIES, BrokerConfig, ConfigError, validate_topic_configs
+from ..config import (
+    BROKER_PROPERTIES,
+    DYNAMIC_BROKER_PROPERTIES,
+    GROUP_PROPERTIES,
+    BrokerConfig,
+    ConfigError,
+    validate_topic_configs,
+)
 from ..quotas.entities import ClientQuota, EntityKey, entity_key, entity_refusal, value_refusal
 from ..security.acls import AclBinding, AclFilter
 from ..security.acls import validate as validate_acl
@@ -50,6 +57,7 @@ from .models import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     DeletedTopic,
+    GroupConfigsRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     PartitionResult,
@@ -231,7 +239,8 @@ class Controller:
                                controller_id=self.node_id, brokers=list(self.brokers.values()), topics=topics,
                                broker_configs=self.cluster.broker_configs,
                                deleted_topics=self.cluster.deleted_topics, acls=self.cluster.acls,
-                               scram=self.cluster.scram, quotas=self.cluster.quotas, delta_from=delta_from,
+                               scram=self.cluster.scram, quotas=self.cluster.quotas,
+                               group_configs=self.cluster.group_configs, delta_from=delta_from,
                                removed_topics=removed)
 
     def cluster_info(self) -> ClusterInfo:
@@ -848,6 +857,35 @@ class Controller:
             else:
                 configs.pop(req.broker, None)
             await self._save_cluster(self.cluster.model_copy(update={"broker_configs": configs}))
+            self._bump()
+            return self.cluster
+
+    async def alter_group_configs(self, req: GroupConfigsRequest) -> ClusterDoc:
+        """A group's configs (share.auto.offset.reset, ...), kept in the cluster document."""
+        if not req.group:
+            raise ControllerError("invalid_request", "a group config needs a group id")
+        async with self._lock:
+            current = dict(self.cluster.group_configs.get(req.group, {}))
+            for name, value in req.configs.items():
+                prop = GROUP_PROPERTIES.get(name)
+                if prop is None:
+                    raise ControllerError("invalid_config", f"{name}: not a group config dm has (it has "
+                                                            f"{', '.join(sorted(GROUP_PROPERTIES))})")
+                if value is None:
+                    current.pop(name, None)
+                    continue
+                try:
+                    current[name] = prop.render(prop.parse(value))
+                except ConfigError as exc:
+                    raise ControllerError("invalid_config", str(exc)) from None
+            if req.validate_only:
+                return self.cluster
+            configs = dict(self.cluster.group_configs)
+            if current:
+                configs[req.group] = current
+            else:
+                configs.pop(req.group, None)
+            await self._save_cluster(self.cluster.model_copy(update={"group_configs": configs}))
             self._bump()
             return self.cluster
 

@@ -30,6 +30,7 @@ from .models import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     ElectLeadersRequest,
+    GroupConfigsRequest,
     HeartbeatRequest,
     PartitionResults,
     QuotaRequest,
@@ -172,6 +173,9 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     async def broker_configs(c: Controller, request: web.Request) -> web.Response:
         return reply(await c.alter_broker_configs(BrokerConfigsRequest.model_validate(await request.json())))
 
+    async def group_configs(c: Controller, request: web.Request) -> web.Response:
+        return reply(await c.alter_group_configs(GroupConfigsRequest.model_validate(await request.json())))
+
     async def cluster(c: Controller, _: web.Request) -> web.Response:
         return reply(c.cluster_info())
 
@@ -207,6 +211,7 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
     app.router.add_post(f"{v1}/reassignments", route(reassignments))
     app.router.add_post(f"{v1}/elections", route(elections))
     app.router.add_put(f"{v1}/broker-configs", route(broker_configs))
+    app.router.add_put(f"{v1}/group-configs", route(group_configs))
     app.router.add_get(f"{v1}/cluster", route(cluster))
     app.router.add_post(f"{v1}/acls", route(create_acls))
     app.router.add_post(f"{v1}/acls/delete", route(delete_acls))

@@ -103,6 +103,7 @@ class ClusterDoc(BaseModel):
     # SCRAM credentials by user and mechanism: salted, never a password (KIP-554).
     scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
     quotas: list[ClientQuota] = Field(default_factory=list)  # client quotas (KIP-13/124/599)
+    group_configs: dict[str, dict[str, str]] = Field(default_factory=dict)  # group id -> GROUP_PROPERTIES set
     version: int = 0
 
 
@@ -122,6 +123,7 @@ class ClusterMetadata(BaseModel):
     acls: list[AclBinding] = Field(default_factory=list)
     scram: dict[str, dict[str, ScramCredential]] = Field(default_factory=dict)
     quotas: list[ClientQuota] = Field(default_factory=list)
+    group_configs: dict[str, dict[str, str]] = Field(default_factory=dict)
     delta_from: int = -1
     removed_topics: list[str] = Field(default_factory=list)
 
@@ -260,6 +262,12 @@ class BrokerConfigsRequest(BaseModel):
     broker: str  # "" for the cluster-wide defaults
     configs: dict[str, str | None]  # None deletes
     replace: bool = False  # AlterConfigs: the given set replaces the broker's dynamic configs
+    validate_only: bool = False
+
+
+class GroupConfigsRequest(BaseModel):
+    group: str
+    configs: dict[str, str | None]  # None deletes
     validate_only: bool = False
 
 

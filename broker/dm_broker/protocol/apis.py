@@ -52,7 +52,8 @@ SPECS: list[ApiSpec] = [
         on_cluster(Op.CLUSTER_ACTION), topic(Op.DESCRIBE),
         note="CLUSTER_ACTION for a follower (replica_id >= 0), DESCRIBE on each topic for a client")),
     ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs, per_item(
-        topic(Op.DESCRIBE_CONFIGS), on_cluster(Op.DESCRIBE_CONFIGS), note="the cluster for broker resources")),
+        topic(Op.DESCRIBE_CONFIGS), on_cluster(Op.DESCRIBE_CONFIGS), group(Op.DESCRIBE_CONFIGS, "each group resource"),
+        note="the cluster for broker resources")),
     ApiSpec(33, "AlterConfigs", 0, 2, admin.handle_alter_configs, per_item(
         topic(Op.ALTER_CONFIGS), on_cluster(Op.ALTER_CONFIGS), note="the cluster for broker resources")),
     ApiSpec(34, "AlterReplicaLogDirs", 1, 2, cluster_admin.handle_alter_replica_log_dirs,
@@ -62,7 +63,8 @@ SPECS: list[ApiSpec] = [
     ApiSpec(43, "ElectLeaders", 0, 2, cluster_admin.handle_elect_leaders,
             cluster(Op.ALTER, cluster_admin.refuse_elect_leaders)),
     ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs, per_item(
-        topic(Op.ALTER_CONFIGS), on_cluster(Op.ALTER_CONFIGS), note="the cluster for broker resources")),
+        topic(Op.ALTER_CONFIGS), on_cluster(Op.ALTER_CONFIGS), group(Op.ALTER_CONFIGS, "each group resource"),
+        note="the cluster for broker resources")),
     ApiSpec(45, "AlterPartitionReassignments", 0, 1, cluster_admin.handle_alter_partition_reassignments,
             cluster(Op.ALTER)),
     ApiSpec(46, "ListPartitionReassignments", 0, 0, cluster_admin.handle_list_partition_reassignments,

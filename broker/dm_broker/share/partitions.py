@@ -72,10 +72,11 @@ class _Held:
 
 class SharePartitions:
     def __init__(self, settings: ShareFetchSettings, store: SnapshotStore | None,
-                 reset_policy: Callable[[str], str]) -> None:
+                 group_config: Callable[[str, str], Any] | None = None) -> None:
         self.settings = settings
         self.store = store
-        self.reset_policy = reset_policy  # group -> "earliest" | "latest"
+        # (group, name) -> the group config in effect: share.auto.offset.reset, share.record.lock.duration.ms
+        self.group_config = group_config
         self.held: dict[Key, _Held] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._loading: dict[Key, asyncio.Lock] = {}
@@ -155,6 +156,13 @@ class SharePartitions:
             self.held[key] = _Held(state, part.leader_epoch, topic_id)
             self._loading.pop(key, None)
             return state
+
+    def reset_policy(self, group: str) -> str:
+        return self.group_config(group, "share.auto.offset.reset") if self.group_config else "latest"
+
+    def lock_ms(self, group: str) -> int:
+        return self.group_config(group, "share.record.lock.duration.ms") if self.group_config else \
+            self.settings.lock_ms
 
     async def persist(self, group: str, topic: str, topic_id: str, part: Partition,
                       state: SharePartitionState) -> ErrorCode:

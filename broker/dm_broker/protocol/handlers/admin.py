@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ...config import (
     BROKER_PROPERTIES,
+    GROUP_PROPERTIES,
     TOPIC_PROPERTIES,
     TOPIC_TO_BROKER,
     ConfigError,
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 NULL_UUID = uuid.UUID(int=0)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
+SOURCE_GROUP = 8  # Kafka's ConfigSource.GROUP_CONFIG
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -257,6 +260,11 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
         elif res.resource_type == RESOURCE_BROKER and ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER,
                                                                  CLUSTER_NAME):
             error, message = ErrorCode.cluster_authorization_failed, "DESCRIBE_CONFIGS on the cluster is not allowed"
+        elif res.resource_type == RESOURCE_GROUP and ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.GROUP,
+                                                                res.resource_name):
+            error, message = ErrorCode.group_authorization_failed, "DESCRIBE_CONFIGS on the group is not allowed"
+        elif res.resource_type == RESOURCE_GROUP:
+            entries = _group_entries(broker, res.resource_name, keys, entry_cls, synonym_cls, documentation, synonyms)
         elif res.resource_type == RESOURCE_TOPIC:
             topic = broker.topic(res.resource_name)
             settings = broker.topic_settings(res.resource_name)
@@ -305,6 +313,50 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
     return make(cls, throttle_time=ZERO, results=tuple(results))
 
 
+def _group_entries(broker: Any, group: str, keys: set[str] | None, entry_cls: type, synonym_cls: type | None,
+                   documentation: bool, synonyms: bool) -> list[Any]:
+    """A group's configs: its own values (GROUP_CONFIG), else the broker's or dm's default."""
+    entries = []
+    own = broker.group_configs(group)
+    for name, prop in GROUP_PROPERTIES.items():
+        if keys is not None and name not in keys:
+            continue
+        levels = [(name, prop.parse(own[name]), SOURCE_GROUP)] if name in own else []
+        if name == "share.record.lock.duration.ms":
+            levels += broker_levels(broker, "group.share.record.lock.duration.ms")
+        else:
+            levels.append((name, prop.default, SOURCE_DEFAULT))
+        entries.append(_entry(entry_cls, synonym_cls, name, levels, prop.kind, prop.doc, documentation, synonyms))
+    return entries
+
+
+def _group_configs(broker: Any, changes: Any) -> dict[str, str | None]:
+    """SET and DELETE of group configs, checked against the broker's bounds before the controller stores them."""
+    out: dict[str, str | None] = {}
+    for c in changes:
+        if c.config_operation not in (OP_SET, OP_DELETE):
+            raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply to list configs only")
+        prop = GROUP_PROPERTIES.get(c.name)
+        if prop is None:
+            raise KafkaError(ErrorCode.invalid_config, f"{c.name}: not a group config dm has (it has "
+                                                       f"{', '.join(sorted(GROUP_PROPERTIES))})")
+        if c.config_operation == OP_DELETE:
+            out[c.name] = None
+            continue
+        try:
+            value = prop.parse(c.value)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+        if c.name == "share.record.lock.duration.ms":
+            low, high = (broker.config[f"group.share.{m}.record.lock.duration.ms"] for m in ("min", "max"))
+            if not low <= value <= high:
+                raise KafkaError(ErrorCode.invalid_config, f"share.record.lock.duration.ms={value} must lie between "
+                                                           f"group.share.min.record.lock.duration.ms={low} and "
+                                                           f"group.share.max.record.lock.duration.ms={high}")
+        out[c.name] = prop.render(value)
+    return out
+
+
 def _list_op(current: str, value: str, append: bool) -> str:
     items = [x for x in current.split(",") if x]
     for item in (x.strip() for x in value.split(",") if x.strip()):
@@ -335,7 +387,8 @@ async def _alter_topic(broker: Any, name: str, configs: dict[str, str], validate
     await broker.alter_topic_configs(name, normalised, validate_only=validate_only)
 
 
-async def _alter_each(ctx: RequestContext, req: Any, alter: Callable[[Any], Awaitable[None]]) -> Any:
+async def _alter_each(ctx: RequestContext, req: Any, alter: Callable[[Any], Awaitable[None]],
+                      resource_types: tuple[int, ...] = (RESOURCE_TOPIC, RESOURCE_BROKER)) -> Any:
     """AlterConfigs and IncrementalAlterConfigs: `alter` each topic or broker resource; its
     KafkaError is that resource's result."""
     cls = ctx.response_cls
@@ -344,8 +397,13 @@ async def _alter_each(ctx: RequestContext, req: Any, alter: Callable[[Any], Awai
     for res in req.resources:
         error, message = ErrorCode.none, None
         try:
-            if res.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
-                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}")
+            if res.resource_type not in resource_types:
+                why = " (group configs are changed with IncrementalAlterConfigs)" if res.resource_type == \
+                    RESOURCE_GROUP else ""
+                raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}{why}")
+            if res.resource_type == RESOURCE_GROUP and ctx.denied(Operation.ALTER_CONFIGS, ResourceType.GROUP,
+                                                                  res.resource_name):
+                raise KafkaError(ErrorCode.group_authorization_failed, "ALTER_CONFIGS on the group is not allowed")
             if res.resource_type == RESOURCE_TOPIC and ctx.denied(Operation.ALTER_CONFIGS, ResourceType.TOPIC,
                                                                   res.resource_name):
                 raise KafkaError(ErrorCode.topic_authorization_failed, "ALTER_CONFIGS on the topic is not allowed")
@@ -415,11 +473,13 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
             topic = _topic(broker, res.resource_name)
             await _alter_topic(broker, topic.name, _incremental_topic_configs(broker, topic, res.configs),
                                req.validate_only)
+        elif res.resource_type == RESOURCE_GROUP:
+            await broker.alter_group_configs(res.resource_name, _group_configs(broker, res.configs), req.validate_only)
         else:
             await broker.alter_broker_configs(res.resource_name, _incremental_broker_configs(res.configs),
                                               replace=False, validate_only=req.validate_only)
 
-    return await _alter_each(ctx, req, apply)
+    return await _alter_each(ctx, req, apply, (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP))
 
 
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> Any:

@@ -176,7 +176,7 @@ class _ShareRequest:
 
     async def acquire(self, session: ShareSession, max_records: int, max_bytes: int) -> int:
         taken = 0
-        lock_s = self.share.settings.lock_ms / 1000
+        lock_s = self.share.lock_ms(self.group) / 1000
         for name, partition in sorted(session.partitions):
             if taken >= max_records or max_bytes <= 0:
                 break
@@ -238,7 +238,7 @@ def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = Erro
         by_topic.setdefault(topic_id, []).append(make(part_cls, **fields))
     responses = tuple(make(topic_cls, topic_id=uuid.UUID(t), partitions=tuple(ps)) for t, ps in by_topic.items())
     return make(cls, throttle_time=ZERO, error_code=error, error_message=message,
-                acquisition_lock_timeout=datetime.timedelta(milliseconds=ctx.broker.share.settings.lock_ms),
+                acquisition_lock_timeout=datetime.timedelta(milliseconds=ctx.broker.share.lock_ms(req_ctx.group)),
                 responses=responses, node_endpoints=())
 
 
