@@ -421,6 +421,11 @@ def test_wire_errors_and_member_epoch_checks(kbroker):
     async def scenario() -> None:
         conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
         try:
+            for _ in range(100):  # as a client does: find the coordinator (creating __consumer_offsets) first
+                found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
+                if found.coordinators[0].error_code == ErrorCode.none:
+                    break
+                await asyncio.sleep(0.1)
             joined = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
             assert joined.error_code == ErrorCode.none and joined.member_epoch >= 1
             assert joined.heartbeat_interval == datetime.timedelta(milliseconds=500)

@@ -253,6 +253,11 @@ def test_wire_errors(sbroker):
     async def scenario() -> None:
         conn = await KafkaConnection.open("127.0.0.1", sbroker.port)
         try:
+            for _ in range(100):  # as a client does: find the coordinator (creating __consumer_offsets) first
+                found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
+                if found.coordinators[0].error_code == ErrorCode.none:
+                    break
+                await asyncio.sleep(0.1)
             joined_resp = await _share_heartbeat(conn, group, "m1", 0, (topic,))
             assert joined_resp.error_code == ErrorCode.none and joined_resp.member_epoch >= 1
             assert (await _share_heartbeat(conn, group, "m1", 99)).error_code == ErrorCode.fenced_member_epoch
@@ -293,6 +298,11 @@ def test_wire_errors(sbroker):
             consumer_desc = await conn.request(make(request_class(69, 1), group_ids=(group,),
                                                     include_authorized_operations=False))
             assert consumer_desc.groups[0].error_code == ErrorCode.group_id_not_found
+            classic_desc = await conn.request(make(request_class(15, 5), groups=(group,),
+                                                   include_authorized_operations=False))
+            assert classic_desc.groups[0].error_code == ErrorCode.group_id_not_found
+            deleted = await conn.request(make(request_class(42, 2), groups_names=(group,)))
+            assert deleted.results[0].error_code == ErrorCode.non_empty_group  # m1 is still in it
             left = await _share_heartbeat(conn, group, "m1", -1)
             assert left.error_code == ErrorCode.none and left.member_epoch == -1
         finally:

@@ -883,6 +883,11 @@ class GroupCoordinator:
             return E.group_id_not_found.value
         if group.state != GroupState.EMPTY:
             return E.non_empty_group.value
+        if group.share is not None:
+            # Its delivery state lives in __share_group_state and in the partition leaders' memory; deleting
+            # the group without it would let a new group of that id resume the old one (ADR 0038).
+            log.warning("DeleteGroups %s: deleting share groups is not implemented", group_id)
+            return E.invalid_request.value
         records = group_tombstones(group_id, group)
         records += [(encode_key(OffsetKey(group_id, t, p)), None) for t, p in group.offsets]
         stored = await self._write(group_id, records)

@@ -20,7 +20,9 @@ KEY_TYPE_TRANSACTION = 1
 def _key_refusal(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str] | None:
     """Why a coordinator key is refused before anything is looked up or created, or None."""
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type} (dm has no share groups)"
+        return ErrorCode.invalid_request, (f"coordinator key type {key_type} is not served: share groups use the "
+                                           "group coordinator (type 0); dm's brokers find share coordinators "
+                                           "themselves")
     if key_type == KEY_TYPE_GROUP and ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, key):
         return ErrorCode.group_authorization_failed, f"DESCRIBE on group {key} is not allowed"
     if key_type == KEY_TYPE_TRANSACTION and ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
@@ -264,7 +266,7 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
             out.append(make(group_cls, error_code=ErrorCode(code), group_id=group_id, group_state=state,
                             protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
             continue
-        if group.consumer is not None:  # Kafka 4: DescribeGroups describes classic groups only (KIP-1043)
+        if group.consumer is not None or group.share is not None:  # Kafka 4: classic groups only (KIP-1043)
             out.append(make(group_cls, error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} "
                             "is not a classic group.", group_id=group_id, group_state="Dead", protocol_type="",
                             protocol_data="", members=(), authorized_operations=-2147483648))
