@@ -17,6 +17,9 @@
    eager range assignor and, separately, cooperative-sticky; KIP-848 members the broker's uniform
    assignor. Heartbeats every `--heartbeat-ms` for all three.
 3. Throughput: 3 consumer processes in one group read a 6-partition topic of 1 KiB records.
+4. Share groups (KIP-932): 1, 4 and 16 ShareConsumer processes (implicit acknowledgement) in one share
+   group drain a 1-partition topic of 100-byte records written beforehand (share.auto.offset.reset=earliest);
+   records/s from the first consumer's start to the last record, and how many were delivered twice.
 """
 
 from __future__ import annotations
@@ -216,6 +219,70 @@ def group_throughput(bootstrap: str, records: int) -> float:
     return counter.value / elapsed
 
 
+def _share_consume(bootstrap: str, group: str, topic: str, total: int, counter, done, seen) -> None:
+    from confluent_kafka import ShareConsumer
+
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    c.subscribe([topic])
+    offsets = []
+    while counter.value < total and not done.is_set():
+        got = [m.offset() for m in c.poll(0.5) if m.error() is None]
+        offsets += got
+        with counter.get_lock():
+            counter.value += len(got)
+    # implicit mode accepts a poll's records at the next poll or commit: without this, close() gives the
+    # last poll's records back and another consumer gets them again
+    c.commit_sync(10)
+    c.close()
+    seen.put(offsets)
+
+
+def share_throughput(bootstrap: str, consumers: int, records: int) -> dict:
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    topic = group = f"share-{consumers}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    subprocess.run([sys.executable, "-m", "dm_broker.cli", "bench", "produce", "--bootstrap", bootstrap, "--topic",
+                    topic, "--records", str(records), "--record-size", "100", "--quiet"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counter = multiprocessing.Value("q", 0)
+    done = multiprocessing.Event()
+    seen: multiprocessing.Queue = multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=_share_consume, args=(bootstrap, group, topic, records, counter, done,
+                                                                 seen)) for _ in range(consumers)]
+    started = time.monotonic()
+    for p in procs:
+        p.start()
+    while counter.value < records and time.monotonic() - started < 300:
+        time.sleep(0.01)
+    elapsed = time.monotonic() - started
+    done.set()
+    offsets: list[int] = []
+    per_consumer = []
+    for _ in procs:
+        got = seen.get(timeout=60)
+        per_consumer.append(len(got))
+        offsets += got
+    for p in procs:
+        p.join(30)
+    return {"consumers": consumers, "records_per_s": len(set(offsets)) / elapsed,
+            "delivered_twice": len(offsets) - len(set(offsets)), "per_consumer": sorted(per_consumer, reverse=True)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -223,6 +290,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--load-rounds", type=int, default=3, help="rounds of the 10 -> 11 members test per protocol")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--share-records", type=int, default=100_000)
+    parser.add_argument("--only-share", action="store_true", help="run only the share-group throughput")
     args = parser.parse_args()
     http_port = free_port()
     kip848 = [f"group.consumer.heartbeat.interval.ms={args.heartbeat_ms}",
@@ -230,6 +299,14 @@ def main() -> None:
               "group.consumer.session.timeout.ms=10000"]
     with dm_broker("group.initial.rebalance.delay.ms=0", *kip848, http_port=http_port) as (bootstrap, _):
         time.sleep(1)
+        shares = []
+        for consumers in (1, 4, 16):
+            shares.append(share_throughput(bootstrap, consumers, args.share_records))
+            r = shares[-1]
+            print(f"share group, {consumers} consumers on 1 partition, 100 B: {r['records_per_s']:,.0f} records/s, "
+                  f"{r['delivered_twice']} delivered twice, per consumer {r['per_consumer']}")
+        if args.only_share:
+            return
         times = rebalance_times(bootstrap, http_port, args.rounds, args.heartbeat_ms)
         print(f"rebalance after a 6th member joins a stable group of 5 (heartbeat {args.heartbeat_ms} ms): "
               f"median {statistics.median(times):.3f} s, max {max(times):.3f} s, runs {[round(t, 3) for t in times]}")
@@ -251,7 +328,8 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "groups.jsonl").open("a") as fh:
         fh.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "heartbeat_ms": args.heartbeat_ms,
-                             "rebalance_s": times, "under_load": loaded, "group_consume_records_per_s": rate}) + "\n")
+                             "rebalance_s": times, "under_load": loaded, "group_consume_records_per_s": rate,
+                             "share": shares}) + "\n")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,9 @@ class SharePartitions:
                                         "ShareAcknowledge cannot open a share session (epoch 0)")
             old = self.sessions.pop(key, None)
             if old is not None:
-                self._release(group, member, old)
+                released = self._release(group, member, old)
+                log.info("share group %s: member %s opened a new share session; %d records it held are offered "
+                         "again", group, member, released)
             if len(self.sessions) >= self.settings.max_sessions:
                 self._evict_idle()
                 if len(self.sessions) >= self.settings.max_sessions:
@@ -106,6 +108,8 @@ class SharePartitions:
                                     f"no share session for member {member} of group {group}")
         expected = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
         if epoch != FINAL_EPOCH and epoch != expected:
+            log.info("share group %s: member %s sent share session epoch %d, expected %d", group, member, epoch,
+                     expected)
             raise ShareSessionError(ErrorCode.invalid_share_session_epoch,
                                     f"share session epoch {epoch}, expected {expected}")
         return session
@@ -120,11 +124,13 @@ class SharePartitions:
         if session is not None:
             self._release(group, member, session)
 
-    def _release(self, group: str, member: str, session: ShareSession) -> None:
+    def _release(self, group: str, member: str, session: ShareSession) -> int:
+        released = 0
         for topic, partition in session.partitions:
             held = self.held.get((group, topic, partition))
-            if held is not None and held.state.release_member(member):
-                log.debug("share group %s: released what %s held of %s-%d", group, member, topic, partition)
+            if held is not None:
+                released += held.state.release_member(member)
+        return released
 
     def _evict_idle(self) -> None:
         """Sessions of members that stopped without closing them (SIGKILL): idle past twice the lock."""
