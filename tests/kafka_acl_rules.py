@@ -247,6 +247,29 @@ def write_share_group_state() -> Any:
                                                          partitions=(part,)),))
 
 
+def delete_share_group_state() -> Any:
+    part = sub(86, 0, "PartitionData", partition=0)
+    return req(86, 0, group_id=SHARE_GROUP, topics=(sub(86, 0, "DeleteStateData", topic_id=uuid.uuid4(),
+                                                         partitions=(part,)),))
+
+
+def describe_share_group_offsets() -> Any:
+    topic = sub(90, 1, "DescribeShareGroupOffsetsRequestTopic", topic_name=TOPIC, partitions=(0,))
+    return req(90, 1, groups=(sub(90, 1, "DescribeShareGroupOffsetsRequestGroup", group_id=SHARE_GROUP,
+                                  topics=(topic,)),))
+
+
+def alter_share_group_offsets() -> Any:
+    part = sub(91, 0, "AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=0)
+    return req(91, 0, group_id=SHARE_GROUP, topics=(sub(91, 0, "AlterShareGroupOffsetsRequestTopic", topic_name=TOPIC,
+                                                         partitions=(part,)),))
+
+
+def delete_share_group_offsets() -> Any:
+    return req(92, 0, group_id=SHARE_GROUP, topics=(sub(92, 0, "DeleteShareGroupOffsetsRequestTopic",
+                                                         topic_name=TOPIC),))
+
+
 def describe_groups() -> Any:
     return req(15, 5, groups=(GROUP,), include_authorized_operations=False)
 
@@ -450,6 +473,13 @@ RULES: dict[int, Rule] = {
     79: Rule(1, share_acknowledge, ((G, SHARE_GROUP, "READ"),), _d((G, "READ"), (T, "READ"))),
     84: Rule(0, read_share_group_state, ((C, CLUSTER, "CLUSTER_ACTION"),), _d((C, "CLUSTER_ACTION"))),
     85: Rule(0, write_share_group_state, ((C, CLUSTER, "CLUSTER_ACTION"),), _d((C, "CLUSTER_ACTION"))),
+    86: Rule(0, delete_share_group_state, ((C, CLUSTER, "CLUSTER_ACTION"),), _d((C, "CLUSTER_ACTION"))),
+    90: Rule(1, describe_share_group_offsets, ((G, SHARE_GROUP, "DESCRIBE"), (T, TOPIC, "DESCRIBE")),
+             _d((G, "DESCRIBE"), (T, "DESCRIBE"))),
+    91: Rule(0, alter_share_group_offsets, ((G, SHARE_GROUP, "READ"), (T, TOPIC, "READ")),
+             _d((G, "READ"), (T, "READ"))),
+    92: Rule(0, delete_share_group_offsets, ((G, SHARE_GROUP, "DELETE"), (T, TOPIC, "READ")),
+             _d((G, "DELETE"), (T, "READ"))),
     47: Rule(0, offset_delete, ((G, GROUP, "DELETE"), (T, TOPIC, "READ")), _d((G, "DELETE"), (T, "READ"))),
     24: Rule(3, add_partitions_to_txn, ((X, TXN, "WRITE"), (T, TOPIC, "WRITE")),
              _d((X, "WRITE"), (T, "WRITE"), (C, "CLUSTER_ACTION"))),

@@ -341,3 +341,63 @@ def test_share_auto_offset_reset_earliest_as_a_group_config(sbroker):
     finally:
         stop_all([sharer])
     assert sorted(int(v) for *_, v in seen) == list(range(30))
+
+
+def test_share_group_offsets_described_altered_deleted_and_the_group_deleted(sbroker):
+    topic, group = unique("offsets"), unique("sg")
+    ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+    seen: list = []
+    sharer = Sharer(sbroker.bootstrap, group, topic, "first", seen, lambda _v: AcknowledgeType.ACCEPT)
+    sharer.start()
+    try:
+        joined([sharer])
+        produce(sbroker.bootstrap, topic, 20)
+        wait_for(lambda: len(seen) >= 20, 60, what="20 records accepted")
+        time.sleep(1)
+    finally:
+        stop_all([sharer])
+
+    async def call(body):
+        conn = await KafkaConnection.open("127.0.0.1", sbroker.port)
+        try:
+            return await conn.request(body)
+        finally:
+            await conn.close()
+
+    def describe_offsets() -> int:
+        cls = request_class(90, 1)
+        body = make(cls, groups=(make(nested(cls, "DescribeShareGroupOffsetsRequestGroup"), group_id=group,
+                                      topics=None),))
+        resp = asyncio.run(call(body))
+        assert resp.groups[0].error_code == ErrorCode.none, resp
+        return resp.groups[0].topics[0].partitions[0].start_offset
+
+    wait_for(lambda: describe_offsets() == 20, 30, what="the start offset after 20 accepted records")
+    alter = request_class(91, 0)
+    part = make(nested(alter, "AlterShareGroupOffsetsRequestPartition"), partition_index=0, start_offset=5)
+    body = make(alter, group_id=group, topics=(
+        make(nested(alter, "AlterShareGroupOffsetsRequestTopic"), topic_name=topic, partitions=(part,)),))
+    altered = asyncio.run(call(body))
+    assert altered.error_code == ErrorCode.none
+    assert altered.responses[0].partitions[0].error_code == ErrorCode.none, altered
+    assert describe_offsets() == 5
+    again: list = []
+    sharer = Sharer(sbroker.bootstrap, group, topic, "again", again, lambda _v: AcknowledgeType.ACCEPT)
+    sharer.start()
+    try:
+        wait_for(lambda: len(again) >= 15, 60, what="records 5-19 delivered again after the offsets were altered")
+        time.sleep(1)
+        busy = asyncio.run(call(body))  # a member is in the group now
+        assert busy.error_code == ErrorCode.non_empty_group
+    finally:
+        stop_all([sharer])
+    assert sorted(int(v) for *_, v in again) == list(range(5, 20))
+
+    delete = request_class(92, 0)
+    deleted = asyncio.run(call(make(delete, group_id=group, topics=(
+        make(nested(delete, "DeleteShareGroupOffsetsRequestTopic"), topic_name=topic),))))
+    assert deleted.error_code == ErrorCode.none and deleted.responses[0].error_code == ErrorCode.none, deleted
+    gone = asyncio.run(call(make(request_class(42, 2), groups_names=(group,))))
+    assert gone.results[0].error_code == ErrorCode.none
+    listed = asyncio.run(call(make(request_class(16, 5), states_filter=(), types_filter=("share",))))
+    assert group not in {g.group_id for g in listed.groups}

@@ -86,7 +86,8 @@ NEWER = {45: 1}  # AlterPartitionReassignments v1 (Kafka 4.1: allow_replication_
 # APIs of later releases dm serves (share groups, KIP-932: GA in Kafka 4.2), within that release's ranges.
 KAFKA_4_2 = BROKER_API_VERSIONS[(4, 2)]
 LATER_APIS = {76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
-              84: "ReadShareGroupState", 85: "WriteShareGroupState"}
+              84: "ReadShareGroupState", 85: "WriteShareGroupState", 86: "DeleteShareGroupState",
+              90: "DescribeShareGroupOffsets", 91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
 
 
 def test_api_versions_are_kafka_4_0s_for_what_dm_implements():

@@ -36,8 +36,8 @@ def test_declarations_are_kafkas(spec):
         declared.add((spec.access.requires.resource_type, spec.access.requires.operation))
     assert declared == {(KAFKA_TYPES[t], Operation[op]) for t, op in rule.declared}
     # OffsetFetch and DescribeTransactions leave out the topics of an answer the principal may not describe
-    filtered = rule.hides is not None or spec.key in FILTERED_ALSO or spec.name in ("OffsetFetch",
-                                                                                  "DescribeTransactions")
+    filtered = rule.hides is not None or spec.key in FILTERED_ALSO or spec.name in (
+        "OffsetFetch", "DescribeTransactions", "DescribeShareGroupOffsets")
     assert spec.access.filtered == filtered, spec.name
 
 

@@ -884,10 +884,11 @@ class GroupCoordinator:
         if group.state != GroupState.EMPTY:
             return E.non_empty_group.value
         if group.share is not None:
-            # Its delivery state lives in __share_group_state and in the partition leaders' memory; deleting
-            # the group without it would let a new group of that id resume the old one (ADR 0038).
-            log.warning("DeleteGroups %s: deleting share groups is not implemented", group_id)
-            return E.invalid_request.value
+            # Its delivery state goes first (a new group of that id must not resume it): leaders reload
+            # a share-partition whose stored state is gone when a member next opens a session.
+            error = await self._delete_share_state(group)
+            if error != E.none:
+                return error.value
         records = group_tombstones(group_id, group)
         records += [(encode_key(OffsetKey(group_id, t, p)), None) for t, p in group.offsets]
         stored = await self._write(group_id, records)
@@ -897,6 +898,21 @@ class GroupCoordinator:
         self.groups.pop(group_id, None)
         self._notify()
         return E.none.value
+
+    async def _delete_share_state(self, group: Group) -> ErrorCode:
+        assert group.share is not None
+        store = self.broker.share.store
+        if store is None:
+            return E.none
+        for name in sorted(group.share.used):
+            topic = self.broker.topic(name)
+            for index in range(len(topic.partitions) if topic is not None else 0):
+                error = await store.delete(group.group_id, topic.topic_id, index)
+                if error != E.none:
+                    log.warning("share group %s: the state of %s-%d could not be deleted: %s", group.group_id, name,
+                                index, error.name)
+                    return error
+        return E.none
 
     def _notify(self) -> None:
         if self.on_change is not None:

@@ -116,6 +116,7 @@ class ShareProtocol:
         topics = self._topics()
         names = {n for m in sg.members.values() for n in m.subscribed_names if n in topics}
         sg.subscribed = {n: topics[n] for n in names}
+        sg.used |= set(names)
         digest = metadata_hash(sg.subscribed)
         if bumped or digest != sg.metadata_hash:
             sg.metadata_hash = digest

@@ -104,6 +104,15 @@ SPECS: list[ApiSpec] = [
             cluster(Op.CLUSTER_ACTION, share.refuse_read_share_group_state)),
     ApiSpec(85, "WriteShareGroupState", 0, 0, share.handle_write_share_group_state,
             cluster(Op.CLUSTER_ACTION, share.refuse_write_share_group_state)),
+    ApiSpec(86, "DeleteShareGroupState", 0, 0, share.handle_delete_share_group_state,
+            cluster(Op.CLUSTER_ACTION, share.refuse_delete_share_group_state)),
+    ApiSpec(90, "DescribeShareGroupOffsets", 0, 1, share.handle_describe_share_group_offsets, per_item(
+        group(Op.DESCRIBE, "each group"), topic(Op.DESCRIBE), filtered=True,
+        note="topics it may not describe are left out of an all-topics answer")),
+    ApiSpec(91, "AlterShareGroupOffsets", 0, 0, share.handle_alter_share_group_offsets, per_item(
+        group(Op.READ), topic(Op.READ))),
+    ApiSpec(92, "DeleteShareGroupOffsets", 0, 0, share.handle_delete_share_group_offsets, per_item(
+        group(Op.DELETE), topic(Op.READ))),
     ApiSpec(24, "AddPartitionsToTxn", 0, 5, transactions.handle_add_partitions_to_txn, per_item(
         transactional_id(Op.WRITE), topic(Op.WRITE), on_cluster(Op.CLUSTER_ACTION),
         note="v0-3 (clients): WRITE on the id and each topic; v4+ (brokers verifying): CLUSTER_ACTION")),

@@ -36,6 +36,9 @@ class ShareGroupState:
     members: dict[str, ShareMember] = field(default_factory=dict)
     metadata_hash: int = 0
     subscribed: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (topic id, partitions)
+    # every topic the group subscribed to or had offsets set for, on this coordinator (for describing
+    # and deleting its offsets)
+    used: set[str] = field(default_factory=set)
 
     @property
     def phase(self) -> ShareGroupPhase:

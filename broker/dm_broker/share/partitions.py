@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from .partition_state import SharePartitionState, StateBatch
+from .partition_state import SharePartitionState
+from .state_store import Snapshot
 
 if TYPE_CHECKING:
     from ..replication.partition import Partition
@@ -44,10 +45,9 @@ def share_fetch_settings(config: Mapping[str, Any]) -> ShareFetchSettings:
 class SnapshotStore(Protocol):
     """Where share-partition state survives the leader (share/state_store.py)."""
 
-    async def read(self, group: str, topic_id: str, partition: int) -> tuple[int, list[StateBatch]] | None: ...
+    async def read(self, group: str, topic_id: str, partition: int) -> Snapshot | None: ...
 
-    async def write(self, group: str, topic_id: str, partition: int, leader_epoch: int, start: int,
-                    batches: list[StateBatch]) -> ErrorCode: ...
+    async def write(self, group: str, topic_id: str, partition: int, snapshot: Snapshot) -> ErrorCode: ...
 
 
 class ShareSessionError(Exception):
@@ -68,6 +68,8 @@ class _Held:
     state: SharePartitionState
     leader_epoch: int
     topic_id: str
+    state_epoch: int = 0  # the stored state's epoch (raised when the group's offsets are altered or deleted)
+    stored: bool = False  # whether a snapshot of this state exists in the store
 
 
 class SharePartitions:
@@ -154,14 +156,29 @@ class SharePartitions:
             snapshot = await self.store.read(group, topic_id, part.index) if self.store is not None else None
             s = self.settings
             if snapshot is not None:
-                state = SharePartitionState.restored(snapshot[0], snapshot[1], s.delivery_limit, s.max_locks)
+                state = SharePartitionState.restored(snapshot.start, list(snapshot.batches), s.delivery_limit,
+                                                     s.max_locks)
             else:
                 earliest = self.reset_policy(group) == "earliest"
                 start = part.log.log_start_offset if earliest else part.high_watermark
                 state = SharePartitionState(start, s.delivery_limit, s.max_locks)
-            self.held[key] = _Held(state, part.leader_epoch, topic_id)
+            self.held[key] = _Held(state, part.leader_epoch, topic_id,
+                                   snapshot.state_epoch if snapshot is not None else 0, snapshot is not None)
             self._loading.pop(key, None)
             return state
+
+    async def revalidate(self, group: str, topic: str, topic_id: str, part: Partition) -> None:
+        """A member opens a share session: if no record of the share-partition is held, the stored state
+        is checked, so offsets altered or deleted while the group was empty take effect here."""
+        key = (group, topic, part.index)
+        held = self.held.get(key)
+        if held is None or self.store is None or held.state.in_flight:
+            return
+        snapshot = await self.store.read(group, topic_id, part.index)
+        if (snapshot is None and held.stored) or (snapshot is not None and snapshot.state_epoch != held.state_epoch):
+            log.info("share group %s: the stored state of %s-%d changed (offsets altered or deleted); reloading",
+                     group, topic, part.index)
+            self.held.pop(key, None)
 
     def reset_policy(self, group: str) -> str:
         return self.group_config(group, "share.auto.offset.reset") if self.group_config else "latest"
@@ -175,8 +192,16 @@ class SharePartitions:
         """Writes the state before an acknowledgement is answered, so a new leader does not redeliver it."""
         if self.store is None:
             return ErrorCode.none
+        held = self.held.get((group, topic, part.index))
+        state_epoch = held.state_epoch if held is not None and held.state is state else 0
         start, batches = state.snapshot()
-        return await self.store.write(group, topic_id, part.index, part.leader_epoch, start, batches)
+        error = await self.store.write(group, topic_id, part.index,
+                                       Snapshot(state_epoch, part.leader_epoch, start, tuple(batches)))
+        if error == ErrorCode.none and held is not None and held.state is state:
+            held.stored = True
+        elif error == ErrorCode.fenced_state_epoch:
+            self.held.pop((group, topic, part.index), None)  # the offsets were altered meanwhile: reload
+        return error
 
     def forget_unled(self, is_leader: Callable[[str, int], bool]) -> None:
         """Leadership moved away: the state goes (the next leader reads what was persisted)."""

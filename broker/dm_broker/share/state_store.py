@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -140,7 +141,10 @@ class ShareCoordinator:
         if held is None or part is None:
             return ErrorCode.not_coordinator
         known = held.get(key)
-        if known is not None and snapshot.leader_epoch < known.leader_epoch:
+        if known is not None and snapshot.state_epoch < known.state_epoch:
+            return ErrorCode.fenced_state_epoch  # written before the group's offsets were altered or deleted
+        if known is not None and snapshot.state_epoch == known.state_epoch and \
+                snapshot.leader_epoch < known.leader_epoch:
             return ErrorCode.fenced_leader_epoch  # a deposed leader of the data partition
         batch = bytearray(build_batch([(encode_key(key), encode_value(snapshot), [])], timestamp_ms=0))
         try:
@@ -150,6 +154,25 @@ class ShareCoordinator:
             return ErrorCode.not_coordinator
         if self.snapshots.get(index) is held:
             held[key] = snapshot
+        return ErrorCode.none
+
+    async def delete(self, key: Key) -> ErrorCode:
+        """Forgets a share-partition's state (DeleteShareGroupOffsets, DeleteGroups): a tombstone."""
+        index = self.partition_for(key)
+        held = self.snapshots.get(index)
+        part = self.broker.partition(STATE_TOPIC, index)
+        if held is None or part is None:
+            return ErrorCode.not_coordinator
+        if key not in held:
+            return ErrorCode.none
+        batch = bytearray(build_batch([(encode_key(key), None, [])], timestamp_ms=0))
+        try:
+            await part.append_internal(batch)
+        except Exception as exc:  # the caller retries
+            log.warning("cannot delete share state %s from %s-%d: %s", key, STATE_TOPIC, index, exc)
+            return ErrorCode.not_coordinator
+        if self.snapshots.get(index) is held:
+            held.pop(key, None)
         return ErrorCode.none
 
 
@@ -166,13 +189,13 @@ class ShareStateClient:
         topic = self.broker.topic(STATE_TOPIC)
         return topic.partitions[index].leader if topic is not None else -1
 
-    async def read(self, group: str, topic_id: str, partition: int) -> tuple[int, list[StateBatch]] | None:
+    async def read(self, group: str, topic_id: str, partition: int) -> Snapshot | None:
         key = (group, topic_id, partition)
         for _ in range(self.attempts):
             with contextlib.suppress(OSError, ConnectionError, TimeoutError):
                 error, snapshot = await self._read_once(key)
                 if error == ErrorCode.none:
-                    return None if snapshot is None else (snapshot.start, list(snapshot.batches))
+                    return snapshot
                 if error not in RETRIABLE:
                     raise ShareStateUnavailable(f"reading the share state of {key}: {error.name}")
             await asyncio.sleep(self.backoff_s)
@@ -200,20 +223,38 @@ class ShareStateClient:
                         for b in result.state_batches)
         return ErrorCode.none, Snapshot(result.state_epoch, -1, result.start_offset, batches)
 
-    async def write(self, group: str, topic_id: str, partition: int, leader_epoch: int, start: int,
-                    batches: list[StateBatch]) -> ErrorCode:
-        key = (group, topic_id, partition)
-        snapshot = Snapshot(0, leader_epoch, start, tuple(batches))
+    async def write(self, group: str, topic_id: str, partition: int, snapshot: Snapshot) -> ErrorCode:
+        return await self._retrying(lambda: self._write_once((group, topic_id, partition), snapshot))
+
+    async def delete(self, group: str, topic_id: str, partition: int) -> ErrorCode:
+        return await self._retrying(lambda: self._delete_once((group, topic_id, partition)))
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[ErrorCode]]) -> ErrorCode:
         error = ErrorCode.coordinator_not_available
         for _ in range(self.attempts):
             try:
-                error = await self._write_once(key, snapshot)
+                error = await attempt()
             except (OSError, ConnectionError, TimeoutError):
                 error = ErrorCode.coordinator_not_available
             if error not in RETRIABLE:
                 return error
             await asyncio.sleep(self.backoff_s)
         return error
+
+    async def _delete_once(self, key: Key) -> ErrorCode:
+        await self.broker.ensure_share_state_topic()
+        coordinator = self.broker.share_coordinator
+        leader = self._leader(coordinator.partition_for(key))
+        if leader == self.broker.node_id:
+            return await coordinator.delete(key)
+        if leader < 0:
+            return ErrorCode.coordinator_not_available
+        cls = request_class(86, 0)
+        part = make(nested(cls, "PartitionData"), partition=key[2])
+        body = make(cls, group_id=key[0], topics=(make(nested(cls, "DeleteStateData"), topic_id=uuid.UUID(key[1]),
+                                                       partitions=(part,)),))
+        resp = await self.broker.channels.request(leader, body, timeout=10)
+        return resp.results[0].partitions[0].error_code
 
     async def _write_once(self, key: Key, snapshot: Snapshot) -> ErrorCode:
         await self.broker.ensure_share_state_topic()

@@ -204,6 +204,12 @@ class _ShareRequest:
             taken += sum(a.last - a.first + 1 for a in acquired)
         return taken
 
+    async def revalidate(self, topic_id: str, partition: int) -> None:
+        part = self._leader(topic_id, partition, _Outcome())
+        if part is not None:
+            with contextlib.suppress(ShareStateUnavailable):  # the fetch reports it when it loads the state
+                await self.share.revalidate(self.group, self.ids[topic_id], topic_id, part)
+
     def waiting_parts(self, session: ShareSession) -> list[Any]:
         parts = []
         for name, partition in session.partitions:
@@ -265,6 +271,8 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
         for p in t.partitions:
             if name is not None and epoch != FINAL_EPOCH:
                 session.partitions.add((name, p.partition_index))
+            if name is not None and epoch == INITIAL_EPOCH:
+                await r.revalidate(str(t.topic_id), p.partition_index)
             if p.acknowledgement_batches:
                 await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
     for t in req.forgotten_topics_data:
@@ -379,3 +387,152 @@ async def handle_write_share_group_state(ctx: RequestContext, req: Any) -> Any:
                 (req.group_id, str(t.topic_id), p.partition), snapshot)
     return _state_results(req, cls, "WriteStateResult", lambda t, p: make(
         part_cls, partition=p.partition, error_code=errors[(str(t.topic_id), p.partition)]))
+
+
+def refuse_delete_share_group_state(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+    part_cls = nested(cls, "PartitionResult")
+    return _state_results(req, cls, "DeleteStateResult", lambda _t, p: make(
+        part_cls, partition=p.partition, error_code=error, error_message=message))
+
+
+async def handle_delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    part_cls = nested(cls, "PartitionResult")
+    errors = {(str(t.topic_id), p.partition): await ctx.broker.share_coordinator.delete(
+        (req.group_id, str(t.topic_id), p.partition)) for t in req.topics for p in t.partitions}
+    return _state_results(req, cls, "DeleteStateResult", lambda t, p: make(
+        part_cls, partition=p.partition, error_code=errors[(str(t.topic_id), p.partition)]))
+
+
+# -- share-group offsets (DescribeShareGroupOffsets 90, AlterShareGroupOffsets 91, DeleteShareGroupOffsets 92) --
+
+def _share_group(ctx: RequestContext, group_id: str, empty: bool) -> tuple[ErrorCode, str | None, Any]:
+    """The share group on this coordinator; `empty`: it must have no members (Kafka's rule for altering
+    and deleting its offsets)."""
+    code, group = ctx.broker.coordinator.describe(group_id)
+    if code != ErrorCode.none.value:
+        return ErrorCode(code), None, None
+    if group is None:
+        return ErrorCode.group_id_not_found, f"Group {group_id} not found.", None
+    if group.share is None:
+        return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.", None
+    if empty and group.share.members:
+        return ErrorCode.non_empty_group, f"Share group {group_id} has members: stop its consumers first.", None
+    return ErrorCode.none, None, group
+
+
+async def handle_describe_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    group_cls = nested(cls, "DescribeShareGroupOffsetsResponseGroup")
+    topic_cls = nested(cls, "DescribeShareGroupOffsetsResponseTopic")
+    part_cls = nested(cls, "DescribeShareGroupOffsetsResponsePartition")
+    store = ctx.broker.share.store
+    out = []
+    for g in req.groups:
+        if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, g.group_id):
+            out.append(make(group_cls, group_id=g.group_id, topics=(), error_code=ErrorCode.group_authorization_failed,
+                            error_message=f"DESCRIBE on group {g.group_id} is not allowed"))
+            continue
+        error, message, group = _share_group(ctx, g.group_id, empty=False)
+        if group is None:
+            out.append(make(group_cls, group_id=g.group_id, topics=(), error_code=error, error_message=message))
+            continue
+        wanted = [(t.topic_name, list(t.partitions)) for t in g.topics] if g.topics is not None else [
+            (name, None) for name in sorted(group.share.used)]
+        topics = []
+        for name, partitions in wanted:
+            topic = ctx.broker.topic(name)
+            denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, name)
+            if denied or topic is None:
+                if g.topics is not None:  # asked for: refused; listing all: left out
+                    error = ErrorCode.topic_authorization_failed if denied else ErrorCode.unknown_topic_or_partition
+                    topics.append(make(topic_cls, topic_name=name, topic_id=None, partitions=tuple(
+                        make(part_cls, partition_index=p, start_offset=-1, leader_epoch=-1, error_code=error)
+                        for p in partitions or ())))
+                continue
+            rows = []
+            for p in partitions if partitions is not None else range(len(topic.partitions)):
+                try:
+                    snapshot = await store.read(g.group_id, topic.topic_id, p) if store is not None else None
+                    rows.append(make(part_cls, partition_index=p, start_offset=snapshot.start if snapshot else -1,
+                                     leader_epoch=-1, lag=-1, error_code=ErrorCode.none))
+                except ShareStateUnavailable as exc:
+                    rows.append(make(part_cls, partition_index=p, start_offset=-1, leader_epoch=-1,
+                                     error_code=ErrorCode.coordinator_not_available, error_message=str(exc)))
+            topics.append(make(topic_cls, topic_name=name, topic_id=uuid.UUID(topic.topic_id), partitions=tuple(rows)))
+        out.append(make(group_cls, group_id=g.group_id, topics=tuple(topics), error_code=ErrorCode.none))
+    return make(cls, throttle_time=ZERO, groups=tuple(out))
+
+
+async def handle_alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "AlterShareGroupOffsetsResponseTopic")
+    part_cls = nested(cls, "AlterShareGroupOffsetsResponsePartition")
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
+                    error_message=f"READ on group {req.group_id} is not allowed", responses=())
+    error, message, group = _share_group(ctx, req.group_id, empty=True)
+    if group is None:
+        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, responses=())
+    store = ctx.broker.share.store
+    responses = []
+    for t in req.topics:
+        topic = ctx.broker.topic(t.topic_name)
+        rows = []
+        for p in t.partitions:
+            if ctx.denied(Operation.READ, ResourceType.TOPIC, t.topic_name):
+                code, why = ErrorCode.topic_authorization_failed, None
+            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
+                code, why = ErrorCode.unknown_topic_or_partition, None
+            elif p.start_offset < 0:
+                code, why = ErrorCode.invalid_request, "start_offset must be 0 or more"
+            else:
+                code, why = await _set_start(store, req.group_id, topic.topic_id, p.partition_index, p.start_offset)
+                if code == ErrorCode.none:
+                    group.share.used.add(t.topic_name)
+            rows.append(make(part_cls, partition_index=p.partition_index, error_code=code, error_message=why))
+        responses.append(make(topic_cls, topic_name=t.topic_name,
+                              topic_id=uuid.UUID(topic.topic_id) if topic else None, partitions=tuple(rows)))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, responses=tuple(responses))
+
+
+async def _set_start(store: Any, group: str, topic_id: str, partition: int, start: int) -> tuple[ErrorCode, str | None]:
+    """A new start offset with nothing in flight, under a new state epoch (leaders reload it)."""
+    try:
+        current = await store.read(group, topic_id, partition)
+    except ShareStateUnavailable as exc:
+        return ErrorCode.coordinator_not_available, str(exc)
+    epoch = current.state_epoch + 1 if current is not None else 1
+    return await store.write(group, topic_id, partition, Snapshot(epoch, -1, start, ())), None
+
+
+async def handle_delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
+    if ctx.denied(Operation.DELETE, ResourceType.GROUP, req.group_id):
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
+                    error_message=f"DELETE on group {req.group_id} is not allowed", responses=())
+    error, message, group = _share_group(ctx, req.group_id, empty=True)
+    if group is None:
+        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, responses=())
+    store = ctx.broker.share.store
+    responses = []
+    for t in req.topics:
+        topic = ctx.broker.topic(t.topic_name)
+        code, why = ErrorCode.none, None
+        if ctx.denied(Operation.READ, ResourceType.TOPIC, t.topic_name):
+            code = ErrorCode.topic_authorization_failed
+        elif topic is None:
+            code = ErrorCode.unknown_topic_or_partition
+        else:
+            for p in range(len(topic.partitions)):
+                code = await store.delete(req.group_id, topic.topic_id, p)
+                if code != ErrorCode.none:
+                    why = f"partition {p}: the share coordinator did not confirm the deletion"
+                    break
+            if code == ErrorCode.none:
+                group.share.used.discard(t.topic_name)
+        responses.append(make(topic_cls, topic_name=t.topic_name,
+                              topic_id=uuid.UUID(topic.topic_id) if topic else None, error_code=code,
+                              error_message=why))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, responses=tuple(responses))
