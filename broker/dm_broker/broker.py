@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from . import holdings
-from .config import BROKER_PROPERTIES, GROUP_PROPERTIES, BrokerConfig, TopicSettings
+from .config import BROKER_PROPERTIES, GROUP_PROPERTIES, GROUP_TO_BROKER, BrokerConfig, TopicSettings
 from .controller.client import ControllerClient, ControllerUnavailable
 from .controller.controller import ControllerError
 from .controller.models import (
@@ -798,8 +798,8 @@ class Broker:
         value = self.group_configs(group).get(name)
         if value is not None:
             return prop.parse(value)
-        if name == "share.record.lock.duration.ms":
-            return self.config["group.share.record.lock.duration.ms"]
+        if name in GROUP_TO_BROKER:
+            return self.config[GROUP_TO_BROKER[name]]
         return prop.default
 
     async def alter_group_configs(self, group: str, configs: dict[str, str | None], validate_only: bool) -> None:

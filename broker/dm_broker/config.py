@@ -112,8 +112,22 @@ GROUP_PROPERTIES: dict[str, Property] = {
         Property("share.record.lock.duration.ms", "int", 30_000,
                  "The share group's record lock duration (else group.share.record.lock.duration.ms), within "
                  "group.share.min/max.record.lock.duration.ms.", minimum=1000, maximum=3_600_000),
+        Property("share.session.timeout.ms", "int", 45_000,
+                 "The share group's session timeout (else group.share.session.timeout.ms), within "
+                 "group.share.min/max.session.timeout.ms.", minimum=1),
+        Property("share.heartbeat.interval.ms", "int", 5_000,
+                 "The share group's heartbeat interval (else group.share.heartbeat.interval.ms), within "
+                 "group.share.min/max.heartbeat.interval.ms.", minimum=1),
+        Property("consumer.session.timeout.ms", "int", 45_000,
+                 "A KIP-848 group's session timeout (else group.consumer.session.timeout.ms), within "
+                 "group.consumer.min/max.session.timeout.ms.", minimum=1),
+        Property("consumer.heartbeat.interval.ms", "int", 5_000,
+                 "A KIP-848 group's heartbeat interval (else group.consumer.heartbeat.interval.ms), within "
+                 "group.consumer.min/max.heartbeat.interval.ms.", minimum=1),
     ]
 }
+# The broker property that gives a group config its default and (with .min./.max.) its bounds.
+GROUP_TO_BROKER = {name: f"group.{name}" for name in GROUP_PROPERTIES if name != "share.auto.offset.reset"}
 
 BROKER_PROPERTIES: dict[str, Property] = {
     p.name: p

@@ -472,3 +472,35 @@ def test_wire_errors_and_member_epoch_checks(kbroker):
             await conn.close()
 
     asyncio.run(scenario())
+
+
+def test_group_configs_set_a_kip848_groups_heartbeat_interval(kbroker):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic, group = unique("groupcfg"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 1)
+    admin = AdminClient({"bootstrap.servers": kbroker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.heartbeat.interval.ms", "700", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    outside = ConfigResource(ResourceType.GROUP, group, incremental_configs=[  # above the broker's maximum
+        ConfigEntry("consumer.session.timeout.ms", "999999", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match="must lie between"):
+        admin.incremental_alter_configs([outside])[outside].result(15)
+
+    async def join() -> int:
+        conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
+        try:
+            for _ in range(100):
+                found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
+                if found.coordinators[0].error_code == ErrorCode.none:
+                    break
+                await asyncio.sleep(0.1)
+            resp = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
+            assert resp.error_code == ErrorCode.none, resp
+            await _heartbeat(conn, group, "m1", -1)
+            return int(resp.heartbeat_interval.total_seconds() * 1000)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(join()) == 700  # the group's, not the broker's 500

@@ -330,7 +330,7 @@ def test_share_auto_offset_reset_earliest_as_a_group_config(sbroker):
     with pytest.raises(Exception, match=r"share\.auto\.offset\.reset"):
         admin.incremental_alter_configs([bad])[bad].result(15)
     unknown = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("consumer.session.timeout.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(Exception, match="not a group config dm has"):
         admin.incremental_alter_configs([unknown])[unknown].result(15)
     seen: list = []

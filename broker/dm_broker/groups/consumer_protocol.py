@@ -284,14 +284,24 @@ class ConsumerProtocol:
         if group.consumer is None:
             return
         for member in group.consumer.members.values():
-            member.session_deadline = time.monotonic() + self.session_ms(member) / 1000
+            member.session_deadline = time.monotonic() + self.session_ms(member, group.group_id) / 1000
             if member.state == MemberState.UNREVOKED_PARTITIONS:
                 member.revocation_deadline = time.monotonic() + member.rebalance_timeout_ms / 1000
         group.consumer.subscribed = self._subscribed(group.consumer, self._topics())
 
-    def session_ms(self, member: ConsumerMember) -> int:
-        """A classic member keeps the session timeout it joined with; a KIP-848 member has the broker's."""
-        return member.classic.session_timeout_ms if member.classic is not None else self.settings.session_timeout_ms
+    def session_ms(self, member: ConsumerMember, group_id: str = "") -> int:
+        """A classic member keeps the session timeout it joined with; a KIP-848 member has its group's
+        (consumer.session.timeout.ms) or the broker's."""
+        if member.classic is not None:
+            return member.classic.session_timeout_ms
+        return self._group_setting(group_id, "consumer.session.timeout.ms", self.settings.session_timeout_ms)
+
+    def heartbeat_ms(self, group_id: str) -> int:
+        return self._group_setting(group_id, "consumer.heartbeat.interval.ms", self.settings.heartbeat_interval_ms)
+
+    def _group_setting(self, group_id: str, name: str, default: int) -> int:
+        """A group config (IncrementalAlterConfigs on the group), else the broker's setting."""
+        return self.coordinator.broker.group_config(group_id, name) if group_id else default
 
     def _subscribed(self, cg: ConsumerGroupState, topics: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         names: set[str] = set()
@@ -337,7 +347,7 @@ class ConsumerProtocol:
         member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
         member, joined, records = self._member(cg, req, member_id, records)
         now = time.monotonic()
-        member.session_deadline = now + self.session_ms(member) / 1000
+        member.session_deadline = now + self.session_ms(member, req.group_id) / 1000
         before = (member.member_epoch, member.previous_member_epoch, member.state, member.assigned,
                   member.pending_revocation)
         bumped = joined
@@ -375,8 +385,8 @@ class ConsumerProtocol:
             c._notify()
         send = (req.member_epoch == 0 or before[3] != member.assigned
                 or (req.owned is not None and req.owned != member.assigned))
-        return HeartbeatResult(E.none, None, member.member_id, member.member_epoch,
-                               self.settings.heartbeat_interval_ms, member.assigned if send else None)
+        return HeartbeatResult(E.none, None, member.member_id, member.member_epoch, self.heartbeat_ms(req.group_id),
+                               member.assigned if send else None)
 
     def _member(self, cg: ConsumerGroupState, req: HeartbeatRequest, member_id: str,
                 records: list[Record]) -> tuple[ConsumerMember, bool, list[Record]]:

@@ -106,7 +106,8 @@ class ShareProtocol:
         elif member_epoch not in (0, member.member_epoch):
             return ShareHeartbeatResult(E.fenced_member_epoch, f"The share group member has epoch {member_epoch}, "
                                         f"the coordinator expects {member.member_epoch}.")
-        member.session_deadline = time.monotonic() + self.settings.session_timeout_ms / 1000
+        member.session_deadline = time.monotonic() + self._group_setting(
+            group_id, "share.session.timeout.ms", self.settings.session_timeout_ms) / 1000
         member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
         if rack_id is not None:
             member.rack_id = rack_id
@@ -129,8 +130,13 @@ class ShareProtocol:
             member.assigned = assignment
             member.member_epoch = sg.group_epoch
         send = member_epoch == 0 or changed
-        return ShareHeartbeatResult(E.none, None, member_id, member.member_epoch, self.settings.heartbeat_interval_ms,
+        interval = self._group_setting(group_id, "share.heartbeat.interval.ms", self.settings.heartbeat_interval_ms)
+        return ShareHeartbeatResult(E.none, None, member_id, member.member_epoch, interval,
                                     member.assigned if send else None)
+
+    def _group_setting(self, group_id: str, name: str, default: int) -> int:
+        """A group config (IncrementalAlterConfigs on the group), else the broker's setting."""
+        return self.coordinator.broker.group_config(group_id, name) if group_id else default
 
     def remove(self, group: Group, member_id: str, why: str) -> None:
         sg = group.share

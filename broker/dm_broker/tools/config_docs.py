@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ..config import BROKER_PROPERTIES, LONG_MAX, TOPIC_ONLY_PROPERTIES
+from ..config import BROKER_PROPERTIES, GROUP_PROPERTIES, GROUP_TO_BROKER, LONG_MAX, TOPIC_ONLY_PROPERTIES
 
 
 def _default(value: object) -> str:
@@ -72,6 +72,14 @@ def render() -> str:
               "| topic config | default | accepted | why |", "|---|---|---|---|"]
     lines += [f"| `{p.name}` | {_default(p.default)} | {', '.join(f'`{v}`' for v in p.only) if p.only else 'any'} | "
               f"{p.doc} |" for p in ignored]
+    lines += ["", "## Group configs", "",
+              "Set per group with IncrementalAlterConfigs on a GROUP resource (`kafka-configs --entity-type groups",
+              "--entity-name G --alter --add-config ...`); a value must lie within the broker's min/max bounds.", "",
+              "| group config | default | meaning |", "|---|---|---|"]
+    for prop in GROUP_PROPERTIES.values():
+        default = f"`{GROUP_TO_BROKER[prop.name]}`" if prop.name in GROUP_TO_BROKER else _default(prop.default)
+        choices = f" One of: {', '.join(prop.choices)}." if prop.choices else ""
+        lines.append(f"| `{prop.name}` | {default} | {prop.doc}{choices} |")
     return "\n".join(lines) + "\n"
 
 

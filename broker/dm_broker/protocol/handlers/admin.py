@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from ...config import (
     BROKER_PROPERTIES,
     GROUP_PROPERTIES,
+    GROUP_TO_BROKER,
     TOPIC_PROPERTIES,
     TOPIC_TO_BROKER,
     ConfigError,
@@ -322,8 +323,8 @@ def _group_entries(broker: Any, group: str, keys: set[str] | None, entry_cls: ty
         if keys is not None and name not in keys:
             continue
         levels = [(name, prop.parse(own[name]), SOURCE_GROUP)] if name in own else []
-        if name == "share.record.lock.duration.ms":
-            levels += broker_levels(broker, "group.share.record.lock.duration.ms")
+        if name in GROUP_TO_BROKER:
+            levels += broker_levels(broker, GROUP_TO_BROKER[name])
         else:
             levels.append((name, prop.default, SOURCE_DEFAULT))
         entries.append(_entry(entry_cls, synonym_cls, name, levels, prop.kind, prop.doc, documentation, synonyms))
@@ -347,12 +348,13 @@ def _group_configs(broker: Any, changes: Any) -> dict[str, str | None]:
             value = prop.parse(c.value)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-        if c.name == "share.record.lock.duration.ms":
-            low, high = (broker.config[f"group.share.{m}.record.lock.duration.ms"] for m in ("min", "max"))
+        if c.name in GROUP_TO_BROKER:  # within the broker's bounds, as Kafka checks group configs
+            kind, what = GROUP_TO_BROKER[c.name].removeprefix("group.").split(".", 1)
+            low, high = (broker.config[f"group.{kind}.{m}.{what}"] for m in ("min", "max"))
             if not low <= value <= high:
-                raise KafkaError(ErrorCode.invalid_config, f"share.record.lock.duration.ms={value} must lie between "
-                                                           f"group.share.min.record.lock.duration.ms={low} and "
-                                                           f"group.share.max.record.lock.duration.ms={high}")
+                raise KafkaError(ErrorCode.invalid_config, f"{c.name}={value} must lie between "
+                                                           f"group.{kind}.min.{what}={low} and "
+                                                           f"group.{kind}.max.{what}={high}")
         out[c.name] = prop.render(value)
     return out
 
