@@ -20,7 +20,14 @@ from confluent_kafka.admin import AdminClient
 from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
-from group_clients import ConfluentGroupConsumer, ConfluentKip848Consumer, KafkaPythonGroupConsumer, Seen, wait_for
+from group_clients import (
+    AioKafkaGroupConsumer,
+    ConfluentGroupConsumer,
+    ConfluentKip848Consumer,
+    KafkaPythonGroupConsumer,
+    Seen,
+    wait_for,
+)
 from harness import BrokerProcess, run_dm, running_broker
 from kio.schema.errors import ErrorCode
 
@@ -384,9 +391,10 @@ def test_classic_join_with_another_protocol_is_refused(kbroker):
 def test_list_and_describe_show_both_kinds(kbroker):
     topic = unique("kinds")
     ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
-    classic, modern = unique("classic"), unique("consumer")
+    classic, modern, aio = unique("classic"), unique("consumer"), unique("aiokafka")
     members = [ConfluentGroupConsumer(kbroker.bootstrap, classic, topic, "c", [], session_ms=6000),
-               ConfluentKip848Consumer(kbroker.bootstrap, modern, topic, "k", [])]
+               ConfluentKip848Consumer(kbroker.bootstrap, modern, topic, "k", []),
+               AioKafkaGroupConsumer(kbroker.bootstrap, aio, topic, "a", [], session_ms=6000)]
     for m in members:
         m.start()
     try:
@@ -395,6 +403,7 @@ def test_list_and_describe_show_both_kinds(kbroker):
         listed = admin.list_consumer_groups().result(15).valid
         kinds = {g.group_id: g.type for g in listed}
         assert kinds[classic] == ConsumerGroupType.CLASSIC and kinds[modern] == ConsumerGroupType.CONSUMER
+        assert kinds[aio] == ConsumerGroupType.CLASSIC  # aiokafka keeps the classic protocol beside KIP-848
         out = run_dm("groups", "list", "--bootstrap", kbroker.bootstrap)
         assert f"{modern}\tSTABLE\tconsumer" in out.stdout and f"{classic}\tSTABLE\tclassic" in out.stdout, out
         out = run_dm("groups", "describe", modern, "--bootstrap", kbroker.bootstrap)
