@@ -166,6 +166,16 @@ class AioKafkaGroupConsumer(GroupConsumer):
 GROUP_CONSUMERS = [ConfluentGroupConsumer, KafkaPythonGroupConsumer, AioKafkaGroupConsumer]
 
 
+def stop_all(consumers) -> None:
+    """Stops consumer threads (anything with stop_event, join and error) and fails on their errors."""
+    for c in consumers:
+        c.stop_event.set()
+    for c in consumers:
+        c.join(30)
+    errors = [c.error for c in consumers if c.error]
+    assert not errors, errors
+
+
 def wait_for(predicate, timeout: float = 60, *, interval: float = 0.2, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

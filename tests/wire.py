@@ -56,3 +56,18 @@ def raw_frame(api_key: int, version: int, correlation_id: int, body: bytes, clie
     header = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
+
+
+async def find_group_coordinator(conn, group: str, attempts: int = 100) -> None:
+    """FindCoordinator for a group until it answers (the first one creates __consumer_offsets), as a client
+    does before its first group request."""
+    import asyncio
+
+    from kio.schema.errors import ErrorCode
+
+    for _ in range(attempts):
+        found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
+        if found.coordinators[0].error_code == ErrorCode.none:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no coordinator for group {group}")

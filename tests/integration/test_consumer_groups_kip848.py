@@ -26,10 +26,12 @@ from group_clients import (
     ConfluentKip848Consumer,
     KafkaPythonGroupConsumer,
     Seen,
+    stop_all,
     wait_for,
 )
 from harness import BrokerProcess, run_dm, running_broker
 from kio.schema.errors import ErrorCode
+from wire import find_group_coordinator
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,15 +56,6 @@ def unique(name: str) -> str:
 def produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:
     ConfluentClient(bootstrap).produce(topic, [Rec(b"k%d" % i, b"%06d" % i) for i in range(start, start + n)],
                                        acks="all")
-
-
-def stop_all(consumers) -> None:
-    for c in consumers:
-        c.stop_event.set()
-    for c in consumers:
-        c.join(30)
-    errors = [c.error for c in consumers if c.error]
-    assert not errors, errors
 
 
 def values(seen: list[Seen]) -> list[bytes]:
@@ -430,11 +423,7 @@ def test_wire_errors_and_member_epoch_checks(kbroker):
     async def scenario() -> None:
         conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
         try:
-            for _ in range(100):  # as a client does: find the coordinator (creating __consumer_offsets) first
-                found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
-                if found.coordinators[0].error_code == ErrorCode.none:
-                    break
-                await asyncio.sleep(0.1)
+            await find_group_coordinator(conn, group)
             joined = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
             assert joined.error_code == ErrorCode.none and joined.member_epoch >= 1
             assert joined.heartbeat_interval == datetime.timedelta(milliseconds=500)
@@ -500,11 +489,7 @@ def test_group_configs_set_a_kip848_groups_heartbeat_interval(kbroker):
     async def join() -> int:
         conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
         try:
-            for _ in range(100):
-                found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
-                if found.coordinators[0].error_code == ErrorCode.none:
-                    break
-                await asyncio.sleep(0.1)
+            await find_group_coordinator(conn, group)
             resp = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
             assert resp.error_code == ErrorCode.none, resp
             await _heartbeat(conn, group, "m1", -1)

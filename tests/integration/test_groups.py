@@ -16,6 +16,7 @@ from group_clients import (
     ConfluentGroupConsumer,
     KafkaPythonGroupConsumer,
     Seen,
+    stop_all,
     wait_for,
 )
 from harness import BrokerProcess, running_broker
@@ -38,15 +39,6 @@ def produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:
 
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def stop_all(consumers) -> None:
-    for c in consumers:
-        c.stop_event.set()
-    for c in consumers:
-        c.join(30)
-    errors = [c.error for c in consumers if c.error]
-    assert not errors, errors
 
 
 @pytest.mark.parametrize("consumer_cls", GROUP_CONSUMERS, ids=lambda c: c.client)

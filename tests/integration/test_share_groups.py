@@ -23,9 +23,10 @@ from confluent_kafka.admin import AdminClient
 from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
-from group_clients import wait_for
+from group_clients import stop_all, wait_for
 from harness import BrokerProcess, running_broker
 from kio.schema.errors import ErrorCode
+from wire import find_group_coordinator
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -89,15 +90,6 @@ class Sharer(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join(30)
-
-
-def stop_all(sharers) -> None:
-    for s in sharers:
-        s.stop_event.set()
-    for s in sharers:
-        s.join(30)
-    errors = [s.error for s in sharers if s.error]
-    assert not errors, errors
 
 
 def joined(sharers, timeout: float = 60) -> None:
@@ -253,11 +245,7 @@ def test_wire_errors(sbroker):
     async def scenario() -> None:
         conn = await KafkaConnection.open("127.0.0.1", sbroker.port)
         try:
-            for _ in range(100):  # as a client does: find the coordinator (creating __consumer_offsets) first
-                found = await conn.request(make(request_class(10, 4), key_type=0, coordinator_keys=(group,)))
-                if found.coordinators[0].error_code == ErrorCode.none:
-                    break
-                await asyncio.sleep(0.1)
+            await find_group_coordinator(conn, group)
             joined_resp = await _share_heartbeat(conn, group, "m1", 0, (topic,))
             assert joined_resp.error_code == ErrorCode.none and joined_resp.member_epoch >= 1
             assert (await _share_heartbeat(conn, group, "m1", 99)).error_code == ErrorCode.fenced_member_epoch

@@ -35,6 +35,7 @@ from ..config import (
     GROUP_PROPERTIES,
     BrokerConfig,
     ConfigError,
+    Property,
     validate_topic_configs,
 )
 from ..quotas.entities import ClientQuota, EntityKey, entity_key, entity_refusal, value_refusal
@@ -834,58 +835,56 @@ class Controller:
         the cluster document and delivered with the metadata."""
         if req.broker and not req.broker.isdigit():
             raise ControllerError("invalid_request", f"broker {req.broker!r}: expected a broker id or \"\"")
-        async with self._lock:
-            current = {} if req.replace else dict(self.cluster.broker_configs.get(req.broker, {}))
-            for name, value in req.configs.items():
-                if name not in DYNAMIC_BROKER_PROPERTIES:
-                    known = "unknown broker property" if name not in BROKER_PROPERTIES else "not changeable at run time"
-                    raise ControllerError("invalid_config", f"{name}: {known} (dynamic in dm: "
-                                                            f"{', '.join(sorted(DYNAMIC_BROKER_PROPERTIES))})")
-                if value is None:
-                    current.pop(name, None)
-                    continue
-                try:
-                    prop = BROKER_PROPERTIES[name]
-                    current[name] = prop.render(prop.parse(value))
-                except ConfigError as exc:
-                    raise ControllerError("invalid_config", str(exc)) from None
-            if req.validate_only:
-                return self.cluster
-            configs = dict(self.cluster.broker_configs)
-            if current:
-                configs[req.broker] = current
-            else:
-                configs.pop(req.broker, None)
-            await self._save_cluster(self.cluster.model_copy(update={"broker_configs": configs}))
-            self._bump()
-            return self.cluster
+
+        def refusal(name: str) -> str | None:
+            if name in DYNAMIC_BROKER_PROPERTIES:
+                return None
+            known = "unknown broker property" if name not in BROKER_PROPERTIES else "not changeable at run time"
+            return f"{name}: {known} (dynamic in dm: {', '.join(sorted(DYNAMIC_BROKER_PROPERTIES))})"
+
+        return await self._alter_config_map("broker_configs", req.broker, req.configs, BROKER_PROPERTIES, refusal,
+                                            req.replace, req.validate_only)
 
     async def alter_group_configs(self, req: GroupConfigsRequest) -> ClusterDoc:
         """A group's configs (share.auto.offset.reset, ...), kept in the cluster document."""
         if not req.group:
             raise ControllerError("invalid_request", "a group config needs a group id")
+
+        def refusal(name: str) -> str | None:
+            return None if name in GROUP_PROPERTIES else \
+                f"{name}: not a group config dm has (it has {', '.join(sorted(GROUP_PROPERTIES))})"
+
+        return await self._alter_config_map("group_configs", req.group, req.configs, GROUP_PROPERTIES, refusal,
+                                            False, req.validate_only)
+
+    async def _alter_config_map(self, field: str, owner: str, changes: dict[str, str | None],
+                                properties: dict[str, Property], refusal: Callable[[str], str | None],
+                                replace: bool, validate_only: bool) -> ClusterDoc:
+        """Sets (None: deletes) configs of one owner in a map of the cluster document (broker_configs,
+        group_configs), each parsed and rendered by its property."""
         async with self._lock:
-            current = dict(self.cluster.group_configs.get(req.group, {}))
-            for name, value in req.configs.items():
-                prop = GROUP_PROPERTIES.get(name)
-                if prop is None:
-                    raise ControllerError("invalid_config", f"{name}: not a group config dm has (it has "
-                                                            f"{', '.join(sorted(GROUP_PROPERTIES))})")
+            stored: dict[str, dict[str, str]] = getattr(self.cluster, field)
+            current = {} if replace else dict(stored.get(owner, {}))
+            for name, value in changes.items():
+                why = refusal(name)
+                if why is not None:
+                    raise ControllerError("invalid_config", why)
                 if value is None:
                     current.pop(name, None)
                     continue
                 try:
+                    prop = properties[name]
                     current[name] = prop.render(prop.parse(value))
                 except ConfigError as exc:
                     raise ControllerError("invalid_config", str(exc)) from None
-            if req.validate_only:
+            if validate_only:
                 return self.cluster
-            configs = dict(self.cluster.group_configs)
+            configs = dict(stored)
             if current:
-                configs[req.group] = current
+                configs[owner] = current
             else:
-                configs.pop(req.group, None)
-            await self._save_cluster(self.cluster.model_copy(update={"group_configs": configs}))
+                configs.pop(owner, None)
+            await self._save_cluster(self.cluster.model_copy(update={field: configs}))
             self._bump()
             return self.cluster
 

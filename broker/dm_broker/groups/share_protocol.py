@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..share.group import ShareGroupState, ShareMember, assignment_for
-from .assignors import Assignment
 from .consumer_group import metadata_hash
+from .consumer_protocol import HeartbeatResult
 from .group import Group, GroupState
 
 if TYPE_CHECKING:
@@ -44,16 +44,6 @@ def share_settings(config: Mapping[str, Any]) -> ShareSettings:
                          max_size=config["group.share.max.size"])
 
 
-@dataclass
-class ShareHeartbeatResult:
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
-
-
 class ShareProtocol:
     def __init__(self, coordinator: GroupCoordinator, settings: ShareSettings) -> None:
         self.coordinator = coordinator
@@ -63,33 +53,33 @@ class ShareProtocol:
         return {name: (t.topic_id, len(t.partitions)) for name, t in self.coordinator.broker.topics().items()}
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
-                  subscribed: tuple[str, ...] | None, client_id: str, client_host: str) -> ShareHeartbeatResult:
+                  subscribed: tuple[str, ...] | None, client_id: str, client_host: str) -> HeartbeatResult:
         if not self.settings.enabled:
-            return ShareHeartbeatResult(E.unsupported_version, "Share groups are not enabled (group.share.enable).")
+            return HeartbeatResult(E.unsupported_version, "Share groups are not enabled (group.share.enable).")
         if not group_id:
-            return ShareHeartbeatResult(E.invalid_group_id, "GroupId can't be empty.")
+            return HeartbeatResult(E.invalid_group_id, "GroupId can't be empty.")
         if not member_id:
-            return ShareHeartbeatResult(E.invalid_request, "MemberId can't be empty.")
+            return HeartbeatResult(E.invalid_request, "MemberId can't be empty.")
         if member_epoch < LEAVE_EPOCH:
-            return ShareHeartbeatResult(E.invalid_request, f"MemberEpoch {member_epoch} is invalid.")
+            return HeartbeatResult(E.invalid_request, f"MemberEpoch {member_epoch} is invalid.")
         if member_epoch == 0 and not subscribed:
-            return ShareHeartbeatResult(E.invalid_request, "SubscribedTopicNames must be set in first request.")
+            return HeartbeatResult(E.invalid_request, "SubscribedTopicNames must be set in first request.")
         error = self.coordinator.error_for(group_id)
         if error is not None:
-            return ShareHeartbeatResult(error)
+            return HeartbeatResult(error)
         group = self.coordinator.groups.get(group_id)
         if group is not None and group.share is None:
             if group.members or group.consumer is not None or group.offsets or group.state != GroupState.EMPTY:
-                return ShareHeartbeatResult(E.group_id_not_found, f"Group {group_id} is not a share group.")
+                return HeartbeatResult(E.group_id_not_found, f"Group {group_id} is not a share group.")
             group.share = ShareGroupState()  # an empty, offset-less classic shell: the id is free
         if member_epoch == LEAVE_EPOCH:
             if group is None or group.share is None or member_id not in group.share.members:
-                return ShareHeartbeatResult(E.unknown_member_id, f"Member {member_id} is not in group {group_id}.")
+                return HeartbeatResult(E.unknown_member_id, f"Member {member_id} is not in group {group_id}.")
             self.remove(group, member_id, "left the group")
-            return ShareHeartbeatResult(E.none, None, member_id, LEAVE_EPOCH, 0)
+            return HeartbeatResult(E.none, None, member_id, LEAVE_EPOCH, 0)
         if group is None:
             if member_epoch != 0:
-                return ShareHeartbeatResult(E.unknown_member_id, f"Member {member_id} is not in group {group_id}.")
+                return HeartbeatResult(E.unknown_member_id, f"Member {member_id} is not in group {group_id}.")
             group = self.coordinator.groups[group_id] = Group(group_id, share=ShareGroupState())
         sg = group.share
         assert sg is not None
@@ -97,14 +87,14 @@ class ShareProtocol:
         bumped = False
         if member is None:
             if member_epoch != 0:
-                return ShareHeartbeatResult(E.unknown_member_id, f"Member {member_id} is not in group {group_id}.")
+                return HeartbeatResult(E.unknown_member_id, f"Member {member_id} is not in group {group_id}.")
             if len(sg.members) >= self.settings.max_size:
-                return ShareHeartbeatResult(E.group_max_size_reached, f"The share group has reached its maximum "
+                return HeartbeatResult(E.group_max_size_reached, f"The share group has reached its maximum "
                                             f"size of {self.settings.max_size} members (group.share.max.size).")
             member = sg.members[member_id] = ShareMember(member_id)
             bumped = True
         elif member_epoch not in (0, member.member_epoch):
-            return ShareHeartbeatResult(E.fenced_member_epoch, f"The share group member has epoch {member_epoch}, "
+            return HeartbeatResult(E.fenced_member_epoch, f"The share group member has epoch {member_epoch}, "
                                         f"the coordinator expects {member.member_epoch}.")
         member.session_deadline = time.monotonic() + self._group_setting(
             group_id, "share.session.timeout.ms", self.settings.session_timeout_ms) / 1000
@@ -131,7 +121,7 @@ class ShareProtocol:
             member.member_epoch = sg.group_epoch
         send = member_epoch == 0 or changed
         interval = self._group_setting(group_id, "share.heartbeat.interval.ms", self.settings.heartbeat_interval_ms)
-        return ShareHeartbeatResult(E.none, None, member_id, member.member_epoch, interval,
+        return HeartbeatResult(E.none, None, member_id, member.member_epoch, interval,
                                     member.assigned if send else None)
 
     def _group_setting(self, group_id: str, name: str, default: int) -> int:

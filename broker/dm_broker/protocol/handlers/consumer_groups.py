@@ -29,7 +29,8 @@ def _owned(topic_partitions: Any) -> Assignment | None:
     return {str(tp.topic_id): frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}
 
 
-def _topic_partitions(cls: type, assignment: Assignment, names: dict[str, str] | None = None) -> tuple[Any, ...]:
+def topic_partitions(cls: type, assignment: Assignment, names: dict[str, str] | None = None) -> tuple[Any, ...]:
+    """An assignment as the TopicPartitions entities of a heartbeat or describe answer."""
     out = []
     for topic_id in sorted(assignment):
         fields = {"topic_id": uuid.UUID(topic_id), "partitions": tuple(sorted(assignment[topic_id]))}
@@ -39,27 +40,41 @@ def _topic_partitions(cls: type, assignment: Assignment, names: dict[str, str] |
     return tuple(out)
 
 
-async def handle_consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
-    cls = ctx.response_cls
+def heartbeat_answer(cls: type, error: ErrorCode, message: str | None, member_id: str | None = None,
+                     epoch: int = -1, interval_ms: int = 0, assignment: Assignment | None = None) -> Any:
+    """A ConsumerGroupHeartbeat or ShareGroupHeartbeat response (the same fields)."""
+    assignment_obj = None if assignment is None else make(
+        nested(cls, "Assignment"), topic_partitions=topic_partitions(nested(cls, "TopicPartitions"), assignment))
+    return make(cls, throttle_time=ZERO, error_code=error, error_message=message, member_id=member_id,
+                member_epoch=epoch, heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
+                assignment=assignment_obj)
 
-    def answer(error: ErrorCode, message: str | None, member_id: str | None = None, epoch: int = -1,
-               interval_ms: int = 0, assignment: Assignment | None = None) -> Any:
-        assignment_obj = None
-        if assignment is not None:
-            assignment_obj = make(nested(cls, "Assignment"), topic_partitions=_topic_partitions(
-                nested(cls, "TopicPartitions"), assignment))
-        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, member_id=member_id,
-                    member_epoch=epoch, heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
-                    assignment=assignment_obj)
 
+def heartbeat_refusal(ctx: RequestContext, req: Any) -> Any | None:
+    """Kafka's checks of a group heartbeat: READ on the group, DESCRIBE on each subscribed topic name."""
     if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
-        return answer(ErrorCode.group_authorization_failed, f"READ on group {req.group_id} is not allowed")
+        return heartbeat_answer(ctx.response_cls, ErrorCode.group_authorization_failed,
+                                f"READ on group {req.group_id} is not allowed")
+    denied = sorted(n for n in set(req.subscribed_topic_names or ())
+                    if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
+    if denied:
+        return heartbeat_answer(ctx.response_cls, ErrorCode.topic_authorization_failed,
+                                f"DESCRIBE on subscribed topics is not allowed: {', '.join(denied)}")
+    return None
+
+
+def described_failure(group_cls: type, group_id: str, error: ErrorCode, message: str | None) -> Any:
+    """A ConsumerGroupDescribe or ShareGroupDescribe entry for a group that is not described."""
+    return make(group_cls, error_code=error, error_message=message, group_id=group_id, group_state="",
+                group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                authorized_operations=UNKNOWN_OPERATIONS)
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    refusal = heartbeat_refusal(ctx, req)
+    if refusal is not None:
+        return refusal
     names = req.subscribed_topic_names
-    if names:
-        denied = sorted(n for n in set(names) if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
-        if denied:
-            return answer(ErrorCode.topic_authorization_failed,
-                          f"DESCRIBE on subscribed topics is not allowed: {', '.join(denied)}")
     result = await ctx.broker.coordinator.consumer_protocol.heartbeat(HeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
         rack_id=req.rack_id, rebalance_timeout_ms=_ms(req.rebalance_timeout),
@@ -67,8 +82,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
         subscribed_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
         owned=_owned(req.topic_partitions), client_id=ctx.header.client_id or "",
         client_host="/" + ctx.peer.rsplit(":", 1)[0], version=ctx.version))
-    return answer(result.error, result.message, result.member_id, result.member_epoch, result.heartbeat_interval_ms,
-                  result.assignment)
+    return heartbeat_answer(ctx.response_cls, result.error, result.message, result.member_id, result.member_epoch,
+                            result.heartbeat_interval_ms, result.assignment)
 
 
 async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
@@ -81,9 +96,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     names = {t.topic_id: name for name, t in ctx.broker.topics().items()}
 
     def failed(group_id: str, error: ErrorCode, message: str | None) -> Any:
-        return make(group_cls, error_code=error, error_message=message, group_id=group_id, group_state="",
-                    group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
-                    authorized_operations=UNKNOWN_OPERATIONS)
+        return described_failure(group_cls, group_id, error, message)
 
     out = []
     for group_id in req.group_ids:
@@ -113,8 +126,8 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
             member_cls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=tuple(sorted(m.subscribed_names)), subscribed_topic_regex=m.subscribed_regex,
-            assignment=make(assignment_cls, topic_partitions=_topic_partitions(tp_cls, m.assigned, names)),
-            target_assignment=make(assignment_cls, topic_partitions=_topic_partitions(
+            assignment=make(assignment_cls, topic_partitions=topic_partitions(tp_cls, m.assigned, names)),
+            target_assignment=make(assignment_cls, topic_partitions=topic_partitions(
                 tp_cls, cg.target.get(m.member_id, {}), names)),
             member_type=MEMBER_TYPE_CLASSIC if m.classic is not None else MEMBER_TYPE_CONSUMER)
             for m in cg.members.values())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -360,9 +361,15 @@ def _has_errors(reads: list[list[_PartitionRead]]) -> bool:
 
 
 async def _wait_for_data(reads: list[list[_PartitionRead]], timeout: float) -> None:
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[None] = loop.create_future()
-    parts = {r.partition for topic_reads in reads for r in topic_reads if r.partition is not None}
+    await wait_for_partitions({r.partition for topic_reads in reads for r in topic_reads if r.partition is not None},
+                              timeout)
+
+
+async def wait_for_partitions(parts: Iterable[Partition], timeout: float) -> None:
+    """Long-polls until one of the partitions changes (an append, the high watermark, a release of share
+    records) or `timeout` passes."""
+    parts = set(parts)
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     for part in parts:
         part.add_waiter(fut)
     try:

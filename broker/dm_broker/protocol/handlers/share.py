@@ -3,7 +3,6 @@ coordinator, ShareFetch and ShareAcknowledge on the partition leaders."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import time
@@ -12,52 +11,34 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...groups.assignors import Assignment
 from ...security.acls import Operation, ResourceType
 from ...share.partition_state import InvalidRecordState, RecordState, StateBatch
 from ...share.partitions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionError
 from ...share.state_store import ShareStateUnavailable, Snapshot
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
+from .consumer_groups import (
+    UNKNOWN_OPERATIONS,
+    described_failure,
+    heartbeat_answer,
+    heartbeat_refusal,
+    topic_partitions,
+)
+from .fetch import wait_for_partitions
 
-UNKNOWN_OPERATIONS = -2147483648
 ASSIGNOR = "simple"
 
 
-def _topic_partitions(cls: type, assignment: Assignment, names: dict[str, str] | None = None) -> tuple[Any, ...]:
-    out = []
-    for topic_id in sorted(assignment):
-        fields = {"topic_id": uuid.UUID(topic_id), "partitions": tuple(sorted(assignment[topic_id]))}
-        if names is not None:
-            fields["topic_name"] = names.get(topic_id, "")
-        out.append(make(cls, **fields))
-    return tuple(out)
-
-
 async def handle_share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
-    cls = ctx.response_cls
-
-    def answer(error: ErrorCode, message: str | None, member_id: str | None = None, epoch: int = -1,
-               interval_ms: int = 0, assignment: Assignment | None = None) -> Any:
-        assignment_obj = None if assignment is None else make(
-            nested(cls, "Assignment"), topic_partitions=_topic_partitions(nested(cls, "TopicPartitions"), assignment))
-        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, member_id=member_id,
-                    member_epoch=epoch, heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
-                    assignment=assignment_obj)
-
-    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
-        return answer(ErrorCode.group_authorization_failed, f"READ on group {req.group_id} is not allowed")
+    refusal = heartbeat_refusal(ctx, req)
+    if refusal is not None:
+        return refusal
     names = req.subscribed_topic_names
-    if names:
-        denied = sorted(n for n in set(names) if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
-        if denied:
-            return answer(ErrorCode.topic_authorization_failed,
-                          f"DESCRIBE on subscribed topics is not allowed: {', '.join(denied)}")
     result = ctx.broker.coordinator.share_protocol.heartbeat(
         req.group_id, req.member_id, req.member_epoch, req.rack_id, tuple(names) if names is not None else None,
         ctx.header.client_id or "", "/" + ctx.peer.rsplit(":", 1)[0])
-    return answer(result.error, result.message, result.member_id, result.member_epoch, result.heartbeat_interval_ms,
-                  result.assignment)
+    return heartbeat_answer(ctx.response_cls, result.error, result.message, result.member_id, result.member_epoch,
+                            result.heartbeat_interval_ms, result.assignment)
 
 
 async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
@@ -67,9 +48,7 @@ async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
     names = {t.topic_id: name for name, t in ctx.broker.topics().items()}
 
     def failed(group_id: str, error: ErrorCode, message: str | None) -> Any:
-        return make(group_cls, error_code=error, error_message=message, group_id=group_id, group_state="",
-                    group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
-                    authorized_operations=UNKNOWN_OPERATIONS)
+        return described_failure(group_cls, group_id, error, message)
 
     out = []
     for group_id in req.group_ids:
@@ -95,7 +74,7 @@ async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
         members = tuple(make(member_cls, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                              client_id=m.client_id, client_host=m.client_host,
                              subscribed_topic_names=tuple(sorted(m.subscribed_names)),
-                             assignment=make(assignment_cls, topic_partitions=_topic_partitions(
+                             assignment=make(assignment_cls, topic_partitions=topic_partitions(
                                  tp_cls, m.assigned, names)))
                         for m in sg.members.values())
         out.append(make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
@@ -219,10 +198,6 @@ class _ShareRequest:
         return parts
 
 
-def _session(req_ctx: _ShareRequest, epoch: int, opening_allowed: bool) -> ShareSession:
-    return req_ctx.share.session_for(req_ctx.group, req_ctx.member, epoch, opening_allowed)
-
-
 def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = ErrorCode.none,
             message: str | None = None, fetch: bool = True) -> Any:
     cls = ctx.response_cls
@@ -248,22 +223,26 @@ def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = Erro
                 responses=responses, node_endpoints=())
 
 
-def _refused(ctx: RequestContext, req: Any, error: ErrorCode, message: str, fetch: bool) -> Any:
-    return _answer(ctx, _ShareRequest(ctx, req.group_id or "", req.member_id or ""), error, message, fetch)
+def _open(ctx: RequestContext, req: Any, fetch: bool) -> tuple[_ShareRequest, ShareSession | None, Any]:
+    """The checks ShareFetch and ShareAcknowledge share: ids present, READ on the group, the member's
+    share session at the request's epoch (only ShareFetch opens one). The answer is set when refused."""
+    r = _ShareRequest(ctx, req.group_id or "", req.member_id or "")
+    if not req.group_id or not req.member_id:
+        return r, None, _answer(ctx, r, ErrorCode.invalid_request, "GroupId and MemberId are required", fetch=fetch)
+    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
+        return r, None, _answer(ctx, r, ErrorCode.group_authorization_failed,
+                                f"READ on group {req.group_id} is not allowed", fetch=fetch)
+    try:
+        return r, r.share.session_for(r.group, r.member, req.share_session_epoch, opening_allowed=fetch), None
+    except ShareSessionError as exc:
+        return r, None, _answer(ctx, r, exc.error, str(exc), fetch=fetch)
 
 
 async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
-    if not req.group_id or not req.member_id:
-        return _refused(ctx, req, ErrorCode.invalid_request, "GroupId and MemberId are required", True)
-    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
-        return _refused(ctx, req, ErrorCode.group_authorization_failed,
-                        f"READ on group {req.group_id} is not allowed", True)
-    r = _ShareRequest(ctx, req.group_id, req.member_id)
+    r, session, refusal = _open(ctx, req, fetch=True)
+    if session is None:
+        return refusal
     epoch = req.share_session_epoch
-    try:
-        session = _session(r, epoch, opening_allowed=True)
-    except ShareSessionError as exc:
-        return _answer(ctx, r, exc.error, str(exc))
     if epoch == FINAL_EPOCH and any(p for t in req.topics for p in t.partitions if not p.acknowledgement_batches):
         return _answer(ctx, r, ErrorCode.invalid_request, "a final ShareFetch (epoch -1) only acknowledges")
     for t in req.topics:
@@ -287,39 +266,16 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
     taken = await r.acquire(session, max_records, req.max_bytes)
     wait_s = req.max_wait.total_seconds() if isinstance(req.max_wait, datetime.timedelta) else req.max_wait / 1000
     if taken == 0 and wait_s > 0:
-        await _wait(r.waiting_parts(session), wait_s)
+        await wait_for_partitions(r.waiting_parts(session), wait_s)
         await r.acquire(session, max_records, req.max_bytes)
     return _answer(ctx, r)
 
 
-async def _wait(parts: list[Any], timeout: float) -> None:
-    if not parts:
-        await asyncio.sleep(min(timeout, 0.1))
-        return
-    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    for part in parts:
-        part.add_waiter(fut)
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(fut, timeout)
-    finally:
-        for part in parts:
-            part.remove_waiter(fut)
-
-
 async def handle_share_acknowledge(ctx: RequestContext, req: Any) -> Any:
-    if not req.group_id or not req.member_id:
-        return _refused(ctx, req, ErrorCode.invalid_request, "GroupId and MemberId are required", False)
-    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
-        return _refused(ctx, req, ErrorCode.group_authorization_failed,
-                        f"READ on group {req.group_id} is not allowed", False)
-    r = _ShareRequest(ctx, req.group_id, req.member_id)
+    r, session, refusal = _open(ctx, req, fetch=False)
+    if session is None:
+        return refusal
     epoch = req.share_session_epoch
-    try:
-        session = _session(r, epoch, opening_allowed=False)
-    except ShareSessionError as exc:
-        return _answer(ctx, r, exc.error, str(exc), fetch=False)
-    assert epoch != INITIAL_EPOCH
     for t in req.topics:
         for p in t.partitions:
             await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
@@ -421,6 +377,18 @@ def _share_group(ctx: RequestContext, group_id: str, empty: bool) -> tuple[Error
     return ErrorCode.none, None, group
 
 
+def _empty_share_group(ctx: RequestContext, req: Any, operation: Operation) -> tuple[Any, Any]:
+    """Alter/DeleteShareGroupOffsets: `operation` on the group, which must be an empty share group; the
+    group, or None and the refusal."""
+    if ctx.denied(operation, ResourceType.GROUP, req.group_id):
+        return None, make(ctx.response_cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
+                          error_message=f"{operation.name} on group {req.group_id} is not allowed", responses=())
+    error, message, group = _share_group(ctx, req.group_id, empty=True)
+    if group is None:
+        return None, make(ctx.response_cls, throttle_time=ZERO, error_code=error, error_message=message, responses=())
+    return group, None
+
+
 async def handle_describe_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     group_cls = nested(cls, "DescribeShareGroupOffsetsResponseGroup")
@@ -468,12 +436,9 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any
     cls = ctx.response_cls
     topic_cls = nested(cls, "AlterShareGroupOffsetsResponseTopic")
     part_cls = nested(cls, "AlterShareGroupOffsetsResponsePartition")
-    if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
-                    error_message=f"READ on group {req.group_id} is not allowed", responses=())
-    error, message, group = _share_group(ctx, req.group_id, empty=True)
+    group, refusal = _empty_share_group(ctx, req, Operation.READ)
     if group is None:
-        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, responses=())
+        return refusal
     store = ctx.broker.share.store
     responses = []
     for t in req.topics:
@@ -509,12 +474,9 @@ async def _set_start(store: Any, group: str, topic_id: str, partition: int, star
 async def handle_delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
-    if ctx.denied(Operation.DELETE, ResourceType.GROUP, req.group_id):
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
-                    error_message=f"DELETE on group {req.group_id} is not allowed", responses=())
-    error, message, group = _share_group(ctx, req.group_id, empty=True)
+    group, refusal = _empty_share_group(ctx, req, Operation.DELETE)
     if group is None:
-        return make(cls, throttle_time=ZERO, error_code=error, error_message=message, responses=())
+        return refusal
     store = ctx.broker.share.store
     responses = []
     for t in req.topics:
