@@ -49,7 +49,18 @@ def test_next_request_is_appended_while_an_acks_all_produce_waits(tmp_path: Path
                     await asyncio.to_thread(wait_for, lambda: seen.append(log_end()) or seen[-1] == 3, timeout=30,
                                             what="second request appended")
                 except AssertionError as exc:
-                    raise AssertionError(f"{exc}; log end offsets seen: {sorted(set(seen))}") from None
+                    # what the leader answered, to tell a refused request from a slow one
+                    for f in followers:
+                        os.kill(f.proc.pid, signal.SIGCONT)
+                    answered = []
+                    for _ in range(2):
+                        try:
+                            answered.append(decode_response(0, PRODUCE_VERSION, await conn.read_frame(timeout=15)))
+                        except TimeoutError:
+                            answered.append("no answer in 15 s")
+                    raise AssertionError(f"{exc}; log end offsets seen: {sorted(set(seen))}; answers: {answered}; "
+                                         f"leader now {cluster.leader('piped', 0)}, was "
+                                         f"{cluster.brokers.index(leader)}") from None
                 assert leader.metric("dm_high_watermark", topic="piped", partition="0") == 0
                 with pytest.raises(TimeoutError):
                     await conn.read_frame(timeout=0.5)

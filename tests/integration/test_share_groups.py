@@ -280,6 +280,13 @@ def test_wire_errors(sbroker):
                          max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1, max_records=1, batch_size=1,
                          topics=(), forgotten_topics_data=())
             assert (await conn.request(other)).error_code == ErrorCode.share_session_not_found
+            ghost_part = make(nested(fetch, "FetchPartition"), partition_index=0, acknowledgement_batches=())
+            ghost = make(fetch, group_id=group, member_id="ghost-topic", share_session_epoch=0,
+                         max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1,
+                         topics=(make(nested(fetch, "FetchTopic"), topic_id=uuid.uuid4(), partitions=(ghost_part,)),),
+                         forgotten_topics_data=())
+            answer = await conn.request(ghost)
+            assert answer.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
             desc = await conn.request(make(request_class(77, 1), group_ids=(group,),
                                            include_authorized_operations=False))
             assert desc.groups[0].group_state == "Stable" and desc.groups[0].members[0].member_id == "m1"

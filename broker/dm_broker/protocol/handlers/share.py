@@ -248,6 +248,8 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
     for t in req.topics:
         name = r.ids.get(str(t.topic_id))
         for p in t.partitions:
+            if name is None:  # a topic deleted (or never there): said, not silently skipped
+                r.outcome(str(t.topic_id), p.partition_index).error = ErrorCode.unknown_topic_id
             if name is not None and epoch != FINAL_EPOCH:
                 session.partitions.add((name, p.partition_index))
             if name is not None and epoch == INITIAL_EPOCH:
