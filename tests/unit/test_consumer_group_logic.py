@@ -246,3 +246,24 @@ def test_online_upgrade_follows_the_migration_policy():
     group.protocol_type = "connect"
     with pytest.raises(InvalidHeartbeat, match="not consumer"):
         ConsumerProtocol(None, ConsumerSettings())._upgrade(group)  # type: ignore[arg-type]
+
+
+def test_topic_view_is_computed_once_per_metadata_version():
+    import re
+    from types import SimpleNamespace
+
+    from dm_broker.groups.topic_view import TopicView
+
+    def topic(tid: str, n: int):
+        return SimpleNamespace(topic_id=tid, partitions=[None] * n)
+
+    md = SimpleNamespace(version=1, topics={"orders": topic(T1, 3), "__consumer_offsets": topic(T2, 50)})
+    compiles: list[str] = []
+    view = TopicView(lambda: md, lambda r: compiles.append(r) or re.compile(r))
+    first = view.topics()
+    assert first == {"orders": (T1, 3), "__consumer_offsets": (T2, 50)} and view.topics() is first
+    assert view.matching(".*") == {"orders"}  # internal topics only by name
+    view.matching(".*")
+    assert compiles == [".*"]  # matched once per version
+    md.version, md.topics = 2, {**md.topics, "orders-eu": topic(str(uuid.uuid4()), 1)}
+    assert view.matching("orders.*") == {"orders", "orders-eu"} and view.topics() is not first

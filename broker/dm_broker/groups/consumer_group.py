@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -156,13 +155,12 @@ class ConsumerGroupState:
 
 
 def subscribed_topics(member: ConsumerMember, topics: Mapping[str, tuple[str, int]],
-                      regex: Callable[[str], re.Pattern[str]]) -> set[str]:
-    """Names of existing topics the member subscribes to, by name or by its regex (internal topics,
-    those starting with `__`, only by name)."""
+                      matching: Callable[[str], frozenset[str]]) -> set[str]:
+    """Names of existing topics the member subscribes to, by name or by its regex (`matching` gives
+    the topics a regex matches; internal topics, `__*`, are subscribed only by name)."""
     names = {n for n in member.subscribed_names if n in topics}
     if member.subscribed_regex:
-        pattern = regex(member.subscribed_regex)
-        names |= {n for n in topics if not n.startswith("__") and pattern.fullmatch(n)}
+        names |= matching(member.subscribed_regex)
     return names
 
 

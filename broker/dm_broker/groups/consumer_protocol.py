@@ -277,7 +277,7 @@ class ConsumerProtocol:
         self.settings = settings
 
     def _topics(self) -> dict[str, tuple[str, int]]:
-        return {name: (t.topic_id, len(t.partitions)) for name, t in self.coordinator.broker.topics().items()}
+        return self.coordinator.topic_view.topics()
 
     def loaded(self, group: Group) -> None:
         """A group was replayed: its members get a full session on this coordinator's clock."""
@@ -306,7 +306,7 @@ class ConsumerProtocol:
     def _subscribed(self, cg: ConsumerGroupState, topics: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         names: set[str] = set()
         for member in cg.members.values():
-            names |= subscribed_topics(member, topics, compiled)
+            names |= subscribed_topics(member, topics, self.coordinator.topic_view.matching)
         return {n: topics[n] for n in names}
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -464,7 +464,8 @@ class ConsumerProtocol:
 
     def _assign(self, group_id: str, cg: ConsumerGroupState, topics: dict[str, tuple[str, int]]) -> list[Record]:
         """A new target assignment for the group epoch; the records of the members whose target changed."""
-        regex_topics = {m.member_id: subscribed_topics(m, topics, compiled) for m in cg.members.values()}
+        regex_topics = {m.member_id: subscribed_topics(m, topics, self.coordinator.topic_view.matching)
+                        for m in cg.members.values()}
         specs = {mid: MemberSpec(frozenset(topics[n][0] for n in names), cg.members[mid].owned())
                  for mid, names in regex_topics.items()}
         counts = {topic_id: count for topic_id, count in cg.subscribed.values()}
