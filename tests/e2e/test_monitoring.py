@@ -129,8 +129,10 @@ def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, op
     clients.wait_for("READY", 180)
     wait_until(lambda: "firing" in prom.alert_states("DmConsumerLagGrowing"), 180,
                "the lag alert firing for the stalled group")
-    [lagging] = [a for a in prom.get("alerts")["alerts"] if a["labels"]["alertname"] == "DmConsumerLagGrowing"]
-    assert lagging["labels"]["group"] == "stalled" and lagging["labels"]["namespace"] == ns
+    lagging = {a["labels"]["group"]: a for a in prom.get("alerts")["alerts"]
+               if a["labels"]["alertname"] == "DmConsumerLagGrowing" and a["state"] == "firing"}
+    assert "stalled" in lagging and lagging["stalled"]["labels"]["namespace"] == ns
+    assert "stalled-healthy" not in lagging, "the lag alert fired for a consumer that keeps up"
 
     # A broker pod deleted while its node is cordoned (node maintenance: the pod cannot come back until
     # the node is uncordoned, so the outage outlasts `for:`): the under-replicated alert fires, then

@@ -2,7 +2,9 @@
 - a producer writing RATE records a second to TOPIC;
 - a transactional producer committing a transaction of a few records to TOPIC every second;
 - a consumer in group GROUP that reads what is there, commits once, then pauses every partition and
-  only keeps polling: it stays a member, and its lag grows (the stalled consumer the lag alert is about).
+  only keeps polling: it stays a member, and its lag grows (the stalled consumer the lag alert is about);
+- a healthy consumer in group GROUP-healthy that keeps up and commits every second (the dashboards'
+  offset commit rate has data whichever broker coordinates it, also after that broker restarted).
 Prints READY once the group has committed, then "ACKS <n>" every 5 seconds."""
 
 import os
@@ -40,6 +42,9 @@ def on_assign(c, partitions):
         c.pause(partitions)
 
 
+reader = Consumer({**common, "group.id": f"{group}-healthy", "auto.offset.reset": "latest",
+                   "enable.auto.commit": False, "session.timeout.ms": 30_000})
+reader.subscribe([topic])
 committed = False
 consumer.subscribe([topic], on_assign=on_assign)
 acks = 0
@@ -63,7 +68,7 @@ consumer.pause(consumer.assignment())
 committed = True
 print("READY", flush=True)
 
-seq, last_txn, last_report = 0, 0.0, time.time()
+seq, last_txn, last_report, last_commit, unread = 0, 0.0, time.time(), 0.0, 0
 while not stopping:
     started = time.time()
     for _ in range(max(1, int(rate / 10))):
@@ -71,6 +76,13 @@ while not stopping:
         seq += 1
     producer.poll(0)
     consumer.poll(0)  # a paused member polls: it stays in the group, reads nothing and commits nothing
+    unread += sum(1 for m in reader.consume(1000, 0) if m.error() is None)
+    if unread and started - last_commit >= 1:
+        try:
+            reader.commit(asynchronous=False)
+        except Exception as exc:  # a coordinator moving: the next second commits again
+            print(f"healthy commit failed: {exc}", flush=True)
+        unread, last_commit = 0, started
     if started - last_txn >= 1:
         txn.begin_transaction()
         for i in range(3):
@@ -83,4 +95,5 @@ while not stopping:
     time.sleep(max(0.0, 0.1 - (time.time() - started)))
 producer.flush(60)
 consumer.close()
+reader.close()
 print(f"DONE {acks}", flush=True)
