@@ -580,7 +580,7 @@ class ConsumerProtocol:
         if (cg is None or not cg.members or any(m.classic is None for m in cg.members.values())
                 or self.settings.migration_policy not in ("downgrade", "bidirectional")):
             return []
-        names = {topic_id: name for name, (topic_id, _) in self._topics().items()}
+        names = self.coordinator.topic_view.names_by_id()
         records = group_tombstones(group.group_id, group, deleting=False)
         members = list(cg.members.values())
         group.consumer = None
@@ -702,7 +702,7 @@ class ConsumerProtocol:
         if member.member_epoch < cg.group_epoch and member.state != MemberState.UNREVOKED_PARTITIONS:
             return E.rebalance_in_progress.value, b"", None, None
         member.session_deadline = time.monotonic() + member.classic.session_timeout_ms / 1000
-        names = {topic_id: name for name, (topic_id, _) in self._topics().items()}
+        names = self.coordinator.topic_view.names_by_id()
         by_name = {names[t]: ps for t, ps in member.assigned.items() if t in names}
         assignment = encode_assignment(_subscription_version(member.classic.protocols), by_name)
         return E.none.value, assignment, "consumer", protocol_name or supported[0]

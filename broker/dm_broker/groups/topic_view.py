@@ -18,6 +18,7 @@ class TopicView:
         self._key: tuple[int, int] | None = None
         self._topics: Topics = {}
         self._matches: dict[str, frozenset[str]] = {}
+        self._names: dict[str, str] = {}
 
     def topics(self) -> Topics:
         md = self._metadata()
@@ -26,8 +27,14 @@ class TopicView:
             topics: Mapping[str, Any] = md.topics if md is not None else {}
             self._topics = {name: (t.topic_id, len(t.partitions)) for name, t in topics.items()}
             self._matches = {}
+            self._names = {topic_id: name for name, (topic_id, _) in self._topics.items()}
             self._key = key
         return self._topics
+
+    def names_by_id(self) -> dict[str, str]:
+        """Topic id -> name (ShareFetch and the describe answers name topics by id)."""
+        self.topics()
+        return self._names
 
     def matching(self, regex: str) -> frozenset[str]:
         """Non-internal topics the regex fully matches (internal ones, `__*`, only by name)."""

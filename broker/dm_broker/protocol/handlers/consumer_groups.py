@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -86,42 +87,46 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                             result.heartbeat_interval_ms, result.assignment)
 
 
-async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
-    cls = ctx.response_cls
-    group_cls = nested(cls, "DescribedGroup")
-    member_cls = nested(cls, "Member")
-    assignment_cls = nested(cls, "Assignment")
-    tp_cls = nested(cls, "TopicPartitions")
-    coordinator = ctx.broker.coordinator
-    names = {t.topic_id: name for name, t in ctx.broker.topics().items()}
-
-    def failed(group_id: str, error: ErrorCode, message: str | None) -> Any:
-        return described_failure(group_cls, group_id, error, message)
-
+def describe_each(ctx: RequestContext, req: Any, kind: str, state_of: Callable[[Any], Any],
+                  used_topics: Callable[[Any], set[str]], build: Callable[[str, Any, Any], Any]) -> Any:
+    """ConsumerGroupDescribe and ShareGroupDescribe: DESCRIBE on each group, the coordinator's answer, a
+    group of `kind` (`state_of` gives its state or None), DESCRIBE on every topic it uses (Kafka's rule);
+    `build` describes what passed."""
+    group_cls = nested(ctx.response_cls, "DescribedGroup")
     out = []
     for group_id in req.group_ids:
         if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-            out.append(failed(group_id, ErrorCode.group_authorization_failed,
-                              f"DESCRIBE on group {group_id} is not allowed"))
+            out.append(described_failure(group_cls, group_id, ErrorCode.group_authorization_failed,
+                                         f"DESCRIBE on group {group_id} is not allowed"))
             continue
-        code, group = coordinator.describe(group_id)
-        if code != ErrorCode.none.value:
-            out.append(failed(group_id, ErrorCode(code), None))
-            continue
-        if group is None:
-            out.append(failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
-            continue
-        cg = group.consumer
-        if cg is None:
-            out.append(failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
-            continue
-        used = {n for m in cg.members.values() for n in m.subscribed_names}
-        used |= {names.get(t, "") for m in cg.members.values() for t in m.owned()} - {""}
-        hidden = sorted(n for n in used if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n))
-        if hidden:  # Kafka's rule: a group is not described to whom may not see its topics
-            out.append(failed(group_id, ErrorCode.topic_authorization_failed,
-                              "The described group uses topics that the client is not authorized to describe."))
-            continue
+        code, group = ctx.broker.coordinator.describe(group_id)
+        state = state_of(group) if group is not None else None
+        if code != ErrorCode.none.value or state is None:
+            error, message = (ErrorCode(code), None) if code != ErrorCode.none.value else (
+                ErrorCode.group_id_not_found,
+                f"Group {group_id} not found." if group is None else f"Group {group_id} is not a {kind} group.")
+            out.append(described_failure(group_cls, group_id, error, message))
+        elif any(ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in sorted(used_topics(state))):
+            out.append(described_failure(group_cls, group_id, ErrorCode.topic_authorization_failed,
+                                         "The described group uses topics that the client is not authorized to "
+                                         "describe."))
+        else:
+            out.append(build(group_id, group, state))
+    return make(ctx.response_cls, throttle_time=ZERO, groups=tuple(out))
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.response_cls
+    group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
+    assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
+    assignors = list(ctx.broker.coordinator.settings.consumer.assignors)
+    names = ctx.broker.coordinator.topic_view.names_by_id()
+
+    def used(cg: Any) -> set[str]:
+        topics = {n for m in cg.members.values() for n in m.subscribed_names}
+        return topics | ({names.get(t, "") for m in cg.members.values() for t in m.owned()} - {""})
+
+    def build(group_id: str, group: Any, cg: Any) -> Any:
         members = tuple(make(
             member_cls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
@@ -131,9 +136,9 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
                 tp_cls, cg.target.get(m.member_id, {}), names)),
             member_type=MEMBER_TYPE_CLASSIC if m.classic is not None else MEMBER_TYPE_CONSUMER)
             for m in cg.members.values())
-        out.append(make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
-                        group_state=group.state_name, group_epoch=cg.group_epoch,
-                        assignment_epoch=cg.assignment_epoch,
-                        assignor_name=cg.preferred_assignor(list(coordinator.settings.consumer.assignors)),
-                        members=members, authorized_operations=UNKNOWN_OPERATIONS))
-    return make(cls, throttle_time=ZERO, groups=tuple(out))
+        return make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                    group_state=group.state_name, group_epoch=cg.group_epoch, assignment_epoch=cg.assignment_epoch,
+                    assignor_name=cg.preferred_assignor(assignors), members=members,
+                    authorized_operations=UNKNOWN_OPERATIONS)
+
+    return describe_each(ctx, req, "consumer", lambda g: g.consumer, used, build)

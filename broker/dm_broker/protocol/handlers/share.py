@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +20,7 @@ from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 from .consumer_groups import (
     UNKNOWN_OPERATIONS,
-    described_failure,
+    describe_each,
     heartbeat_answer,
     heartbeat_refusal,
     topic_partitions,
@@ -45,42 +46,21 @@ async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
-    names = {t.topic_id: name for name, t in ctx.broker.topics().items()}
+    names = ctx.broker.coordinator.topic_view.names_by_id()
 
-    def failed(group_id: str, error: ErrorCode, message: str | None) -> Any:
-        return described_failure(group_cls, group_id, error, message)
-
-    out = []
-    for group_id in req.group_ids:
-        if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-            out.append(failed(group_id, ErrorCode.group_authorization_failed,
-                              f"DESCRIBE on group {group_id} is not allowed"))
-            continue
-        code, group = ctx.broker.coordinator.describe(group_id)
-        if code != ErrorCode.none.value:
-            out.append(failed(group_id, ErrorCode(code), None))
-            continue
-        if group is None or group.share is None:
-            out.append(failed(group_id, ErrorCode.group_id_not_found,
-                              f"Group {group_id} not found." if group is None else
-                              f"Group {group_id} is not a share group."))
-            continue
-        sg = group.share
-        used = {n for m in sg.members.values() for n in m.subscribed_names}
-        if any(ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in sorted(used)):
-            out.append(failed(group_id, ErrorCode.topic_authorization_failed,
-                              "The described group uses topics that the client is not authorized to describe."))
-            continue
+    def build(group_id: str, group: Any, sg: Any) -> Any:
         members = tuple(make(member_cls, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                              client_id=m.client_id, client_host=m.client_host,
                              subscribed_topic_names=tuple(sorted(m.subscribed_names)),
                              assignment=make(assignment_cls, topic_partitions=topic_partitions(
                                  tp_cls, m.assigned, names)))
                         for m in sg.members.values())
-        out.append(make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
-                        group_state=group.state_name, group_epoch=sg.group_epoch, assignment_epoch=sg.group_epoch,
-                        assignor_name=ASSIGNOR, members=members, authorized_operations=UNKNOWN_OPERATIONS))
-    return make(cls, throttle_time=ZERO, groups=tuple(out))
+        return make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                    group_state=group.state_name, group_epoch=sg.group_epoch, assignment_epoch=sg.group_epoch,
+                    assignor_name=ASSIGNOR, members=members, authorized_operations=UNKNOWN_OPERATIONS)
+
+    return describe_each(ctx, req, "share", lambda g: g.share,
+                         lambda sg: {n for m in sg.members.values() for n in m.subscribed_names}, build)
 
 
 # -- ShareFetch / ShareAcknowledge ---------------------------------------------------------------------
@@ -106,7 +86,7 @@ class _ShareRequest:
         self.share = ctx.broker.share
         self.group = group
         self.member = member
-        self.ids = {t.topic_id: name for name, t in ctx.broker.topics().items()}
+        self.ids = ctx.broker.coordinator.topic_view.names_by_id()  # cached per metadata version
         self.outcomes: dict[tuple[str, str, int], _Outcome] = {}  # (topic id, name, partition)
 
     def outcome(self, topic_id: str, partition: int) -> _Outcome:
@@ -303,10 +283,15 @@ def refuse_read_share_group_state(req: Any, cls: type, error: ErrorCode, message
         state_batches=()))
 
 
-def refuse_write_share_group_state(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
-    part_cls = nested(cls, "PartitionResult")
-    return _state_results(req, cls, "WriteStateResult", lambda _t, p: make(
-        part_cls, partition=p.partition, error_code=error, error_message=message))
+def _refusal_per_partition(result_cls: str) -> Callable[[Any, type, ErrorCode, str], Any]:
+    def refuse(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
+        part_cls = nested(cls, "PartitionResult")
+        return _state_results(req, cls, result_cls, lambda _t, p: make(
+            part_cls, partition=p.partition, error_code=error, error_message=message))
+    return refuse
+
+
+refuse_write_share_group_state = _refusal_per_partition("WriteStateResult")
 
 
 async def handle_read_share_group_state(ctx: RequestContext, req: Any) -> Any:
@@ -347,10 +332,7 @@ async def handle_write_share_group_state(ctx: RequestContext, req: Any) -> Any:
         part_cls, partition=p.partition, error_code=errors[(str(t.topic_id), p.partition)]))
 
 
-def refuse_delete_share_group_state(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
-    part_cls = nested(cls, "PartitionResult")
-    return _state_results(req, cls, "DeleteStateResult", lambda _t, p: make(
-        part_cls, partition=p.partition, error_code=error, error_message=message))
+refuse_delete_share_group_state = _refusal_per_partition("DeleteStateResult")
 
 
 async def handle_delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
