@@ -519,7 +519,8 @@ class Broker:
             return
         self.logs.settle()  # a removed log's recovery point must not be lent to a new log of its name
         places = self.logs.place([(topic.name, index) for topic, index, _ in new])
-        settings = {topic.name: TopicSettings(self.config, topic.configs) for topic, _, _ in new}
+        topics = {topic.name: topic for topic, _, _ in new}  # one TopicSettings per topic, not per partition
+        settings = {name: TopicSettings(self.config, topic.configs) for name, topic in topics.items()}
         jobs = [[(topic, index, settings[topic.name], places[(topic.name, index)],
                   state.leader_epoch if state.leader == self.node_id else None) for topic, index, state in part]
                 for part in (new[i::LOG_PREPARATION_JOBS] for i in range(LOG_PREPARATION_JOBS)) if part]
