@@ -278,3 +278,35 @@ def test_deleted_records_stay_deleted_when_the_leader_is_killed_right_after(tmp_
         low, _ = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "x"}).get_watermark_offsets(
             TopicPartition("purge", 0), timeout=10)
         assert low == 150
+
+
+def test_a_follower_back_after_a_sigkill_truncates_thousands_of_partitions(tmp_path: Path):
+    """A follower of ~1,200 partitions (two leaders, ~600 each) comes back: its OffsetForLeaderEpoch
+    requests go out in batches (fetcher.TRUNCATION_BATCH), and every partition must be truncated,
+    fetched and back in the ISR with what the others acknowledged while it was down."""
+    from confluent_kafka import Producer
+
+    partitions = 1800
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "many", partitions)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 20})
+
+        def one_record_each(round_: int) -> None:
+            failed: list[str] = []
+            for p in range(partitions):
+                producer.produce("many", f"r{round_}-p{p}".encode(), partition=p,
+                                 on_delivery=lambda err, _m: failed.append(str(err)) if err else None)
+                producer.poll(0)
+            assert producer.flush(120) == 0 and not failed, failed[:3]
+
+        one_record_each(0)
+        cluster.brokers[2].kill()
+        wait_for(lambda: all(2 not in p["isr"] for p in cluster.metadata()["topics"]["many"]["partitions"]),
+                 timeout=30, what="broker 2 out of every ISR")
+        one_record_each(1)
+        cluster.brokers[2].start()
+        wait_for(lambda: fully_replicated(cluster, "many", partitions), timeout=120,
+                 what="broker 2 back in all 1,800 ISRs")
+        for p in (0, partitions // 2, partitions - 1):
+            assert wait_replicas_identical([b.data_dir for b in cluster.brokers], "many", p) == 2
