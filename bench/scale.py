@@ -6,6 +6,8 @@
 
 For each count: a local cluster (a controller and 3 brokers as processes, default settings), topics of
 100 partitions (`--per-topic`) at RF 3 created until the count is reached (so every broker hosts every partition), and:
+- file system: milliseconds a new log's files (a directory and three files) took just before the run,
+  measured in the temp dir (file_creation_ms: this VM's ext4 moves between 0.05 and 3.5 ms);
 - create + leaders: from the first CreateTopics to every partition having a leader in the controller;
   hosted on brokers: until the brokers host every replica (dm_partitions: logs created, replicas
   running), the point from which idle CPU is measured;
@@ -29,7 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import statistics
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -83,6 +88,26 @@ def create_all(cluster: LocalCluster, partitions: int, per_topic: int = PER_TOPI
     while not all_led(cluster, partitions):
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+def file_creation_ms(logs: int = 500) -> float:
+    """What this machine's file system charges for a new log right now: milliseconds for a directory and
+    three small files (what a broker writes for a new partition, ADR 0033), in the temp dir the brokers
+    use. On this benchmark's VM it moved between 0.05 and 3.5 ms within an hour (the ext4 kernel's CPU per
+    file creation), so `create + leaders` is read against it."""
+    work = tempfile.mkdtemp(prefix="dm-fsprobe-")
+    try:
+        started = time.perf_counter()
+        for i in range(logs):
+            directory = os.path.join(work, f"t-{i}")
+            os.mkdir(directory)
+            for name in ("00000000000000000000.log", "partition.metadata", "leader-epoch-checkpoint"):
+                fd = os.open(os.path.join(directory, name), os.O_CREAT | os.O_WRONLY, 0o644)
+                os.write(fd, b"0" * 20)
+                os.close(fd)
+        return (time.perf_counter() - started) / logs * 1000
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def idle_cpu(cluster: LocalCluster, seconds: float) -> tuple[float, float]:
@@ -176,6 +201,7 @@ def stalls(before: list[dict[float, float]], after: list[dict[float, float]]) ->
 
 
 def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = PER_TOPIC) -> dict:
+    fs_ms = file_creation_ms()
     with LocalCluster(3, overrides=[], http=True) as cluster:
         lag0 = loop_lag(cluster)
         started = time.monotonic()
@@ -194,10 +220,11 @@ def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = P
     row = {"partitions": partitions, "per_topic": per_topic, "create_and_lead_s": created,
            "hosted_on_brokers_s": on_brokers, "shutdown_s": stopped,
            "idle_cpu_pct_per_broker": cpu, "rss_mb_per_broker": rss, "full_metadata_ms": meta,
-           "produce_spread_rec_s": rate, "loop_stalls": loop}
+           "produce_spread_rec_s": rate, "loop_stalls": loop, "file_creation_ms_per_log": fs_ms}
     print(f"{partitions:>6} partitions: create + leaders {created:6.1f} s (hosted by the brokers after "
           f"{on_brokers:.1f} s), shutdown {stopped:.1f} s, idle CPU {cpu:5.1f} % per broker, "
-          f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s", flush=True)
+          f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s; the file system "
+          f"took {fs_ms:.2f} ms per new log before the run", flush=True)
     print("        event loop, all brokers: " + "; ".join(
         f"{phase} {s['over_100ms']} probes > 100 ms, longest <= {s['longest_at_most_s']:g} s"
         for phase, s in loop.items()), flush=True)
