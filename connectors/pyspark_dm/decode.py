@@ -126,13 +126,94 @@ def empty_batch(include_headers: bool) -> pa.RecordBatch:
 
 
 def _record_bounds(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where each record's attributes byte is and where the record ends. The only per-record
-    Python loop: record boundaries are a chain (each start depends on the previous length)."""
-    starts: list[int] = []
-    lengths: list[int] = []
-    add_start, add_length = starts.append, lengths.append
-    pos = 0
+    """Where each record's attributes byte is and where the record ends.
+
+    Record boundaries are a chain (each start depends on the previous record's length varint), which
+    numpy cannot follow. But a producer's records are mostly the same size for long runs (the same value
+    size; lengths change only where an offset or timestamp delta needs one more varint byte), so the
+    chain is first guessed with a fixed stride and checked for the whole run at once: a record is taken
+    when its length varint ends it exactly where the next guessed record starts. Where sizes vary, the
+    records are walked one by one in Python (`_walk`), in stretches that grow while guessing keeps failing.
+    Both ways find exactly the same records (tests/unit/test_arrow_decode.py)."""
+    buf = np.frombuffer(payload, dtype=np.uint8)
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    pos, guess, walk = 0, _FIRST_GUESS, _FIRST_WALK
     while pos < end:
+        size, length = _varint_at(payload, pos)
+        stride = size + length
+        fits = (end - pos) // stride if length >= 0 else 0
+        taken = 0
+        if fits >= _MIN_GUESS:
+            run = pos + stride * np.arange(min(guess, fits), dtype=np.int64)
+            sizes, lengths = _length_varints(buf, run)
+            good = (lengths >= 0) & (sizes + lengths == stride)
+            bad = np.flatnonzero(~good)
+            taken = int(bad[0]) if bad.size else len(run)
+            if taken:
+                starts.append(run[:taken] + sizes[:taken])
+                ends.append(run[:taken] + stride)
+                pos = int(run[taken - 1]) + stride
+            guess = guess * 2 if taken == len(run) else _FIRST_GUESS
+        if taken >= _MIN_GUESS:
+            walk = _FIRST_WALK
+            continue
+        walked_starts, walked_ends, pos = _walk(payload, pos, end, walk)
+        starts.append(np.asarray(walked_starts, dtype=np.int64))
+        ends.append(np.asarray(walked_ends, dtype=np.int64))
+        walk = min(walk * 2, _MAX_WALK)
+    if pos > end:
+        raise ValueError("the last record runs past the end of its batch")
+    if not starts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(starts), np.concatenate(ends)
+
+
+_MIN_GUESS = 8  # a shorter run of same-size records is cheaper to walk
+_FIRST_GUESS = 64  # records guessed at once; doubles while every guess holds
+_FIRST_WALK = 64  # records walked in Python after a failed guess; doubles while guessing keeps failing
+_MAX_WALK = 8192
+
+
+def _varint_at(payload: bytes, pos: int) -> tuple[int, int]:
+    """(encoded size, zigzag-decoded value) of the varint at `pos`."""
+    raw, shift, size = 0, 0, 0
+    while True:
+        b = payload[pos + size]
+        raw |= (b & 0x7F) << shift
+        size += 1
+        if b < 0x80:
+            return size, (raw >> 1) ^ -(raw & 1)
+        shift += 7
+        if size == 5:
+            raise ValueError("malformed record length")
+
+
+def _length_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Record lengths (int32 zigzag varints, at most 5 bytes) at every position in `pos`, which may be
+    guesses: one that is not a varint of at most 5 bytes gets length -1, never an error."""
+    first = buf[pos]
+    raw = (first & 0x7F).astype(np.int64)
+    size = np.ones(len(pos), dtype=np.int64)
+    active = np.flatnonzero(first >= 0x80)
+    for shift in (7, 14, 21, 28):
+        if not active.size:
+            break
+        b = buf[pos[active] + shift // 7].astype(np.int64)
+        raw[active] |= (b & 0x7F) << shift
+        size[active] += 1
+        active = active[b >= 0x80]
+    length = (raw >> 1) ^ -(raw & 1)
+    length[active] = -1  # still running after 5 bytes: not a record length
+    return size, length
+
+
+def _walk(payload: bytes, pos: int, end: int, records: int) -> tuple[list[int], list[int], int]:
+    """Up to `records` records from `pos`, one by one: (attribute positions, record ends, next position)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    add_start, add_end = starts.append, ends.append
+    while pos < end and records:
         b = payload[pos]
         if b < 0x80:
             raw = b
@@ -151,24 +232,26 @@ def _record_bounds(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
                     if b < 0x80:
                         break
                     shift += 7
+                    if shift > 28:
+                        raise ValueError("malformed record length")
         length = (raw >> 1) ^ -(raw & 1)
         if length < 0:
             raise ValueError("negative record length")
         add_start(pos)
-        add_length(length)
         pos += length
-    if pos > end:
-        raise ValueError("the last record runs past the end of its batch")
-    record_starts = np.asarray(starts, dtype=np.int64)
-    return record_starts, record_starts + np.asarray(lengths, dtype=np.int64)
+        add_end(pos)
+        records -= 1
+    return starts, ends, pos
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zigzag varints at every position in `pos`: (values, encoded sizes)."""
-    raw = np.zeros(len(pos), dtype=np.int64)
-    size = np.zeros(len(pos), dtype=np.int64)
-    active = np.arange(len(pos))
-    shift = 0
+    """Zigzag varints at every position in `pos`: (values, encoded sizes). The first byte is read for
+    all at once; only the (usually few) longer varints go through the index arrays."""
+    first = buf[pos]
+    raw = (first & 0x7F).astype(np.int64)
+    size = np.ones(len(pos), dtype=np.int64)
+    active = np.flatnonzero(first >= 0x80)
+    shift = 7
     while active.size:
         b = buf[pos[active] + size[active]].astype(np.int64)
         raw[active] |= (b & 0x7F) << shift

@@ -121,3 +121,64 @@ def test_a_field_longer_than_its_record_is_refused() -> None:
     struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
     with pytest.raises(ValueError, match="runs past the end of its record"):
         decode_arrow(bytes(data), "t", 0, 0, 1, include_headers=False)
+
+
+run = st.tuples(st.integers(1, 400), st.one_of(st.integers(0, 300), st.none()))  # (records, value size or varied)
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs=st.lists(run, min_size=1, max_size=5), seed=st.integers(0, 2**16))
+def test_long_batches_of_same_size_and_varied_records_decode_like_the_reference(runs, seed) -> None:
+    """Runs of same-size records (found by guessing a stride and checking it) between varied ones (walked
+    one by one), across offset deltas of 64 and more where the records grow by a byte."""
+    import random
+
+    rnd = random.Random(seed)
+    records = []
+    for count, size in runs:
+        for _ in range(count):
+            value = bytes(rnd.randrange(256) for _ in range(size if size is not None else rnd.randrange(300)))
+            records.append((None, value, []))
+    data = build_batch(records, base_offset=0, timestamp_ms=1_700_000_000_000)
+    expected = decode_records_all(data)
+    decoded = decode_arrow(data, "t", 0, 0, len(records), include_headers=True)
+    assert rows(decoded.batch) == [(r.offset, r.key, r.value, list(r.headers)) for r in expected]
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.one_of(st.integers(0, 40), st.sampled_from([5, 5, 5, 200, 9000])), min_size=1,
+                        max_size=600))
+def test_record_bounds_guessed_or_walked_are_the_same(lengths) -> None:
+    from pyspark_dm.decode import _record_bounds, _walk
+
+    payload = bytearray()
+    for n in lengths:
+        zig = n << 1
+        while zig >= 0x80:
+            payload.append(zig & 0x7F | 0x80)
+            zig >>= 7
+        payload.append(zig)
+        payload += bytes([0xFF]) * n  # record bodies full of continuation bits: a wrong guess reads garbage
+    end = len(payload)
+    padded = bytes(payload) + bytes(16)
+    starts, ends = _record_bounds(padded, end)
+    walked_starts, walked_ends, pos = _walk(padded, 0, end, len(lengths) + 1)
+    assert pos == end
+    assert starts.tolist() == walked_starts and ends.tolist() == walked_ends
+
+
+def test_a_negative_record_length_inside_a_run_of_same_size_records_is_refused() -> None:
+    from pyspark_dm.decode import _record_bounds
+
+    same = b"\x0a" + b"abcde"  # length 5
+    payload = same * 100 + b"\x03" + same * 100  # zigzag 3 = -2
+    with pytest.raises(ValueError, match="negative record length"):
+        _record_bounds(payload + bytes(16), len(payload))
+
+
+def test_the_last_record_running_past_its_batch_is_refused() -> None:
+    from pyspark_dm.decode import _record_bounds
+
+    payload = b"\x0aabcde" * 50 + b"\x0aabc"
+    with pytest.raises(ValueError, match="runs past the end"):
+        _record_bounds(payload + bytes(16), len(payload))
