@@ -205,11 +205,11 @@ class HttpControllerClient:
                 method, self.url + path, json=body.model_dump() if body is not None else None, params=params,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), server_hostname=self.server_name,
             ) as resp:
-                body = await resp.read()
+                raw = await resp.read()
                 # A metadata answer at 10,000 partitions is ~2 MB: parsed on the loop it stalled the broker
                 # for 0.3 s; in a thread the loop keeps its turn every GIL switch interval.
-                off_loop = len(body) > OFF_LOOP_BYTES
-                data = await asyncio.to_thread(_json_object, body) if off_loop else _json_object(body)
+                off_loop = len(raw) > OFF_LOOP_BYTES
+                data = await asyncio.to_thread(_json_object, raw) if off_loop else _json_object(raw)
                 if resp.status == 401 or not isinstance(data, dict) or resp.status >= 500 or resp.status == 404:
                     # Not the controller's answer: whoever gave it (a standby operator, a server still
                     # starting) must not get the next requests too, as the pooled keep-alive connections
