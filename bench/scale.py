@@ -181,11 +181,12 @@ def scraped(port: int, family_name: str) -> list:
             for sample in family.samples]
 
 
-def loop_lag(cluster: LocalCluster) -> list[dict[float, float]]:
-    """Each broker's event-loop lag histogram (dm_event_loop_lag_seconds: how late a 50 ms timer fired),
-    as cumulative counts by upper bound (+Inf included)."""
+def loop_lag(cluster: LocalCluster, brokers: list[int] | None = None) -> list[dict[float, float]]:
+    """Each broker's (or the listed brokers') event-loop lag histogram (dm_event_loop_lag_seconds: how late
+    a 50 ms timer fired), as cumulative counts by upper bound (+Inf included)."""
+    ports = cluster.http_ports if brokers is None else [cluster.http_ports[i] for i in brokers]
     return [{float(sample.labels["le"]): sample.value for sample in scraped(port, "dm_event_loop_lag_seconds")
-             if sample.name.endswith("_bucket")} for port in cluster.http_ports]
+             if sample.name.endswith("_bucket")} for port in ports]
 
 
 def stalls(before: list[dict[float, float]], after: list[dict[float, float]]) -> dict:

@@ -5,7 +5,9 @@
 A local cluster (a controller and 3 brokers as processes, default settings) with `--partitions` RF 3
 partitions (topics of 100), idle. Measured, in order:
 - failover: broker 0 (leading about a third of the partitions) is SIGKILLed; the time until the
-  controller's metadata shows none of them led by it;
+  controller's metadata shows none of them led by it, and the survivors' event-loop stalls over the 10 s
+  after the kill (dm_event_loop_lag_seconds: probes late by more than 100 ms, and the bound the longest
+  stayed under) while they make themselves leaders;
 - restart after SIGKILL: broker 0 started again on its data; the time until its Kafka port accepts (its
   logs are recovered) and until the controller lists it unfenced;
 - restart after a clean shutdown: broker 0 stopped with SIGTERM (waited for), then started; the same two
@@ -24,7 +26,7 @@ import urllib.request
 
 from .brokers import rss_mb
 from .replication import RESULTS, LocalCluster
-from .scale import create_all
+from .scale import create_all, loop_lag, stalls
 
 
 def metadata(cluster: LocalCluster) -> dict:
@@ -65,26 +67,31 @@ def restart(cluster: LocalCluster) -> tuple[float, float]:
 
 
 def measure(partitions: int) -> dict:
-    with LocalCluster(3, overrides=[]) as cluster:
+    with LocalCluster(3, overrides=[], http=True) as cluster:
         create_all(cluster, partitions)
         time.sleep(15)
         leading = led_by(cluster, 0)
+        survivors_before = loop_lag(cluster, [1, 2])
         killed = time.monotonic()
         cluster.procs[0].send_signal(signal.SIGKILL)
         cluster.procs[0].wait()
         until(lambda: led_by(cluster, 0) == 0, "no partition led by broker 0", every=0.02)
         failover = time.monotonic() - killed
+        time.sleep(max(0.0, 10 - (time.monotonic() - killed)))
+        survivors = stalls(survivors_before, loop_lag(cluster, [1, 2]))
         after_kill = restart(cluster)
         time.sleep(15)
         rss = rss_mb(cluster.procs[0].pid)
         cluster.procs[0].send_signal(signal.SIGTERM)
         cluster.procs[0].wait(300)
         after_stop = restart(cluster)
-    row = {"partitions": partitions, "leading": leading, "failover_s": failover,
+    row = {"partitions": partitions, "leading": leading, "failover_s": failover, "survivor_loop_stalls": survivors,
            "restart_after_kill_recovered_s": after_kill[0], "restart_after_kill_serving_s": after_kill[1],
            "restart_after_stop_recovered_s": after_stop[0], "restart_after_stop_serving_s": after_stop[1],
            "rss_mb": rss, "kb_per_replica": rss * 1024 / partitions}
-    print(f"{partitions} partitions: broker 0 led {leading}, all led elsewhere {failover:.2f} s after SIGKILL; "
+    print(f"{partitions} partitions: broker 0 led {leading}, all led elsewhere {failover:.2f} s after SIGKILL "
+          f"(survivors' loop: {survivors['over_100ms']} probes > 100 ms, "
+          f"longest <= {survivors['longest_at_most_s']:g} s); "
           f"restart after SIGKILL: recovered {after_kill[0]:.1f} s, serving {after_kill[1]:.1f} s; after a clean "
           f"stop: recovered {after_stop[0]:.1f} s, serving {after_stop[1]:.1f} s; RSS {rss:.0f} MB "
           f"({row['kb_per_replica']:.1f} KB per replica)", flush=True)
