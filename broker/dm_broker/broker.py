@@ -46,7 +46,7 @@ from .controller.models import (
 )
 from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
-from .groups.consumer_protocol import consumer_settings
+from .groups.consumer_protocol import compiled, consumer_settings
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .groups.share_protocol import share_settings
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
@@ -73,6 +73,7 @@ from .security.setup import SecuritySetup
 from .share.partitions import SharePartitions, share_fetch_settings
 from .share.state_store import STATE_TOPIC, ShareCoordinator, ShareStateClient
 from .tasks import stop_tasks
+from .topic_view import TopicView
 from .txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
 from .txn.markers import MarkerWriter
 from .txn.verification import TxnVerifier
@@ -138,6 +139,7 @@ class Broker:
         self.port = self.security.listeners.inter_broker_listener.port
         self.bound_ports: dict[str, int] = {}  # listener name -> port it listens on
         self.dispatcher = Dispatcher(self, SPECS)
+        self.topic_view = TopicView(lambda: self.metadata, compiled)
         self.coordinator = GroupCoordinator(self, CoordinatorSettings(
             partitions=config["offsets.topic.num.partitions"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
@@ -668,8 +670,7 @@ class Broker:
         return self.metadata.topics if self.metadata else {}
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicDoc | None:
-        text = str(topic_id)
-        return next((t for t in self.topics().values() if t.topic_id == text), None)
+        return self.topic_view.by_id(str(topic_id))  # Fetch asks per topic: an index, not a scan
 
     def topic_settings(self, name: str) -> TopicSettings | None:
         topic = self.topic(name)

@@ -252,7 +252,7 @@ def test_topic_view_is_computed_once_per_metadata_version():
     import re
     from types import SimpleNamespace
 
-    from dm_broker.groups.topic_view import TopicView
+    from dm_broker.topic_view import TopicView
 
     def topic(tid: str, n: int):
         return SimpleNamespace(topic_id=tid, partitions=[None] * n)

@@ -277,7 +277,7 @@ class ConsumerProtocol:
         self.settings = settings
 
     def _topics(self) -> dict[str, tuple[str, int]]:
-        return self.coordinator.topic_view.topics()
+        return self.coordinator.broker.topic_view.topics()
 
     def loaded(self, group: Group) -> None:
         """A group was replayed: its members get a full session on this coordinator's clock."""
@@ -306,7 +306,7 @@ class ConsumerProtocol:
     def _subscribed(self, cg: ConsumerGroupState, topics: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         names: set[str] = set()
         for member in cg.members.values():
-            names |= subscribed_topics(member, topics, self.coordinator.topic_view.matching)
+            names |= subscribed_topics(member, topics, self.coordinator.broker.topic_view.matching)
         return {n: topics[n] for n in names}
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -464,7 +464,7 @@ class ConsumerProtocol:
 
     def _assign(self, group_id: str, cg: ConsumerGroupState, topics: dict[str, tuple[str, int]]) -> list[Record]:
         """A new target assignment for the group epoch; the records of the members whose target changed."""
-        regex_topics = {m.member_id: subscribed_topics(m, topics, self.coordinator.topic_view.matching)
+        regex_topics = {m.member_id: subscribed_topics(m, topics, self.coordinator.broker.topic_view.matching)
                         for m in cg.members.values()}
         specs = {mid: MemberSpec(frozenset(topics[n][0] for n in names), cg.members[mid].owned())
                  for mid, names in regex_topics.items()}
@@ -580,7 +580,7 @@ class ConsumerProtocol:
         if (cg is None or not cg.members or any(m.classic is None for m in cg.members.values())
                 or self.settings.migration_policy not in ("downgrade", "bidirectional")):
             return []
-        names = self.coordinator.topic_view.names_by_id()
+        names = self.coordinator.broker.topic_view.names_by_id()
         records = group_tombstones(group.group_id, group, deleting=False)
         members = list(cg.members.values())
         group.consumer = None
@@ -702,7 +702,7 @@ class ConsumerProtocol:
         if member.member_epoch < cg.group_epoch and member.state != MemberState.UNREVOKED_PARTITIONS:
             return E.rebalance_in_progress.value, b"", None, None
         member.session_deadline = time.monotonic() + member.classic.session_timeout_ms / 1000
-        names = self.coordinator.topic_view.names_by_id()
+        names = self.coordinator.broker.topic_view.names_by_id()
         by_name = {names[t]: ps for t, ps in member.assigned.items() if t in names}
         assignment = encode_assignment(_subscription_version(member.classic.protocols), by_name)
         return E.none.value, assignment, "consumer", protocol_name or supported[0]

@@ -28,7 +28,7 @@ from ..log.records import NO_PRODUCER_ID, TRANSACTIONAL_BIT, build_batch, contro
 from ..partitioners import murmur2_partition
 from ..replication.partition import NotEnoughReplicasError
 from ..tasks import stop_tasks
-from .consumer_protocol import ConsumerProtocol, ConsumerSettings, compiled, group_tombstones, replay
+from .consumer_protocol import ConsumerProtocol, ConsumerSettings, group_tombstones, replay
 from .group import Group, GroupState, JoinResult, Member
 from .records import (
     ConsumerKey,
@@ -44,7 +44,6 @@ from .records import (
     encode_offset,
 )
 from .share_protocol import ShareProtocol, ShareSettings
-from .topic_view import TopicView
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -87,7 +86,6 @@ class GroupCoordinator:
         self._expirer: asyncio.Task[None] | None = None
         self.on_change: Callable[[], None] | None = None
         self.consumer_protocol = ConsumerProtocol(self, settings.consumer)
-        self.topic_view = TopicView(lambda: broker.metadata, compiled)
         self.share_protocol = ShareProtocol(self, settings.share)
 
     # -- ownership -------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class ShareProtocol:
         self.settings = settings
 
     def _topics(self) -> dict[str, tuple[str, int]]:
-        return self.coordinator.topic_view.topics()
+        return self.coordinator.broker.topic_view.topics()
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                   subscribed: tuple[str, ...] | None, client_id: str, client_host: str) -> HeartbeatResult:

@@ -120,7 +120,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
     assignors = list(ctx.broker.coordinator.settings.consumer.assignors)
-    names = ctx.broker.coordinator.topic_view.names_by_id()
+    names = ctx.broker.topic_view.names_by_id()
 
     def used(cg: Any) -> set[str]:
         topics = {n for m in cg.members.values() for n in m.subscribed_names}

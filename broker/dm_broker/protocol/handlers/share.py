@@ -46,7 +46,7 @@ async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
-    names = ctx.broker.coordinator.topic_view.names_by_id()
+    names = ctx.broker.topic_view.names_by_id()
 
     def build(group_id: str, group: Any, sg: Any) -> Any:
         members = tuple(make(member_cls, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
@@ -86,7 +86,7 @@ class _ShareRequest:
         self.share = ctx.broker.share
         self.group = group
         self.member = member
-        self.ids = ctx.broker.coordinator.topic_view.names_by_id()  # cached per metadata version
+        self.ids = ctx.broker.topic_view.names_by_id()  # cached per metadata version
         self.outcomes: dict[tuple[str, str, int], _Outcome] = {}  # (topic id, name, partition)
 
     def outcome(self, topic_id: str, partition: int) -> _Outcome:
@@ -230,10 +230,11 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
         for p in t.partitions:
             if name is None:  # a topic deleted (or never there): said, not silently skipped
                 r.outcome(str(t.topic_id), p.partition_index).error = ErrorCode.unknown_topic_id
-            if name is not None and epoch != FINAL_EPOCH:
-                session.partitions.add((name, p.partition_index))
-            if name is not None and epoch == INITIAL_EPOCH:
-                await r.revalidate(str(t.topic_id), p.partition_index)
+            else:
+                if epoch != FINAL_EPOCH:
+                    session.partitions.add((name, p.partition_index))
+                if epoch == INITIAL_EPOCH:
+                    await r.revalidate(str(t.topic_id), p.partition_index)
             if p.acknowledgement_batches:
                 await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
     for t in req.forgotten_topics_data:
