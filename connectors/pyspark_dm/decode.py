@@ -140,13 +140,13 @@ def _record_bounds(payload: bytes, end: int) -> tuple[np.ndarray, np.ndarray]:
     ends: list[np.ndarray] = []
     pos, guess, walk = 0, _FIRST_GUESS, _FIRST_WALK
     while pos < end:
-        size, length = _varint_at(payload, pos)
-        stride = size + length
-        fits = (end - pos) // stride if length >= 0 else 0
+        _, _, after_first = _walk(payload, pos, end, 1)  # refuses a negative or malformed length
+        stride = after_first - pos
+        fits = (end - pos) // stride
         taken = 0
         if fits >= _MIN_GUESS:
             run = pos + stride * np.arange(min(guess, fits), dtype=np.int64)
-            sizes, lengths = _length_varints(buf, run)
+            lengths, sizes = _varints(buf, run, max_size=5, guessed=True)
             good = (lengths >= 0) & (sizes + lengths == stride)
             bad = np.flatnonzero(~good)
             taken = int(bad[0]) if bad.size else len(run)
@@ -173,39 +173,6 @@ _MIN_GUESS = 8  # a shorter run of same-size records is cheaper to walk
 _FIRST_GUESS = 64  # records guessed at once; doubles while every guess holds
 _FIRST_WALK = 64  # records walked in Python after a failed guess; doubles while guessing keeps failing
 _MAX_WALK = 8192
-
-
-def _varint_at(payload: bytes, pos: int) -> tuple[int, int]:
-    """(encoded size, zigzag-decoded value) of the varint at `pos`."""
-    raw, shift, size = 0, 0, 0
-    while True:
-        b = payload[pos + size]
-        raw |= (b & 0x7F) << shift
-        size += 1
-        if b < 0x80:
-            return size, (raw >> 1) ^ -(raw & 1)
-        shift += 7
-        if size == 5:
-            raise ValueError("malformed record length")
-
-
-def _length_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Record lengths (int32 zigzag varints, at most 5 bytes) at every position in `pos`, which may be
-    guesses: one that is not a varint of at most 5 bytes gets length -1, never an error."""
-    first = buf[pos]
-    raw = (first & 0x7F).astype(np.int64)
-    size = np.ones(len(pos), dtype=np.int64)
-    active = np.flatnonzero(first >= 0x80)
-    for shift in (7, 14, 21, 28):
-        if not active.size:
-            break
-        b = buf[pos[active] + shift // 7].astype(np.int64)
-        raw[active] |= (b & 0x7F) << shift
-        size[active] += 1
-        active = active[b >= 0x80]
-    length = (raw >> 1) ^ -(raw & 1)
-    length[active] = -1  # still running after 5 bytes: not a record length
-    return size, length
 
 
 def _walk(payload: bytes, pos: int, end: int, records: int) -> tuple[list[int], list[int], int]:
@@ -244,23 +211,29 @@ def _walk(payload: bytes, pos: int, end: int, records: int) -> tuple[list[int], 
     return starts, ends, pos
 
 
-def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _varints(buf: np.ndarray, pos: np.ndarray, max_size: int = 10, guessed: bool = False
+             ) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints at every position in `pos`: (values, encoded sizes). The first byte is read for
-    all at once; only the (usually few) longer varints go through the index arrays."""
+    all at once; only the (usually few) longer varints go through the index arrays. One longer than
+    `max_size` bytes is malformed, or, at `guessed` positions (record starts guessed by
+    `_record_bounds`), simply not a record: its value is -1."""
     first = buf[pos]
     raw = (first & 0x7F).astype(np.int64)
     size = np.ones(len(pos), dtype=np.int64)
     active = np.flatnonzero(first >= 0x80)
-    shift = 7
-    while active.size:
+    for shift in range(7, 7 * max_size, 7):
+        if not active.size:
+            break
         b = buf[pos[active] + size[active]].astype(np.int64)
         raw[active] |= (b & 0x7F) << shift
         size[active] += 1
         active = active[b >= 0x80]
-        shift += 7
-        if shift > 63:
+    value = (raw >> 1) ^ -(raw & 1)
+    if active.size:
+        if not guessed:
             raise ValueError("malformed varint in a record")
-    return (raw >> 1) ^ -(raw & 1), size
+        value[active] = -1
+    return value, size
 
 
 def _varbytes(buf: np.ndarray, pos: np.ndarray, record_ends: np.ndarray
