@@ -290,8 +290,7 @@ class PartitionLog:
                leader_epoch: int | None, markers: dict[int, tuple[bool, int]]) -> None:
         first = located[0][1]
         if leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
-            # Written by the next flush, as every new epoch (ADR 0039): this append is the loop's.
-            self.leader_epochs.assign(leader_epoch, first.base_offset, durable=False)
+            self.leader_epochs.assign(leader_epoch, first.base_offset)
         size = sum(len(c) for c in chunks)
         self._maybe_roll(size, first)
         self.active.append(chunks, size, located)
