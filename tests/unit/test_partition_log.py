@@ -265,31 +265,3 @@ def test_a_torn_topic_id_is_taken_for_none_and_a_new_file_is_written_in_place(tm
         meta.write_bytes(torn)
         assert holdings.disk_topic_id(log) is None
     log.close()
-
-
-def test_epochs_are_written_by_the_flush_and_rebuilt_from_the_batches_after_a_crash(tmp_path):
-    """A new epoch is kept in memory until the log's next flush writes it (ADR 0039: no file per
-    partition on the event loop when a broker takes over thousands). Records a crash leaves on disk
-    unflushed are rescanned at start-up and give their epochs back."""
-    from dm_broker.log.leader_epochs import LeaderEpochCache
-
-    log = PartitionLog(tmp_path / "t-0", "t", 0, settings())
-    log.open()
-    epoch_file = log.directory / "leader-epoch-checkpoint"
-    log.leader_epochs.assign(2, 0, durable=False)  # becoming leader
-    for value in (b"a", b"b"):
-        data = bytearray(build_batch([(None, value, [])], timestamp_ms=1_000))
-        log.append(data, validate_batches(data, 1 << 20), 2)
-    log.leader_epochs.assign(5, log.log_end_offset, durable=False)
-    data = bytearray(build_batch([(None, b"c", [])], timestamp_ms=1_000))
-    log.append(data, validate_batches(data, 1 << 20), 5)
-    assert not epoch_file.exists()
-
-    after_crash = PartitionLog(tmp_path / "t-0", "t", 0, settings())  # no flush, no close: a SIGKILL
-    after_crash.open()
-    assert after_crash.leader_epochs.entries == [(2, 0), (5, 2)]
-    assert after_crash.leader_epochs.end_offset_for(2, after_crash.log_end_offset) == (2, 2)
-    after_crash.flush_sync()
-    assert LeaderEpochCache(epoch_file).entries == [(2, 0), (5, 2)]
-    log.close()
-    after_crash.close()

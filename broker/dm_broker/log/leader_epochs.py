@@ -19,13 +19,9 @@ class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: list[tuple[int, int]] = []  # (epoch, start offset), both increasing
-        # An epoch assigned with durable=False (a follower's append, a new leader, a new log) is kept in
-        # memory only; the log's next flush writes and fsyncs the file (sync(), in the flush's thread)
-        # before the records it covers (ADR 0032, ADR 0039). Records appended since the last flush that a
-        # crash leaves on disk are rescanned at start-up, and their epochs are assigned again from their
-        # batches (PartitionLog.open), as Kafka's recovery does.
-        self.unsynced = False  # the file holds entries not yet fsynced
-        self.unwritten = False  # the entries hold changes not yet in the file
+        # A follower records a new epoch without an fsync on its event loop; the log's next flush makes
+        # it durable (sync(), in the flush's thread) before the records it covers (ADR 0032).
+        self.unsynced = False
         self._file_lock = threading.Lock()
         try:
             lines = path.read_text().splitlines()
@@ -41,8 +37,7 @@ class LeaderEpochCache:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, start_offset: int, durable: bool = True) -> None:
-        """`durable=False`: in memory now, written and fsynced by the log's next flush (no file system call
-        here: a broker taking over 1,600 partitions wrote 1,600 files on its event loop)."""
+        """`durable=False` (a follower's append, a new log): written now, fsynced by the log's next flush."""
         if self.entries and epoch <= self.entries[-1][0]:
             return
         # A new epoch starting before older ones (after truncation) replaces them.
@@ -83,10 +78,6 @@ class LeaderEpochCache:
         directory next). Called from a flush's thread; the lock keeps a write on the event loop from
         replacing the file between the two."""
         with self._file_lock:
-            if self.unwritten:
-                self.unwritten = False
-                replace_unsynced(self.path, self._encoded())
-                self.unsynced = True
             if not self.unsynced:
                 return
             fsync_file(self.path)
@@ -94,14 +85,12 @@ class LeaderEpochCache:
                 fsync_dir(self.path.parent)
             self.unsynced = False
 
-    def _encoded(self) -> bytes:
-        lines = ["0", str(len(self.entries))] + [f"{e} {o}" for e, o in self.entries]
-        return ("\n".join(lines) + "\n").encode()
-
     def _save(self, durable: bool = True) -> None:
-        if not durable:
-            self.unwritten = True
-            return
+        lines = ["0", str(len(self.entries))] + [f"{e} {o}" for e, o in self.entries]
+        data = ("\n".join(lines) + "\n").encode()
         with self._file_lock:
-            atomic_write(self.path, self._encoded())
-            self.unwritten = self.unsynced = False
+            if durable:
+                atomic_write(self.path, data)
+            else:
+                replace_unsynced(self.path, data)
+            self.unsynced = not durable

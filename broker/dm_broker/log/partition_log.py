@@ -119,7 +119,7 @@ class PartitionLog:
             needs_scan = is_last or self.segments[i + 1].base_offset > self.recovery_point
             if not needs_scan and seg.load_indexes():
                 continue
-            truncated = seg.recover(max_batch, self._epoch_of_recovered_batch)
+            truncated = seg.recover(max_batch)
             if truncated:
                 log.warning(
                     "%s-%d: truncated %d invalid bytes at the end of segment %d",
@@ -147,13 +147,6 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()
-
-    def _epoch_of_recovered_batch(self, header: BatchHeader) -> None:
-        """Records that were appended but not flushed when the process died may be on disk without their
-        epoch in the leader-epoch file (it is written by the flush, ADR 0039): every rescanned batch
-        assigns its epoch again, as Kafka's recovery does. An epoch already known is left as it is."""
-        if header.partition_leader_epoch >= 0:
-            self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, durable=False)
 
     def _rebuild_producer_state(self) -> None:
         """The producer state at the log end: the latest snapshot at or below it, then the batches

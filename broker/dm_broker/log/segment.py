@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,10 +148,9 @@ class Segment:
         self._bytes_since_index = self.index_interval_bytes  # index the next append
         return True
 
-    def recover(self, max_batch_bytes: int, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+    def recover(self, max_batch_bytes: int) -> int:
         """Validates every batch (length, magic, CRC), rebuilds the indexes and truncates any
-        invalid tail; `on_batch` is given every valid batch's header. Returns the number of bytes
-        truncated."""
+        invalid tail. Returns the number of bytes truncated."""
         self.index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset
@@ -188,8 +187,6 @@ class Segment:
             if crc32c.crc32c(memoryview(buf)[rel + CRC_START : rel + size]) != header.crc:
                 break
             self._track(header, position)
-            if on_batch is not None:
-                on_batch(header)
             expected_offset = header.next_offset
             position += size
             valid_end = position

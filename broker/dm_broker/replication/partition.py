@@ -130,10 +130,8 @@ class Partition:
         if new_epoch:
             self.leader_epoch = leader_epoch
             # The new epoch starts at our log end: followers truncate anything past it that they
-            # got from an older leader (OffsetForLeaderEpoch). In memory now; the log's next flush writes
-            # it before any record of the epoch (ADR 0039): a file per partition on the event loop held a
-            # broker taking over 1,600 partitions for a second.
-            self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset, durable=False)
+            # got from an older leader (OffsetForLeaderEpoch).
+            self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
             now = time.monotonic()
             self.followers = {r: FollowerState(last_caught_up=now) for r in replicas if r != self.node_id}
         self.maybe_advance_hw()
