@@ -498,3 +498,65 @@ def test_group_configs_set_a_kip848_groups_heartbeat_interval(kbroker):
             await conn.close()
 
     assert asyncio.run(join()) == 700  # the group's, not the broker's 500
+
+
+def test_a_commit_that_crossed_an_epoch_bump_counts_for_partitions_kept_since(kbroker):
+    """KIP-1251 on the wire: m1 commits at the epoch it had before a second member joined. The commit
+    stands for the partitions m1 kept through the rebalance and is refused (STALE_MEMBER_EPOCH) for
+    those it gave up, for an epoch older than its assignment and for one newer than the member's."""
+    topic, group = unique("asgepoch"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 4)
+    commit = request_class(8, 9)
+
+    async def commit_at(conn, member_id: str, epoch: int, partition: int) -> ErrorCode:
+        part = nested(commit, "OffsetCommitRequestPartition")(partition_index=partition, committed_offset=1,
+                                                               committed_leader_epoch=-1, committed_metadata="")
+        entry = nested(commit, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
+        resp = await conn.request(make(commit, group_id=group, generation_id_or_member_epoch=epoch,
+                                       member_id=member_id, group_instance_id=None, topics=(entry,)))
+        return resp.topics[0].partitions[0].error_code
+
+    def owned(resp) -> tuple[uuid.UUID, set[int]]:
+        (tp,) = resp.assignment.topic_partitions
+        return tp.topic_id, set(tp.partitions)
+
+    async def scenario() -> None:
+        conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
+        try:
+            await find_group_coordinator(conn, group)
+            first = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
+            e1 = first.member_epoch
+            topic_id, all_four = owned(first)
+            assert all_four == {0, 1, 2, 3}
+            joined = await _heartbeat(conn, group, "m2", 0, subscribed_topic_names=(topic,), topic_partitions=())
+            assert joined.error_code == ErrorCode.none and joined.member_epoch > e1
+
+            def tps(parts: set[int]):
+                return (nested(request_class(68, 1), "TopicPartitions")(topic_id=topic_id, partitions=tuple(parts)),)
+
+            revoking = await _heartbeat(conn, group, "m1", e1, topic_partitions=tps(all_four))
+            assert revoking.member_epoch == e1, "m1 keeps its epoch until it gives partitions up"
+            _, kept = owned(revoking)
+            given_up = all_four - kept
+            assert kept and given_up
+            moved = await _heartbeat(conn, group, "m1", e1, topic_partitions=tps(kept))
+            e2 = moved.member_epoch
+            assert e2 > e1
+            for p in kept:
+                assert await commit_at(conn, "m1", e1, p) == ErrorCode.none, p
+                assert await commit_at(conn, "m1", e2, p) == ErrorCode.none, p
+            for p in given_up:
+                assert await commit_at(conn, "m1", e1, p) == ErrorCode.stale_member_epoch, p
+            some_kept = min(kept)
+            assert await commit_at(conn, "m1", e1 - 1, some_kept) == ErrorCode.stale_member_epoch
+            assert await commit_at(conn, "m1", e2 + 1, some_kept) == ErrorCode.stale_member_epoch
+            # m2 receives what m1 released, at m2's epoch: its older epoch (0) never owned them
+            m2 = await _heartbeat(conn, group, "m2", joined.member_epoch, topic_partitions=())
+            _, m2_parts = owned(m2)
+            assert m2_parts == given_up
+            assert await commit_at(conn, "m2", 0, min(m2_parts)) == ErrorCode.stale_member_epoch
+            assert await commit_at(conn, "m2", m2.member_epoch, min(m2_parts)) == ErrorCode.none
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())

@@ -121,6 +121,37 @@ def test_reconcile_withholds_partitions_another_member_still_owns():
     assert m.state == MemberState.STABLE and m.assigned == {T1: frozenset({4, 5})}
 
 
+def test_assignment_epochs_let_an_older_epoch_commit_only_what_the_member_kept_since():
+    """KIP-1251: a commit that crossed the heartbeat raising the member's epoch still counts for the
+    partitions the member owned at that epoch and still owns; never for one it got later or gave up."""
+    m = member(0, {})
+    reconcile(m, 1, {T1: frozenset({0, 1})}, {}, reported={})
+    assert m.assignment_epochs == {(T1, 0): 1, (T1, 1): 1}
+    reconcile(m, 3, {T1: frozenset({0, 1, 2})}, {}, reported={T1: frozenset({0, 1})})
+    assert m.member_epoch == 3 and m.assignment_epochs == {(T1, 0): 1, (T1, 1): 1, (T1, 2): 3}
+    assert m.owned_since(1, [(T1, 0), (T1, 1)])  # a commit sent at epoch 1, answered after the bump
+    assert not m.owned_since(1, [(T1, 2)])  # assigned at 3: epoch 1 never owned it
+    assert not m.owned_since(0, [(T1, 0)])  # older than the assignment
+    assert not m.owned_since(4, [(T1, 0)])  # newer than the member: never valid
+    assert not m.owned_since(3, [(T2, 0)])  # not the member's
+    # revoked partitions keep their epoch until confirmed, then are forgotten; given back, they start anew
+    reconcile(m, 4, {T1: frozenset({2})}, {}, reported=None)
+    assert m.state == MemberState.UNREVOKED_PARTITIONS and m.owned_since(1, [(T1, 0)])
+    reconcile(m, 4, {T1: frozenset({2})}, {}, reported={T1: frozenset({2})})
+    assert m.assignment_epochs == {(T1, 2): 3} and not m.owned_since(3, [(T1, 0)])
+    reconcile(m, 5, {T1: frozenset({0, 2})}, {}, reported={T1: frozenset({2})})
+    assert m.assignment_epochs == {(T1, 0): 5, (T1, 2): 3} and not m.owned_since(4, [(T1, 0)])
+
+
+def test_assignment_epochs_missing_from_an_old_record_count_as_the_members_epoch():
+    m = member(6, {T1: frozenset({0})})
+    assert m.assignment_epoch(T1, 0) == 6 and m.assignment_epoch(T1, 1) is None
+    assert m.owned_since(6, [(T1, 0)]) and not m.owned_since(5, [(T1, 0)])
+    m.assignment_epochs = {(T1, 0): 9}
+    m.cap_assignment_epochs()  # a static member taken over at an earlier epoch
+    assert m.assignment_epochs == {(T1, 0): 6}
+
+
 def test_group_phase():
     g = ConsumerGroupState()
     assert g.phase == ConsumerGroupPhase.EMPTY
@@ -156,6 +187,11 @@ def test_records_round_trip():
     assert decode_consumer_member(encode_consumer_member(value)) == value
     current = ConsumerCurrentValue(3, 2, 2, {T1: frozenset({0, 2})}, {T2: frozenset({1})})
     assert decode_current_member(encode_current_member(current)) == current
+    current.assignment_epochs = {(T1, 0): 1, (T1, 2): 3, (T2, 1): 2}
+    assert decode_current_member(encode_current_member(current)) == current
+    # a topic whose epochs are not all known is written without them (the member's epoch stands in)
+    partial = ConsumerCurrentValue(3, 2, 2, {T1: frozenset({0, 2})}, {}, {(T1, 0): 1})
+    assert decode_current_member(encode_current_member(partial)).assignment_epochs == {}
     assert decode_target_member(encode_target_member({T1: frozenset({5})})) == {T1: frozenset({5})}
 
 

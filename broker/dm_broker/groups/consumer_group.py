@@ -6,6 +6,11 @@ the target assignment is recomputed for it (assignment epoch = group epoch). A m
 while it still owns partitions the target takes away (UNREVOKED_PARTITIONS); once it confirms the
 revocation in a heartbeat it moves to the target epoch and receives the partitions no other member
 still owns (the rest later: UNRELEASED_PARTITIONS).
+
+Assignment epochs (KIP-1251): each partition a member owns remembers the member epoch at which it was
+assigned to it. An offset commit that carries an older member epoch than the member's current one is
+still the member's own, for the partitions it has owned without a break since that epoch: a commit
+in flight while a heartbeat raised the epoch is accepted instead of failing with STALE_MEMBER_EPOCH.
 """
 
 from __future__ import annotations
@@ -87,12 +92,44 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
     classic: ClassicInfo | None = None
+    # (topic id, partition) -> the member epoch at which this member was given it, for every partition
+    # it owns (assigned or pending revocation); missing entries count as the member's current epoch
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
     # Not persisted: deadlines on this coordinator's clock, and what the member was last told.
     session_deadline: float = 0.0
     revocation_deadline: float | None = None
 
     def owned(self) -> Assignment:
         return merged(self.assigned, self.pending_revocation)
+
+    def assignment_epoch(self, topic_id: str, partition: int) -> int | None:
+        """The epoch since which the member has owned the partition, None when it does not own it."""
+        if partition not in self.assigned.get(topic_id, ()) and partition not in self.pending_revocation.get(
+                topic_id, ()):
+            return None
+        return self.assignment_epochs.get((topic_id, partition), max(self.member_epoch, 0))
+
+    def owned_since(self, epoch: int, partitions: Iterable[tuple[str, int]]) -> bool:
+        """True when every partition was the member's at `epoch` and has stayed so (KIP-1251's test for a
+        commit with an older epoch than the member's: assignment epoch <= epoch <= member epoch)."""
+        if epoch > self.member_epoch:
+            return False
+        for topic_id, partition in partitions:
+            since = self.assignment_epoch(topic_id, partition)
+            if since is None or since > epoch:
+                return False
+        return True
+
+    def keep_assignment_epochs(self, new_epoch: int) -> None:
+        """Gives partitions the member did not own before `new_epoch`, the epoch it now moves to, and forgets
+        those it gave up; called after every change of what it owns."""
+        owned = {(t, p) for t, ps in self.owned().items() for p in ps}
+        self.assignment_epochs = {tp: self.assignment_epochs.get(tp, new_epoch) for tp in owned}
+
+    def cap_assignment_epochs(self) -> None:
+        """A static member restarted at its previous epoch: no partition may claim a later epoch than it."""
+        ceiling = max(self.member_epoch, 0)
+        self.assignment_epochs = {tp: min(e, ceiling) for tp, e in self.assignment_epochs.items()}
 
 
 @dataclass
@@ -199,6 +236,7 @@ def _next(member: ConsumerMember, target_epoch: int, target: Assignment,
         member.assigned = retained
         member.pending_revocation = revoke
         member.state = MemberState.UNREVOKED_PARTITIONS
+        member.keep_assignment_epochs(member.member_epoch)
         return
     wanted = minus(target, retained)
     free = {t: frozenset(p for p in ps if (t, p) not in owned_by_others) for t, ps in wanted.items()}
@@ -209,3 +247,4 @@ def _next(member: ConsumerMember, target_epoch: int, target: Assignment,
     if member.member_epoch != target_epoch:
         member.previous_member_epoch = member.member_epoch
         member.member_epoch = target_epoch
+    member.keep_assignment_epochs(member.member_epoch)

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -180,7 +180,7 @@ def member_record(group_id: str, m: ConsumerMember) -> Record:
 
 def current_record(group_id: str, m: ConsumerMember) -> Record:
     value = ConsumerCurrentValue(m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned,
-                                 m.pending_revocation)
+                                 m.pending_revocation, m.assignment_epochs)
     return (encode_consumer_key(ConsumerKey(CONSUMER_CURRENT_MEMBER_KEY, group_id, m.member_id)),
             encode_current_member(value))
 
@@ -257,6 +257,7 @@ def replay(groups: dict[str, Group], key: ConsumerKey, value: bytes | None) -> N
         member.member_epoch, member.previous_member_epoch = v.member_epoch, v.previous_member_epoch
         member.state = MemberState(v.state) if v.state in iter(MemberState) else MemberState.STABLE
         member.assigned, member.pending_revocation = v.assigned, v.pending_revocation
+        member.assignment_epochs = v.assignment_epochs
     sync_state(group)
 
 
@@ -406,6 +407,7 @@ class ConsumerProtocol:
                     records += member_tombstones(req.group_id, old_id)
                     old.member_id = member_id
                     old.member_epoch = old.previous_member_epoch
+                    old.cap_assignment_epochs()
                     cg.add(old)
                     cg.target[member_id] = cg.target.pop(old_id, old.assigned)
                     records += [member_record(req.group_id, old), current_record(req.group_id, old)]
@@ -642,6 +644,7 @@ class ConsumerProtocol:
             old.member_id = member_id
             if old.member_epoch < 0:
                 old.member_epoch = old.previous_member_epoch
+                old.cap_assignment_epochs()
             cg.add(old)
             cg.target[member_id] = cg.target.pop(old_id, old.assigned)
             member = old
@@ -753,10 +756,15 @@ class ConsumerProtocol:
 
     # -- offsets ------------------------------------------------------------------------------------
 
-    @staticmethod
-    def commit_error(group: Group, member_id: str, epoch: int) -> ErrorCode | None:
-        """OffsetCommit / TxnOffsetCommit to a consumer group: the member must exist at this epoch (admin
-        commits, epoch -1 without a member, only while the group is empty)."""
+    def commit_error(self, group: Group, member_id: str, epoch: int,
+                     partitions: Iterable[tuple[str, int]] | None = None) -> ErrorCode | None:
+        """OffsetCommit / TxnOffsetCommit / OffsetFetch to a consumer group: the member must exist at this
+        epoch (admin commits, epoch -1 without a member, only while the group is empty).
+
+        `partitions` (by topic name): what a commit writes. A KIP-848 member may commit them with an
+        older epoch than its current one if it has owned each of them since that epoch (KIP-1251): its
+        commit crossed a heartbeat that raised the epoch. A classic member's generation must match
+        (ILLEGAL_GENERATION, as Kafka answers classic members)."""
         cg = group.consumer
         assert cg is not None
         if epoch < 0 and not member_id:
@@ -764,9 +772,20 @@ class ConsumerProtocol:
         member = cg.members.get(member_id)
         if member is None:
             return E.unknown_member_id
-        if epoch != member.member_epoch:
-            return E.stale_member_epoch
-        return None
+        if epoch == member.member_epoch:
+            return None
+        if member.classic is not None:
+            return E.illegal_generation
+        if partitions is not None and epoch >= 0:
+            topics = self.coordinator.broker.topic_view.topics()
+            ids = []
+            for name, partition in partitions:
+                if name not in topics:
+                    return E.stale_member_epoch
+                ids.append((topics[name][0], partition))
+            if member.owned_since(epoch, ids):
+                return None
+        return E.stale_member_epoch
 
 
 def _subscription_version(protocols: tuple[tuple[str, bytes], ...]) -> int:

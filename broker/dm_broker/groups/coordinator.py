@@ -648,7 +648,7 @@ class GroupCoordinator:
         if group.share is not None:  # a share group's progress is its share-partitions' start offsets
             return all_error(E.group_id_not_found)
         if group.consumer is not None:
-            error = self.consumer_protocol.commit_error(group, member_id, generation)
+            error = self.consumer_protocol.commit_error(group, member_id, generation, offsets)
             if error is not None:
                 return all_error(error)
         elif not (generation < 0 and group.state == GroupState.EMPTY):
@@ -729,7 +729,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and generation >= 0 and member_id:
             # KIP-447: a zombie consumer of an older generation cannot commit in a transaction either.
-            error = (self.consumer_protocol.commit_error(group, member_id, generation) if group.consumer is not None
+            error = (self.consumer_protocol.commit_error(group, member_id, generation, offsets)
+                     if group.consumer is not None
                      else self._member_error(group, member_id, instance_id, generation))
             if error is not None:
                 return all_error(error)

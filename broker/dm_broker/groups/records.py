@@ -10,6 +10,7 @@ tombstone: the offset or group was deleted, and compaction eventually drops it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..binary import FormatError, Reader, Writer
@@ -145,6 +146,8 @@ CONSUMER_CURRENT_MEMBER_KEY = 8
 _GROUP_ONLY_KEYS = (CONSUMER_GROUP_KEY, CONSUMER_TARGET_KEY)
 _MEMBER_KEYS = (CONSUMER_MEMBER_KEY, CONSUMER_TARGET_MEMBER_KEY, CONSUMER_CURRENT_MEMBER_KEY)
 METADATA_HASH_TAG = 0
+# in each TopicPartitions of a current assignment: the partitions' assignment epochs (KIP-1251)
+ASSIGNMENT_EPOCHS_TAG = 0
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,9 @@ class ConsumerCurrentValue:
     state: int
     assigned: dict[str, frozenset[int]]
     pending_revocation: dict[str, frozenset[int]]
+    # KIP-1251: (topic id, partition) -> the epoch it was assigned at; a record without them (written
+    # before dm kept them) reads as empty, and the member's epoch stands for every partition
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def encode_consumer_key(key: ConsumerKey) -> bytes:
@@ -197,7 +203,9 @@ def _decode_consumer_key(version: int, r: Reader) -> ConsumerKey:
     return ConsumerKey(version, group, (r.string() or "") if version in _MEMBER_KEYS else None)
 
 
-def _write_partitions(w: Writer, assignment: dict[str, frozenset[int]]) -> None:
+def _write_partitions(w: Writer, assignment: dict[str, frozenset[int]],
+                      epochs: Mapping[tuple[str, int], int] | None = None) -> None:
+    """TopicPartitions; with `epochs`, each topic's assignment epochs (in partition order) in tag 0."""
     w.compact_array_len(len(assignment))
     for topic_id in sorted(assignment):
         w.uuid(uuid.UUID(topic_id))
@@ -205,15 +213,29 @@ def _write_partitions(w: Writer, assignment: dict[str, frozenset[int]]) -> None:
         w.compact_array_len(len(parts))
         for p in parts:
             w.i32(p)
-        w.tagged({})
+        tags = {}
+        if epochs is not None and all((topic_id, p) in epochs for p in parts):
+            e = Writer().compact_array_len(len(parts))
+            for p in parts:
+                e.i32(epochs[(topic_id, p)])
+            tags[ASSIGNMENT_EPOCHS_TAG] = e.done()
+        w.tagged(tags)
 
 
-def _read_partitions(r: Reader) -> dict[str, frozenset[int]]:
+def _read_partitions(r: Reader, epochs: dict[tuple[str, int], int] | None = None) -> dict[str, frozenset[int]]:
+    """TopicPartitions; the assignment epochs found in tag 0 go into `epochs`."""
     out: dict[str, frozenset[int]] = {}
     for _ in range(max(0, r.compact_array_len())):
         topic_id = str(r.uuid())
-        out[topic_id] = frozenset(r.i32() for _ in range(max(0, r.compact_array_len())))
-        r.tagged()
+        parts = [r.i32() for _ in range(max(0, r.compact_array_len()))]
+        out[topic_id] = frozenset(parts)
+        raw = r.tagged().get(ASSIGNMENT_EPOCHS_TAG)
+        if raw is not None and epochs is not None:
+            e = Reader(raw)
+            values = [e.i32() for _ in range(max(0, e.compact_array_len()))]
+            if len(values) != len(parts):
+                raise RecordFormatError(f"{len(values)} assignment epochs for {len(parts)} partitions")
+            epochs.update(((topic_id, p), v) for p, v in zip(parts, values, strict=True))
     return out
 
 
@@ -293,12 +315,15 @@ def decode_target_member(data: bytes) -> dict[str, frozenset[int]]:
 
 def encode_current_member(value: ConsumerCurrentValue) -> bytes:
     w = Writer().i16(0).i32(value.member_epoch).i32(value.previous_member_epoch).i8(value.state)
-    _write_partitions(w, value.assigned)
-    _write_partitions(w, value.pending_revocation)
+    _write_partitions(w, value.assigned, value.assignment_epochs)
+    _write_partitions(w, value.pending_revocation, value.assignment_epochs)
     return w.tagged({}).done()
 
 
 def decode_current_member(data: bytes) -> ConsumerCurrentValue:
     r = _value_reader(data)
     epoch, previous, state = r.i32(), r.i32(), r.i8()
-    return ConsumerCurrentValue(epoch, previous, state, _read_partitions(r), _read_partitions(r))
+    epochs: dict[tuple[str, int], int] = {}
+    assigned = _read_partitions(r, epochs)
+    pending = _read_partitions(r, epochs)
+    return ConsumerCurrentValue(epoch, previous, state, assigned, pending, epochs)
