@@ -560,3 +560,44 @@ def test_a_commit_that_crossed_an_epoch_bump_counts_for_partitions_kept_since(kb
             await conn.close()
 
     asyncio.run(scenario())
+
+
+def test_a_classic_member_of_a_mixed_group_commits_with_its_generation(kbroker):
+    """A classic member inside a KIP-848 group is checked as Kafka checks it: its generation (its member
+    epoch) must match, and a wrong one is ILLEGAL_GENERATION, the error classic clients know."""
+    topic, group = unique("mixedgen"), unique("g")
+    ConfluentClient(kbroker.bootstrap).create_topic(topic, 2)
+    name = topic.encode()
+    subscription = b"\x00\x00\x00\x00\x00\x01" + len(name).to_bytes(2, "big") + name + b"\xff\xff\xff\xff"
+    join = request_class(11, 5)
+    commit = request_class(8, 8)
+
+    async def commit_at(conn, member_id: str, generation: int) -> ErrorCode:
+        part = nested(commit, "OffsetCommitRequestPartition")(partition_index=0, committed_offset=1,
+                                                               committed_leader_epoch=-1, committed_metadata="")
+        entry = nested(commit, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
+        resp = await conn.request(make(commit, group_id=group, generation_id_or_member_epoch=generation,
+                                       member_id=member_id, group_instance_id=None, topics=(entry,)))
+        return resp.topics[0].partitions[0].error_code
+
+    async def scenario() -> None:
+        conn = await KafkaConnection.open("127.0.0.1", kbroker.port)
+        try:
+            await find_group_coordinator(conn, group)
+            modern = await _heartbeat(conn, group, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
+            assert modern.error_code == ErrorCode.none
+            body = {"group_id": group, "session_timeout": datetime.timedelta(seconds=10),
+                    "rebalance_timeout": datetime.timedelta(seconds=10), "group_instance_id": None,
+                    "protocol_type": "consumer",
+                    "protocols": (nested(join, "JoinGroupRequestProtocol")(name="range", metadata=subscription),)}
+            first = await conn.request(make(join, member_id="", **body))
+            joined = await conn.request(make(join, member_id=first.member_id, **body))
+            assert joined.error_code == ErrorCode.none, joined
+            generation = joined.generation_id
+            assert await commit_at(conn, joined.member_id, generation) == ErrorCode.none
+            assert await commit_at(conn, joined.member_id, generation - 1) == ErrorCode.illegal_generation
+            assert await commit_at(conn, joined.member_id, generation + 1) == ErrorCode.illegal_generation
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
