@@ -16,6 +16,7 @@ rescans only the batches after the latest usable snapshot, not the whole log.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ MAX_CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit fo
 LEGACY_SNAPSHOT = "producer-state.json"
 SNAPSHOT = re.compile(r"producer-state-(\d+)\.json")
 SNAPSHOTS_KEPT = 3
+
+log = logging.getLogger(__name__)
 
 
 class OutOfOrderSequenceError(Exception):
@@ -115,6 +118,10 @@ class ProducerStateManager:
             if cached.first_seq == header.base_sequence and cached.last_seq == header.last_sequence:
                 return cached
         if entry.batches and header.base_sequence != _next_seq(entry.batches[-1].last_seq):
+            # Rare and fatal to an idempotent producer: what this replica holds goes to the log
+            log.warning("%s: producer %d epoch %d sent sequences %d-%d; this log's last batches are %s",
+                        self.directory.name, header.producer_id, header.producer_epoch, header.base_sequence,
+                        header.last_sequence, [(b.first_seq, b.last_seq, b.first_offset) for b in entry.batches])
             raise OutOfOrderSequenceError(
                 f"producer {header.producer_id}: expected sequence {_next_seq(entry.batches[-1].last_seq)}, "
                 f"got {header.base_sequence}"
