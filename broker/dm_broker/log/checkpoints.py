@@ -12,6 +12,13 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def replace_durably(path: Path, data: bytes) -> None:
+    """atomic_write into a directory that must exist already (FileNotFoundError otherwise): a write from a
+    worker thread must not create again the directory of a log deleted meanwhile."""
+    _replace(path, data, durable=True)
+    fsync_dir(path.parent)
+
+
 def replace_unsynced(path: Path, data: bytes) -> None:
     """Replaces `path` with `data` through a temporary name, without fsync: a reader sees the old
     file or the new one, never half of one; durable only once fsynced later (the caller tracks that).
