@@ -4,9 +4,10 @@ The operator hosts every cluster's controller behind one port. For a DMCluster w
 listener it also serves that API on a TLS port, answering each cluster with a certificate its own
 cluster CA signed for the name `controller.<cluster>.<namespace>.dm` (the brokers send that name as
 SNI and verify the certificate against the cluster CA they already mount). One cluster's brokers so
-trust only their own CA, and nothing new is stored: the certificates live in the operator's memory
-(and a private temporary directory, as OpenSSL loads them from files), issued again when an operator
-takes over, when the cluster CA changes, and before they expire."""
+trust only their own CA, and nothing new is stored: the certificates live in the operator's memory,
+issued again when an operator takes over, when the cluster CA changes, and before they expire. OpenSSL
+loads a key only from a file, so each is written to a private temporary directory for that moment and
+removed with it: no private key stays behind on the operator's disk."""
 
 from __future__ import annotations
 
@@ -35,10 +36,7 @@ class _Issued:
 
 
 class ControllerTls:
-    def __init__(self, directory: Path | None = None) -> None:
-        self.directory = directory or Path(tempfile.mkdtemp(prefix="dm-controller-tls-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
+    def __init__(self) -> None:
         self._issued: dict[str, _Issued] = {}
         # No certificate of its own: a client that names no cluster this operator serves (or no name
         # at all) fails the handshake.
@@ -55,20 +53,20 @@ class ControllerTls:
         if current is not None and current.ca_pem == ca.cert_pem and current.not_after - RENEW_BEFORE > now:
             return False
         pair = pki.issue(ca, f"CN={name},O=dm.dev", VALIDITY, dns_names=[name], client=False)
-        path = self.directory / f"{name}.pem"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(pair.key_pem + pair.cert_pem + ca.cert_pem)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(path)
+        with tempfile.TemporaryDirectory(prefix="dm-controller-tls-") as private:  # mode 0700
+            path = Path(private) / "chain.pem"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pair.key_pem + pair.cert_pem + ca.cert_pem)
+            context.load_cert_chain(path)
         self._issued[name] = _Issued(ca.cert_pem, pair.not_after, context)
         return True
 
     def remove(self, namespace: str, cluster: str) -> None:
         name = server_name(namespace, cluster)
         self._issued.pop(name, None)
-        (self.directory / f"{name}.pem").unlink(missing_ok=True)
 
     def _pick(self, connection: ssl.SSLObject, name: str | None, _default: ssl.SSLContext) -> int | None:
         issued = self._issued.get(name or "")

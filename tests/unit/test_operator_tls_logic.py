@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ssl
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,7 @@ def test_the_secured_example_is_valid_and_says_what_the_docs_say():
     assert principal("audit", UserSpec.model_validate(docs["audit"]["spec"])) == "User:CN=audit"
 
 
-async def test_the_controller_api_over_tls_answers_each_cluster_with_its_own_ca(tmp_path: Path):
+async def test_the_controller_api_over_tls_answers_each_cluster_with_its_own_ca(tmp_path: Path, monkeypatch):
     """The operator's TLS port (controller_tls.py) with a real controller behind it, and the broker's own
     controller client configured as the operator configures secured brokers: each cluster's brokers get
     a certificate their cluster CA signed for their cluster's name; another cluster's CA, another name,
@@ -194,10 +195,14 @@ async def test_the_controller_api_over_tls_answers_each_cluster_with_its_own_ca(
 
     controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=1)
     cas = {c: pki.new_ca(f"CN={c}-cluster-ca", 30 * DAY) for c in ("a", "b")}
-    tls = ControllerTls(tmp_path / "tls")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where keys pass through on their way into OpenSSL
+    tls = ControllerTls()
     for cluster, ca in cas.items():
         assert tls.install("ns", cluster, ca) and not tls.install("ns", cluster, ca)  # issued once
         (tmp_path / f"{cluster}-ca.crt").write_text(ca.cert_pem)
+    assert not list(scratch.iterdir()), "a private key stayed on disk"
     app = web.Application()
     add_controller_routes(app, "/clusters/{ns}/{cluster}", lambda _: controller, lambda _: "t0ken")
     runner = web.AppRunner(app)
