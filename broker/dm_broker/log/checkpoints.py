@@ -8,8 +8,7 @@ from pathlib import Path
 
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    _replace(path, data, durable=True)
-    fsync_dir(path.parent)
+    replace_durably(path, data)
 
 
 def replace_durably(path: Path, data: bytes) -> None:

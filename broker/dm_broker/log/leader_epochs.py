@@ -42,12 +42,17 @@ class LeaderEpochCache:
 
     def assign(self, epoch: int, start_offset: int, durable: bool = True) -> None:
         """`durable=False` (a follower's append, a new log): written now, fsynced by the log's next flush."""
+        if self._add(epoch, start_offset):
+            self._save(durable)
+
+    def _add(self, epoch: int, start_offset: int) -> bool:
+        """Puts a new epoch in the entries; False (nothing changed) when it is not newer than the last."""
         if self.entries and epoch <= self.entries[-1][0]:
-            return
+            return False
         # A new epoch starting before older ones (after truncation) replaces them.
         self.entries = [(e, o) for e, o in self.entries if o < start_offset]
         self.entries.append((epoch, start_offset))
-        self._save(durable)
+        return True
 
     def assign_later(self, epoch: int, start_offset: int) -> Callable[[], None] | None:
         """A new leader's epoch: in the entries now (OffsetForLeaderEpoch answers with it), on disk by the
@@ -56,10 +61,8 @@ class LeaderEpochCache:
         A broker taking over 1,000 partitions wrote 1,000 files with two fsyncs each on its event loop
         (ADR 0039). The job does nothing if the entries changed again meanwhile (that write has them)
         or the log's directory is gone."""
-        if self.entries and epoch <= self.entries[-1][0]:
+        if not self._add(epoch, start_offset):
             return None
-        self.entries = [(e, o) for e, o in self.entries if o < start_offset]
-        self.entries.append((epoch, start_offset))
         data = self._encoded()
         with self._file_lock:
             self._generation += 1

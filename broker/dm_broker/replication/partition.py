@@ -238,7 +238,8 @@ class Partition:
         """Appends validated batches. Raises the producer-state errors; returns the original
         offsets for a retried batch instead of appending it twice. `check` runs right before the append
         (nothing can change between them), to refuse it by raising."""
-        await self._epoch_on_disk()
+        if self._epoch_write is not None:  # only after a takeover: no coroutine per append otherwise
+            await self._epoch_on_disk()
         if not self.is_leader:
             raise NotLeaderError(f"broker {self.node_id} does not lead {self.topic}-{self.index}")
         if check is not None:
