@@ -408,6 +408,18 @@ def test_list_and_describe_show_both_kinds(kbroker):
         stop_all(members)
 
 
+async def _commit(conn, group: str, topic: str, member_id: str, epoch: int, partition: int = 0,
+                  version: int = 9) -> ErrorCode:
+    """OffsetCommit of one partition (offset 1) at this member epoch or generation; the partition's error."""
+    cls = request_class(8, version)
+    part = nested(cls, "OffsetCommitRequestPartition")(partition_index=partition, committed_offset=1,
+                                                        committed_leader_epoch=-1, committed_metadata="")
+    entry = nested(cls, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
+    resp = await conn.request(make(cls, group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id,
+                                   group_instance_id=None, topics=(entry,)))
+    return resp.topics[0].partitions[0].error_code
+
+
 async def _heartbeat(conn, group: str, member_id: str, epoch: int, **fields):
     cls = request_class(68, 1)
     body = {"group_id": group, "member_id": member_id, "member_epoch": epoch, "instance_id": None, "rack_id": None,
@@ -443,15 +455,9 @@ def test_wire_errors_and_member_epoch_checks(kbroker):
                 resp = await _heartbeat(conn, group, args.pop("member_id"), args.pop("member_epoch"), **args)
                 assert resp.error_code == error, (fields, resp)
                 assert resp.error_message, resp
-            commit = request_class(8, 9)
-            part = nested(commit, "OffsetCommitRequestPartition")(partition_index=0, committed_offset=1,
-                                                                   committed_leader_epoch=-1, committed_metadata="")
-            topic_entry = nested(commit, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
 
             async def commit_with(epoch_value: int, member_id: str = "m1") -> ErrorCode:
-                resp = await conn.request(make(commit, group_id=group, generation_id_or_member_epoch=epoch_value,
-                                               member_id=member_id, group_instance_id=None, topics=(topic_entry,)))
-                return resp.topics[0].partitions[0].error_code
+                return await _commit(conn, group, topic, member_id, epoch_value)
 
             assert await commit_with(epoch) == ErrorCode.none
             assert await commit_with(epoch - 1) == ErrorCode.stale_member_epoch
@@ -506,15 +512,9 @@ def test_a_commit_that_crossed_an_epoch_bump_counts_for_partitions_kept_since(kb
     those it gave up, for an epoch older than its assignment and for one newer than the member's."""
     topic, group = unique("asgepoch"), unique("g")
     ConfluentClient(kbroker.bootstrap).create_topic(topic, 4)
-    commit = request_class(8, 9)
 
     async def commit_at(conn, member_id: str, epoch: int, partition: int) -> ErrorCode:
-        part = nested(commit, "OffsetCommitRequestPartition")(partition_index=partition, committed_offset=1,
-                                                               committed_leader_epoch=-1, committed_metadata="")
-        entry = nested(commit, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
-        resp = await conn.request(make(commit, group_id=group, generation_id_or_member_epoch=epoch,
-                                       member_id=member_id, group_instance_id=None, topics=(entry,)))
-        return resp.topics[0].partitions[0].error_code
+        return await _commit(conn, group, topic, member_id, epoch, partition)
 
     def owned(resp) -> tuple[uuid.UUID, set[int]]:
         (tp,) = resp.assignment.topic_partitions
@@ -570,15 +570,9 @@ def test_a_classic_member_of_a_mixed_group_commits_with_its_generation(kbroker):
     name = topic.encode()
     subscription = b"\x00\x00\x00\x00\x00\x01" + len(name).to_bytes(2, "big") + name + b"\xff\xff\xff\xff"
     join = request_class(11, 5)
-    commit = request_class(8, 8)
 
     async def commit_at(conn, member_id: str, generation: int) -> ErrorCode:
-        part = nested(commit, "OffsetCommitRequestPartition")(partition_index=0, committed_offset=1,
-                                                               committed_leader_epoch=-1, committed_metadata="")
-        entry = nested(commit, "OffsetCommitRequestTopic")(name=topic, partitions=(part,))
-        resp = await conn.request(make(commit, group_id=group, generation_id_or_member_epoch=generation,
-                                       member_id=member_id, group_instance_id=None, topics=(entry,)))
-        return resp.topics[0].partitions[0].error_code
+        return await _commit(conn, group, topic, member_id, generation, version=8)  # a classic client's version
 
     async def scenario() -> None:
         conn = await KafkaConnection.open("127.0.0.1", kbroker.port)

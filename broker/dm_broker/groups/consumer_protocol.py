@@ -777,13 +777,9 @@ class ConsumerProtocol:
         if member.classic is not None:
             return E.illegal_generation
         if partitions is not None and epoch >= 0:
-            topics = self.coordinator.broker.topic_view.topics()
-            ids = []
-            for name, partition in partitions:
-                if name not in topics:
-                    return E.stale_member_epoch
-                ids.append((topics[name][0], partition))
-            if member.owned_since(epoch, ids):
+            topics = self._topics()
+            if all(name in topics for name, _ in partitions) and member.owned_since(
+                    epoch, [(topics[name][0], partition) for name, partition in partitions]):
                 return None
         return E.stale_member_epoch
 
