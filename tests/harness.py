@@ -171,6 +171,12 @@ class BrokerProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         """Value of one sample from /metrics (0 when absent)."""
+        value = self.sample(name, **labels)
+        return 0.0 if value is None else value
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """Value of one sample from /metrics, None when the broker does not report it (a partition's
+        samples exist only while the broker hosts its log)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         _, text = self.http_get("/metrics")
@@ -178,7 +184,7 @@ class BrokerProcess:
             for sample in family.samples:
                 if sample.name == name and sample.labels == labels:
                     return float(sample.value)
-        return 0.0
+        return None
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

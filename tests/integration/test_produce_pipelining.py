@@ -32,6 +32,10 @@ def test_next_request_is_appended_while_an_acks_all_produce_waits(tmp_path: Path
         wait_for(lambda: fully_replicated(cluster, "piped", 1), timeout=30, what="ISR of 3")
         leader = cluster.brokers[cluster.leader("piped", 0)]
         followers = [b for b in cluster.brokers if b is not leader]
+        # The controller's ISR is all replicas from creation on; under load a broker may apply the new
+        # topic later (the leader once answered UNKNOWN_TOPIC_OR_PARTITION to the first request).
+        wait_for(lambda: all(b.sample("dm_log_end_offset", topic="piped", partition="0") is not None
+                             for b in cluster.brokers), timeout=30, what="every replica hosting the log")
 
         def log_end() -> float:
             return leader.metric("dm_log_end_offset", topic="piped", partition="0")
