@@ -176,6 +176,36 @@ def test_forwarding_to_leaders_on_other_brokers(cluster: Cluster) -> None:
     assert len(kafka_read(cluster.bootstrap, "rest-forward", 6, total)) == total
 
 
+def test_one_request_over_every_leader_answers_each_record(cluster: Cluster) -> None:
+    """A body naming partitions led by all three brokers is sent as one Produce request per leader, not
+    one per partition, and each record is answered with its own partition's outcome: a batch over
+    max.message.bytes fails its records alone."""
+    cluster.create("rest-mixed", 6, 3, "max.message.bytes=2000")
+    parts = requests.get(cluster.url(0) + "/topics/rest-mixed", timeout=5).json()["partitions"]
+    leaders = {p["partition"]: p["leader"] for p in parts}
+    assert set(leaders.values()) == {0, 1, 2}
+    records = [{"value": b64(f"small-{p}-{n}".encode()), "partition": p} for n in range(2) for p in range(6)]
+    records.insert(5, {"value": b64(b"z" * 5000), "partition": 3})  # partition 3's batch is too large
+    produces = [b.metric("dm_request_duration_seconds_count", api="Produce") for b in cluster.brokers]
+    answer = produce(cluster.url(0), "rest-mixed", records)
+    assert answer.status_code == 200, answer.text
+    offsets = answer.json()["offsets"]
+    assert [o["partition"] for o in offsets] == [r["partition"] for r in records]
+    for record, outcome in zip(records, offsets, strict=True):
+        if record["partition"] == 3:
+            assert outcome["offset"] is None and outcome["error_code"] == 1, outcome
+            assert "MESSAGE_TOO_LARGE" in outcome["error"], outcome
+        else:
+            assert outcome["error_code"] is None, outcome
+    assert sorted((o["partition"], o["offset"]) for o in offsets if o["partition"] != 3) == [
+        (p, n) for p in (0, 1, 2, 4, 5) for n in range(2)]
+    after = [b.metric("dm_request_duration_seconds_count", api="Produce") for b in cluster.brokers]
+    assert [a - b for a, b in zip(after, produces, strict=True)] == [1, 1, 1]  # one request to each leader
+    got = kafka_read(cluster.bootstrap, "rest-mixed", 6, 10)
+    assert sorted((m.partition(), m.value()) for m in got) == sorted(
+        (p, f"small-{p}-{n}".encode()) for p in (0, 1, 2, 4, 5) for n in range(2))
+
+
 def test_http_and_kafka_see_the_same_records(cluster: Cluster) -> None:
     cluster.create("rest-both", 2)
     stamp = 1_700_000_000_123

@@ -40,6 +40,7 @@ LIST_OFFSETS_VERSION = 6
 RETRY_BACKOFF_S = 0.1
 # Leadership is moving: the request is not appended anywhere, so asking the new leader cannot duplicate it.
 _MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition)
+Outcome = tuple[int, int | None, str | None]  # base offset, per-record error code, message
 
 
 @dataclass(slots=True)
@@ -75,11 +76,14 @@ class _Chooser:
         return "least_loaded" in (self.partitioner.keyed, self.partitioner.keyless)
 
 
-def produce_request(topic: str, partition: int, batch: bytes, timeout_s: float) -> object:
+def produce_request(topic: str, batches: dict[int, bytes], timeout_s: float) -> object:
+    """One Produce request (acks=all) carrying a batch for each of `batches`' partitions, as a Kafka client
+    sends one request per leader, not one per partition."""
     cls = request_class(0, PRODUCE_VERSION)
     topic_cls, part_cls = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
     return make(cls, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=timeout_s),
-                topic_data=(topic_cls(name=topic, partition_data=(part_cls(index=partition, records=batch),)),))
+                topic_data=(topic_cls(name=topic, partition_data=tuple(
+                    part_cls(index=partition, records=batch) for partition, batch in batches.items())),))
 
 
 def list_offsets_request(topic: str, partitions: list[int], timestamp: int) -> object:
@@ -119,11 +123,12 @@ class RestProducer:
             by_partition[partition].append(index)
         deadline = time.monotonic() + self.broker.config["http.request.timeout.ms"] / 1000
         now_ms = int(time.time() * 1000)
-        outcomes = await asyncio.gather(*(
-            self._write(topic, partition, [records[i] for i in indexes], now_ms, session, deadline)
-            for partition, indexes in by_partition.items()))
+        batches = {partition: self._batch([records[i] for i in indexes], now_ms)
+                   for partition, indexes in by_partition.items()}
+        outcomes = await self._write(topic, batches, session, deadline)
         results: list[RecordResult | None] = [None] * len(records)
-        for (partition, indexes), (base, code, message) in zip(by_partition.items(), outcomes, strict=True):
+        for partition, indexes in by_partition.items():
+            base, code, message = outcomes[partition]
             for position, index in enumerate(indexes):
                 if code is None:
                     results[index] = RecordResult(partition, base + position)
@@ -131,39 +136,74 @@ class RestProducer:
                     results[index] = RecordResult(partition, None, code, message)
         return [r for r in results if r is not None]
 
-    async def _write(self, topic: str, partition: int, records: list[OutgoingRecord], now_ms: int,
-                     session: Session, deadline: float) -> tuple[int, int | None, str | None]:
-        """(base offset, None, None) once the ISR has the batch, or (-1, per-record error code, message)."""
+    @staticmethod
+    def _batch(records: list[OutgoingRecord], now_ms: int) -> bytes:
         stamps = [now_ms if r.timestamp_ms is None else r.timestamp_ms for r in records]
         first = min(stamps)
-        batch = build_batch([(r.key, r.value, r.headers) for r in records], timestamp_ms=first,
-                            timestamp_deltas=[s - first for s in stamps])
-        while True:
+        return build_batch([(r.key, r.value, r.headers) for r in records], timestamp_ms=first,
+                           timestamp_deltas=[s - first for s in stamps])
+
+    async def _write(self, topic: str, batches: dict[int, bytes], session: Session,
+                     deadline: float) -> dict[int, Outcome]:
+        """Each partition's (base offset, None, None) once its ISR has the batch, or (-1, per-record error
+        code, message). The batches go to their leaders in one Produce request per leader; a partition
+        whose leadership is moving is asked again of its new leader until the deadline."""
+        outcomes: dict[int, Outcome] = {}
+        pending = dict(batches)
+        while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                return -1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: no leader took the records in time"
-            leader = self._leader(topic, partition)
-            if leader < 0:
+                late: Outcome = (-1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: no leader took the records in time")
+                outcomes.update(dict.fromkeys(pending, late))
+                break
+            by_leader: dict[int, dict[int, bytes]] = defaultdict(dict)
+            for partition, batch in pending.items():
+                by_leader[self._leader(topic, partition)][partition] = batch
+            leaderless = by_leader.pop(-1, {})
+            answers = await asyncio.gather(*(self._ask(leader, topic, part_batches, session, left)
+                                             for leader, part_batches in by_leader.items()))
+            pending = dict(leaderless)
+            for part_batches, (answered, moved) in zip(by_leader.values(), answers, strict=True):
+                outcomes.update(answered)
+                if deadline - time.monotonic() > RETRY_BACKOFF_S:
+                    pending.update((partition, part_batches[partition]) for partition in moved)
+                    for partition in moved:
+                        del outcomes[partition]
+            if pending:
                 await asyncio.sleep(RETRY_BACKOFF_S)
-                continue
-            try:
-                response = await self.calls.call(leader, produce_request(topic, partition, batch, left), session,
-                                                 timeout=left + 5, size=len(batch))
-            except BrokerUnreachable as exc:
-                return -1, RECORD_RETRIABLE, f"NETWORK_EXCEPTION: the records may or may not have been written: {exc}"
-            except TimeoutError:
-                return -1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: the records may or may not have been written"
-            answer = response.responses[0].partition_responses[0]
+        return outcomes
+
+    async def _ask(self, leader: int, topic: str, batches: dict[int, bytes], session: Session,
+                   left: float) -> tuple[dict[int, Outcome], set[int]]:
+        """One Produce request to `leader`: each partition's outcome, and the partitions it did not take
+        because leadership is moving (nothing was appended, so asking the new leader cannot duplicate them)."""
+        try:
+            response = await self.calls.call(leader, produce_request(topic, batches, left), session,
+                                             timeout=left + 5, size=sum(map(len, batches.values())))
+        except BrokerUnreachable as exc:
+            failed: Outcome = (-1, RECORD_RETRIABLE, f"NETWORK_EXCEPTION: the records may or may not have been "
+                                                     f"written: {exc}")
+            return dict.fromkeys(batches, failed), set()
+        except TimeoutError:
+            return dict.fromkeys(batches, (-1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: the records may or may not "
+                                                                 "have been written")), set()
+        outcomes: dict[int, Outcome] = dict.fromkeys(
+            batches, (-1, RECORD_RETRIABLE, "UNKNOWN_SERVER_ERROR: the leader's answer left the partition out"))
+        moved: set[int] = set()
+        for answer in response.responses[0].partition_responses:
             error = answer.error_code
+            if answer.index not in batches:
+                continue
             if error == ErrorCode.none:
-                return answer.base_offset, None, None
-            if error in _MOVED and deadline - time.monotonic() > RETRY_BACKOFF_S:
-                await asyncio.sleep(RETRY_BACKOFF_S)
+                outcomes[answer.index] = (answer.base_offset, None, None)
                 continue
             if error == ErrorCode.topic_authorization_failed:
                 raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
+            if error in _MOVED:
+                moved.add(answer.index)
             code = RECORD_RETRIABLE if error.retriable else RECORD_NOT_RETRIABLE
-            return -1, code, f"{error.name.upper()}: {answer.error_message or error.name}"
+            outcomes[answer.index] = (-1, code, f"{error.name.upper()}: {answer.error_message or error.name}")
+        return outcomes, moved
 
     def _leader(self, topic: str, partition: int) -> int:
         md = self.broker.metadata
