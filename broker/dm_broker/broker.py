@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,6 +83,10 @@ log = logging.getLogger(__name__)
 # kernel, creating files): more jobs than a node's cores only take CPU from the event loop, whose
 # timers then fire late (ADR 0033).
 LOG_PREPARATION_JOBS = 2
+# Partitions whose state an update changes, applied between two turns of the event loop: a topic of
+# thousands of partitions (or a broker's share of 10,000) applied in one piece held the loop for a
+# tenth of a second and more (issue 31).
+PARTITIONS_PER_STEP = 500
 # what _new_log is given: the topic, the partition, its settings, the log directory, and the first leader
 # epoch where this broker leads it
 NewLog = tuple[TopicDoc, int, TopicSettings, Path, int | None]
@@ -416,7 +420,8 @@ class Broker:
                 continue
             if known is None or md.incarnation != known.incarnation or md.version > known.version:
                 await self._prepare_new_logs(md)
-                self.apply_metadata(md)
+                for _ in self._applying(md):
+                    await asyncio.sleep(0)
 
     async def _wait_metadata(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -434,6 +439,16 @@ class Broker:
     # -- metadata --------------------------------------------------------------------------
 
     def apply_metadata(self, md: ClusterMetadata) -> None:
+        """Applies `md` in one piece (at start, before the broker serves)."""
+        for _ in self._applying(md):
+            pass
+
+    def _applying(self, md: ClusterMetadata) -> Iterator[None]:
+        """Applies `md`, pausing (a yield) after every PARTITIONS_PER_STEP partitions it changed, so the
+        metadata loop lets other callbacks run. Between two steps `self.metadata` is already `md` while
+        some partitions still have their former role: as when the update reaches this broker a little
+        later for those (a client or follower asking meanwhile is told NOT_LEADER_OR_FOLLOWER and retries).
+        Only the metadata loop applies updates, one after the other."""
         previous = {b.node_id: b for b in self.metadata.brokers} if self.metadata else {}
         now = time.monotonic()
         for b in md.brokers:
@@ -450,6 +465,7 @@ class Broker:
         self.security.set_acls(md.acls)
         self.quotas.update({q.key: q.values for q in md.quotas})
         hosted: set[tuple[str, int]] = set()
+        changed = 0
         for name, topic in md.topics.items():
             # A topic whose document is the one applied last time (a delta keeps those objects) changed
             # in nothing: only its partitions not yet hosted (a log that failed to open) need the work.
@@ -463,6 +479,10 @@ class Broker:
                 part = self.partitions.get(key)
                 if unchanged and part is not None:
                     continue
+                changed += 1
+                if changed % PARTITIONS_PER_STEP == 0:
+                    yield
+                    part = self.partitions.get(key)  # the metadata loop alone changes it, but read it afresh
                 settings = settings or TopicSettings(self.config, topic.configs)
                 if part is not None and part.topic_id != topic.topic_id:
                     self._retire(key, part.topic_id, md)  # another topic of that name since the last snapshot

@@ -142,6 +142,43 @@ def test_the_fetcher_may_name_only_what_it_touched():
     assert client.known == wanted
 
 
+def test_a_request_names_at_most_limit_partitions_and_the_rest_follow():
+    """Thousands of new partitions reach the leader's session a limit at a time: the opening request
+    names the first, each next one the backlog's next, also when the caller names only what it touched."""
+    client = FetchSessionClient(limit=2)
+    wanted = {("t", p): fetch(p) for p in range(5)}
+    first = client.plan(wanted)
+    assert (first.epoch, list(first.partitions)) == (0, [("t", 0), ("t", 1)])
+    assert client.backlog == {("t", 2), ("t", 3), ("t", 4)}
+    assert client.answered(0, 99)
+    assert client.known == {("t", 0): fetch(0), ("t", 1): fetch(1)}  # only what the leader was told
+    second = client.plan(wanted, touched=set())
+    assert len(second.partitions) == 2 and set(second.partitions) <= {("t", 2), ("t", 3), ("t", 4)}
+    assert client.answered(0, 99)
+    third = client.plan(wanted, touched=set())
+    assert set(third.partitions) == {("t", 2), ("t", 3), ("t", 4)} - set(second.partitions)
+    assert not client.backlog
+    assert client.answered(0, 99)
+    assert client.known == wanted
+    assert client.plan(wanted, touched=set()).partitions == {}
+
+
+def test_a_session_error_drops_the_backlog_and_a_sessionless_leader_gets_everything():
+    client = FetchSessionClient(limit=2)
+    wanted = {("t", p): fetch(p) for p in range(5)}
+    client.plan(wanted)
+    assert not client.answered(ErrorCode.fetch_session_id_not_found.value, 0)
+    assert not client.backlog
+    opening = client.plan(wanted)
+    assert len(opening.partitions) == 2
+    assert client.answered(0, 0)  # no session: a bounded request would leave three partitions unread
+    assert client.plan(wanted).partitions == wanted
+    assert client.answered(0, 7)  # a session after all: bounded again from here
+    assert client.known == wanted and not client.backlog
+    wanted = {k: fetch(v.fetch_offset + 1) for k, v in wanted.items()}
+    assert len(client.plan(wanted).partitions) == 2 and len(client.backlog) == 3
+
+
 def leader_watched_by(tmp_path, session) -> tuple:
     from dm_broker.config import BrokerConfig, TopicSettings
     from dm_broker.log.partition_log import PartitionLog

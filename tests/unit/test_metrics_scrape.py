@@ -4,9 +4,12 @@ piece on every scrape (issue 31). A real Broker with real logs on disk."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import threading
 from pathlib import Path
 
+from dm_broker import metrics
 from dm_broker.broker import Broker
 from dm_broker.config import BrokerConfig
 from dm_broker.controller.models import BrokerInfo, ClusterMetadata, PartitionState, TopicDoc
@@ -49,6 +52,46 @@ async def test_a_scrape_builds_its_text_off_the_loop_from_state_copied_on_it(tmp
         sessions = [s.value for f in text_string_to_metric_families(text) if f.name == "dm_fetch_sessions"
                     for s in f.samples]
         assert sessions == [0]
+    finally:
+        await broker.replicas.close()
+
+
+async def test_a_scrape_copies_the_partitions_in_steps_with_the_loop_turning_between(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """At 10,000 partitions the copy itself held the loop in one piece: it now goes PARTITIONS_PER_STEP
+    partitions at a time, other callbacks run between the steps, and a partition retired meanwhile is left
+    out rather than read."""
+    config = BrokerConfig.build({"node.id": 0, "log.dirs": str(tmp_path / "data")}, environ={})
+    broker = Broker(config, controller=None)  # type: ignore[arg-type]  # never called here
+    monkeypatch.setattr(metrics, "PARTITIONS_PER_STEP", 50)
+    steps: list[tuple[int, int]] = []
+    turns: list[int] = []
+    add = _StateCollector._add_partitions
+
+    def recording(state, parts) -> None:  # type: ignore[no-untyped-def]
+        steps.append((len(parts), len(turns)))
+        if len(steps) == 2:
+            broker.partition("t", 180).close()  # retired while the copy is under way
+        add(state, parts)
+
+    monkeypatch.setattr(_StateCollector, "_add_partitions", staticmethod(recording))
+
+    async def other_callbacks() -> None:
+        while True:
+            turns.append(1)
+            await asyncio.sleep(0)
+
+    try:
+        broker.apply_metadata(metadata(200))
+        ticker = asyncio.get_running_loop().create_task(other_callbacks())
+        await asyncio.sleep(0)
+        text = (await broker.metrics.exposition()).decode()
+        ticker.cancel()
+        assert [size for size, _ in steps] == [50, 50, 50, 50]
+        assert all(earlier < later for (_, earlier), (_, later) in itertools.pairwise(steps)), steps
+        ends = {s.labels["partition"] for f in text_string_to_metric_families(text)
+                if f.name == "dm_log_end_offset" for s in f.samples}
+        assert len(ends) == 199 and "180" not in ends
     finally:
         await broker.replicas.close()
 

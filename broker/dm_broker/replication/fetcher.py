@@ -39,6 +39,7 @@ THROTTLED_MIN_BYTES = 64 << 10  # a throttled partition still asks for whole bat
 BACKOFF_S = 0.2
 REFRESH_S = 5.0
 TRUNCATION_BATCH = 500  # partitions per OffsetForLeaderEpoch request
+SESSION_BATCH = 500  # partitions named per session fetch request at most (FetchSessionClient.limit)
 
 
 class ReplicaFetcher:
@@ -51,7 +52,7 @@ class ReplicaFetcher:
         self._conn: KafkaConnection | None = None
         self._changed = asyncio.Event()
         self.session = FetchSessionClient(
-            enabled=broker.config["max.incremental.fetch.session.cache.slots"] > 0)
+            enabled=broker.config["max.incremental.fetch.session.cache.slots"] > 0, limit=SESSION_BATCH)
         # What the next request wants of each partition, kept up to date for the partitions touched since
         # the last fetch (appended, truncated, added, removed) and in full every REFRESH_S (a local
         # retention moves a log start without touching the fetcher): an idle fetch costs what changed.
@@ -218,8 +219,10 @@ class ReplicaFetcher:
         forgotten: dict[str, list[int]] = {}
         for topic, index in plan.forgotten:
             forgotten.setdefault(topic, []).append(index)
+        # Partitions left for the next request: it comes at once, not after a long poll on these.
+        max_wait_ms = 0 if self.session.backlog else MAX_WAIT_MS
         req = make(
-            cls, replica_id=self.broker.node_id, max_wait=datetime.timedelta(milliseconds=MAX_WAIT_MS), min_bytes=1,
+            cls, replica_id=self.broker.node_id, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
             max_bytes=64 << 20, isolation_level=0, session_id=plan.session_id, session_epoch=plan.epoch,
             topics=tuple(topic_cls(topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()),
             forgotten_topics_data=tuple(forgotten_cls(topic=topic, partitions=tuple(indexes))
