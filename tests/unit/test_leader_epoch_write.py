@@ -8,9 +8,12 @@ broken on demand."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
+import crc32c
 import pytest
 from dm_broker.config import BrokerConfig, TopicSettings
 from dm_broker.errors import KafkaError
@@ -18,6 +21,8 @@ from dm_broker.log import leader_epochs
 from dm_broker.log.leader_epochs import LeaderEpochCache
 from dm_broker.log.partition_log import PartitionLog
 from dm_broker.log.records import build_batch, validate_batches
+from dm_broker.protocol.fetch_encoder import PartitionResult
+from dm_broker.replication.fetcher import ReplicaFetcher
 from dm_broker.replication.partition import Partition
 from kio.schema.errors import ErrorCode
 
@@ -105,3 +110,82 @@ def test_a_later_write_wins_and_a_deleted_log_is_not_created_again(tmp_path):
     assert gone is not None
     gone()
     assert not directory.exists()
+
+
+# -- a follower: the epochs of fetched batches -------------------------------------------------------
+
+
+def fetched(epoch: int, base_offset: int, count: int = 1) -> bytes:
+    data = bytearray(build_batch([(b"k", b"v", [])] * count, base_offset=base_offset, timestamp_ms=1))
+    struct.pack_into(">i", data, 12, epoch)  # partitionLeaderEpoch, as the leader stamped it
+    struct.pack_into(">I", data, 17, crc32c.crc32c(memoryview(data)[21:]))
+    return bytes(data)
+
+
+def follower(tmp_path: Path) -> Partition:
+    part = new_partition(tmp_path)
+    part.become_follower(2, leader_epoch=5, partition_epoch=1, replicas=[1, 2], isr=[1, 2])
+    return part
+
+
+def test_a_follower_finds_the_new_epochs_of_what_it_fetched(tmp_path):
+    part = follower(tmp_path)
+    data = fetched(4, 0, 2) + fetched(4, 2) + fetched(5, 3)
+    assert part.log.fetched_epochs(data) == [(4, 0), (5, 3)]
+    part.log.append_as_follower(fetched(4, 0, 2))
+    assert part.log.fetched_epochs(data) == [(5, 3)]  # the batches it has, and epoch 4, are not new
+
+
+def test_a_follower_writes_fetched_epochs_off_the_loop_before_their_records(tmp_path, monkeypatch):
+    """The follower's file write (unsynced: the next flush fsyncs it) runs in an epoch writer thread; the
+    answer's records are appended only after it (the fetcher awaits _write_new_epochs before _apply)."""
+    gate = threading.Event()
+    writers: list[str] = []
+    real = leader_epochs.replace_unsynced
+
+    def slow_disk(path: Path, data: bytes) -> None:
+        writers.append(threading.current_thread().name)
+        assert gate.wait(10)
+        real(path, data)
+
+    monkeypatch.setattr(leader_epochs, "replace_unsynced", slow_disk)
+
+    async def scenario() -> None:
+        part = follower(tmp_path)
+        fetcher = ReplicaFetcher(SimpleNamespace(config={"max.incremental.fetch.session.cache.slots": 1000}), 2)
+        answer = PartitionResult(0, 0, 1, 1, 0, fetched(5, 0))
+        writing = asyncio.create_task(fetcher._write_new_epochs([(("t", 0), part, answer)]))
+        await asyncio.sleep(0.2)
+        assert not writing.done() and on_disk(part) == [] and part.log.leader_epochs.latest_epoch == 5
+        gate.set()
+        assert await asyncio.wait_for(writing, 10) == set()
+        assert on_disk(part) == [(5, 0)] and part.log.leader_epochs.unsynced
+        assert writers and all(name.startswith("dm-leader-epoch") for name in writers)
+        part.log.append_as_follower(answer.records)  # nothing left to write on the loop
+        assert part.log.log_end_offset == 1 and len(writers) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_fetched_epoch_that_cannot_be_written_is_taken_out_again(tmp_path, monkeypatch):
+    def broken_disk(path: Path, data: bytes) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(leader_epochs, "replace_unsynced", broken_disk)
+
+    async def scenario() -> None:
+        part = follower(tmp_path)
+        fetcher = ReplicaFetcher(SimpleNamespace(config={"max.incremental.fetch.session.cache.slots": 1000}), 2)
+        answer = PartitionResult(0, 0, 1, 1, 0, fetched(5, 0))
+        assert await fetcher._write_new_epochs([(("t", 0), part, answer)]) == {("t", 0)}
+        assert part.log.leader_epochs.entries == [] and part.log.log_end_offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_undo_leaves_epochs_alone_once_the_cache_changed_again(tmp_path):
+    cache = LeaderEpochCache(tmp_path / "leader-epoch-checkpoint")
+    _, undo = cache.assign_fetched([(3, 0)])
+    cache.assign(4, 10)  # written since: the file has epoch 3 too
+    undo()
+    assert cache.entries == [(3, 0), (4, 10)]

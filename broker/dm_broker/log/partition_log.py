@@ -261,6 +261,18 @@ class PartitionLog:
         self._write(chunks, located, leader_epoch, markers)
         return AppendResult(base, offset - 1, append_time if append_time is not None else -1)
 
+    def fetched_epochs(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
+        """(epoch, base offset) of the fetched batches that would start a leader epoch new to this log, in
+        log order: the follower writes them to the epoch file before append_as_follower appends the batches."""
+        end, latest = self.log_end_offset, self.leader_epochs.latest_epoch
+        new = []
+        for _, header in iter_batches(data):
+            epoch = header.partition_leader_epoch
+            if header.base_offset >= end and epoch > latest:
+                new.append((epoch, header.base_offset))
+                latest = epoch
+        return new
+
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> int:
         """Appends batches that already carry offsets (replication): whole batches only, skipping
         any this log already has (a retried fetch); returns the new end offset."""

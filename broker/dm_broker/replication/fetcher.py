@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -25,7 +27,7 @@ from ..protocol.fetch_decoder import decode_fetch_response
 from ..protocol.fetch_encoder import PartitionResult
 from ..tasks import cancelling, stop_tasks
 from .fetch_session_client import FetchSessionClient, PartitionFetch
-from .partition import FOLLOWER, Partition
+from .partition import EPOCH_WRITERS, FOLLOWER, Partition
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -40,6 +42,18 @@ BACKOFF_S = 0.2
 REFRESH_S = 5.0
 TRUNCATION_BATCH = 500  # partitions per OffsetForLeaderEpoch request
 SESSION_BATCH = 500  # partitions named per session fetch request at most (FetchSessionClient.limit)
+
+
+def _run_writes(writes: list[Callable[[], None]]) -> list[OSError | None]:
+    """Runs each write in turn (in a worker thread); each one's error, or None."""
+    errors: list[OSError | None] = []
+    for write in writes:
+        try:
+            write()
+            errors.append(None)
+        except OSError as exc:
+            errors.append(exc)
+    return errors
 
 
 class ReplicaFetcher:
@@ -237,15 +251,54 @@ class ReplicaFetcher:
             return
         if error != ErrorCode.none:
             raise ConnectionError(f"fetch from leader {self.leader_id} failed: {ErrorCode(error).name}")
-        for topic, r in partitions:
-            key = (topic, r.index)
-            part = self.partitions.get(key)
-            if part is None or part.role != FOLLOWER:
-                continue
+        answered = [(key, part, r) for topic, r in partitions
+                    if (part := self.partitions.get(key := (topic, r.index))) is not None and part.role == FOLLOWER]
+        failed = await self._write_new_epochs(answered)
+        for key, part, r in answered:
+            if key in failed or self.partitions.get(key) is not part or part.role != FOLLOWER:
+                continue  # its epoch file could not be written, or it changed hands while that was done
             if key in throttled and r.records:
                 quota.record(len(r.records))
             self._touched.add(key)
             self._apply(key, part, r)
+        if failed:  # as any failed fetch: a new connection and a full fetch, which asks for these again
+            raise OSError(f"leader epochs of {len(failed)} partitions could not be written, e.g. {min(failed)}")
+
+    async def _write_new_epochs(self, answered: list[tuple[tuple[str, int], Partition, PartitionResult]]
+                                ) -> set[tuple[str, int]]:
+        """Writes the leader epochs first seen in this answer to their partitions' epoch files, in the epoch
+        writers' threads, before any of their records is appended (a log's file never lacks an epoch it has
+        records of; ADR 0039). Returns the partitions whose write failed: their epochs are taken out again
+        and their records not appended."""
+        jobs = []
+        for key, part, r in answered:
+            if r.records and r.error_code == ErrorCode.none:
+                epochs = part.log.fetched_epochs(r.records)
+                if epochs and (job := part.log.leader_epochs.assign_fetched(epochs)) is not None:
+                    jobs.append((key, *job))
+        if not jobs:
+            return set()
+        failed: set[tuple[str, int]] = set()
+
+        def undo_failed(half: list, future: asyncio.Future[list[OSError | None]]) -> None:
+            # a done callback: the epochs come out even if this fetch was cancelled meanwhile
+            if future.cancelled() or future.exception() is not None:
+                return
+            for (key, _, undo), error in zip(half, future.result(), strict=True):
+                if error is not None:
+                    undo()
+                    failed.add(key)
+                    log.error("%s-%d: cannot write its leader epochs: %s", *key, error)
+
+        loop = asyncio.get_running_loop()
+        futures = []
+        for half in (jobs[0::2], jobs[1::2]):  # EPOCH_WRITERS has two threads
+            if half:
+                future = loop.run_in_executor(EPOCH_WRITERS, _run_writes, [write for _, write, _ in half])
+                future.add_done_callback(functools.partial(undo_failed, half))
+                futures.append(future)
+        await asyncio.gather(*futures)
+        return failed
 
     @staticmethod
     def _max_bytes(part: Partition, throttled: set[tuple[str, int]], allowance: int) -> int:
