@@ -44,6 +44,10 @@ TRUNCATION_BATCH = 500  # partitions per OffsetForLeaderEpoch request
 SESSION_BATCH = 500  # partitions named per session fetch request at most (FetchSessionClient.limit)
 
 
+class EpochWriteError(Exception):
+    """This broker could not write fetched leader epochs to its own epoch files."""
+
+
 def _run_writes(writes: list[Callable[[], None]]) -> list[OSError | None]:
     """Runs each write in turn (in a worker thread); each one's error, or None."""
     errors: list[OSError | None] = []
@@ -261,8 +265,10 @@ class ReplicaFetcher:
                 quota.record(len(r.records))
             self._touched.add(key)
             self._apply(key, part, r)
-        if failed:  # as any failed fetch: a new connection and a full fetch, which asks for these again
-            raise OSError(f"leader epochs of {len(failed)} partitions could not be written, e.g. {min(failed)}")
+        if failed:  # as any failed fetch (a new connection, a full fetch that asks for these again), but
+            # this broker's disk failed, not the leader: it is not suspected
+            raise EpochWriteError(f"leader epochs of {len(failed)} partitions could not be written, "
+                                  f"e.g. {min(failed)}")
 
     async def _write_new_epochs(self, answered: list[tuple[tuple[str, int], Partition, PartitionResult]]
                                 ) -> set[tuple[str, int]]:
