@@ -481,8 +481,7 @@ class Broker:
                     continue
                 changed += 1
                 if changed % PARTITIONS_PER_STEP == 0:
-                    yield
-                    part = self.partitions.get(key)  # the metadata loop alone changes it, but read it afresh
+                    yield  # nothing else hosts or retires partitions meanwhile: `part` still holds
                 settings = settings or TopicSettings(self.config, topic.configs)
                 if part is not None and part.topic_id != topic.topic_id:
                     self._retire(key, part.topic_id, md)  # another topic of that name since the last snapshot

@@ -43,6 +43,10 @@ def batch() -> tuple[bytearray, list]:
     return data, validate_batches(data, 1 << 20)
 
 
+def broken_disk(path: Path, data: bytes) -> None:
+    raise OSError(5, "Input/output error")
+
+
 def test_no_record_of_a_new_epoch_before_the_epoch_is_on_disk(tmp_path, monkeypatch):
     gate = threading.Event()
     real = leader_epochs.replace_durably
@@ -69,9 +73,6 @@ def test_no_record_of_a_new_epoch_before_the_epoch_is_on_disk(tmp_path, monkeypa
 
 
 def test_an_epoch_that_cannot_be_written_refuses_appends_with_a_storage_error(tmp_path, monkeypatch):
-    def broken_disk(path: Path, data: bytes) -> None:
-        raise OSError(5, "Input/output error")
-
     monkeypatch.setattr(leader_epochs, "replace_durably", broken_disk)
 
     async def scenario() -> None:
@@ -128,12 +129,21 @@ def follower(tmp_path: Path) -> Partition:
     return part
 
 
+def fetcher_of(leader: int) -> ReplicaFetcher:
+    return ReplicaFetcher(SimpleNamespace(config={"max.incremental.fetch.session.cache.slots": 1000}), leader)
+
+
+def unseen_in(part: Partition, answer: PartitionResult) -> list:
+    return [(("t", 0), part, part.log.unseen_batches(answer.records))]
+
+
 def test_a_follower_finds_the_new_epochs_of_what_it_fetched(tmp_path):
     part = follower(tmp_path)
     data = fetched(4, 0, 2) + fetched(4, 2) + fetched(5, 3)
-    assert part.log.fetched_epochs(data) == [(4, 0), (5, 3)]
+    assert part.log.new_epochs(part.log.unseen_batches(data)) == [(4, 0), (5, 3)]
     part.log.append_as_follower(fetched(4, 0, 2))
-    assert part.log.fetched_epochs(data) == [(5, 3)]  # the batches it has, and epoch 4, are not new
+    # the batches it has, and epoch 4, are not new
+    assert part.log.new_epochs(part.log.unseen_batches(data)) == [(5, 3)]
 
 
 def test_a_follower_writes_fetched_epochs_off_the_loop_before_their_records(tmp_path, monkeypatch):
@@ -152,9 +162,8 @@ def test_a_follower_writes_fetched_epochs_off_the_loop_before_their_records(tmp_
 
     async def scenario() -> None:
         part = follower(tmp_path)
-        fetcher = ReplicaFetcher(SimpleNamespace(config={"max.incremental.fetch.session.cache.slots": 1000}), 2)
         answer = PartitionResult(0, 0, 1, 1, 0, fetched(5, 0))
-        writing = asyncio.create_task(fetcher._write_new_epochs([(("t", 0), part, answer)]))
+        writing = asyncio.create_task(fetcher_of(2)._write_new_epochs(unseen_in(part, answer)))
         await asyncio.sleep(0.2)
         assert not writing.done() and on_disk(part) == [] and part.log.leader_epochs.latest_epoch == 5
         gate.set()
@@ -168,16 +177,12 @@ def test_a_follower_writes_fetched_epochs_off_the_loop_before_their_records(tmp_
 
 
 def test_a_fetched_epoch_that_cannot_be_written_is_taken_out_again(tmp_path, monkeypatch):
-    def broken_disk(path: Path, data: bytes) -> None:
-        raise OSError(5, "Input/output error")
-
     monkeypatch.setattr(leader_epochs, "replace_unsynced", broken_disk)
 
     async def scenario() -> None:
         part = follower(tmp_path)
-        fetcher = ReplicaFetcher(SimpleNamespace(config={"max.incremental.fetch.session.cache.slots": 1000}), 2)
         answer = PartitionResult(0, 0, 1, 1, 0, fetched(5, 0))
-        assert await fetcher._write_new_epochs([(("t", 0), part, answer)]) == {("t", 0)}
+        assert await fetcher_of(2)._write_new_epochs(unseen_in(part, answer)) == {("t", 0)}
         assert part.log.leader_epochs.entries == [] and part.log.log_end_offset == 0
 
     asyncio.run(scenario())

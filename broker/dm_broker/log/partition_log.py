@@ -261,25 +261,33 @@ class PartitionLog:
         self._write(chunks, located, leader_epoch, markers)
         return AppendResult(base, offset - 1, append_time if append_time is not None else -1)
 
-    def fetched_epochs(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
-        """(epoch, base offset) of the fetched batches that would start a leader epoch new to this log, in
-        log order: the follower writes them to the epoch file before append_as_follower appends the batches."""
-        end, latest = self.log_end_offset, self.leader_epochs.latest_epoch
+    def unseen_batches(self, data: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
+        """(position, header) of the fetched batches this log does not have yet (a retried fetch repeats
+        some), parsed once for both new_epochs and append_as_follower."""
+        end_offset = self.log_end_offset
+        return [(pos, header) for pos, header in iter_batches(data) if header.base_offset >= end_offset]
+
+    def new_epochs(self, located: list[tuple[int, BatchHeader]]) -> list[tuple[int, int]]:
+        """(epoch, base offset) of the unseen batches that start a leader epoch new to this log, in log order:
+        the follower writes them to the epoch file before append_as_follower appends the batches."""
+        latest = self.leader_epochs.latest_epoch
         new = []
-        for _, header in iter_batches(data):
+        for _, header in located:
             epoch = header.partition_leader_epoch
-            if header.base_offset >= end and epoch > latest:
+            if epoch > latest:
                 new.append((epoch, header.base_offset))
                 latest = epoch
         return new
 
-    def append_as_follower(self, data: bytes | bytearray | memoryview) -> int:
+    def append_as_follower(self, data: bytes | bytearray | memoryview,
+                           located: list[tuple[int, BatchHeader]] | None = None) -> int:
         """Appends batches that already carry offsets (replication): whole batches only, skipping
-        any this log already has (a retried fetch); returns the new end offset."""
-        end_offset = self.log_end_offset
-        located = [(pos, header) for pos, header in iter_batches(data) if header.base_offset >= end_offset]
+        any this log already has (a retried fetch); `located`: unseen_batches(data), when the caller has
+        it; returns the new end offset."""
+        if located is None:
+            located = self.unseen_batches(data)
         if not located:
-            return end_offset
+            return self.log_end_offset
         start = located[0][0]
         end = located[-1][0] + located[-1][1].size
         markers = {}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ..log.leader_epochs import UNDEFINED_EPOCH
+from ..log.records import BatchHeader
 from ..protocol.build import make, nested
 from ..protocol.client import KafkaConnection
 from ..protocol.codec import request_class
@@ -257,31 +258,32 @@ class ReplicaFetcher:
             raise ConnectionError(f"fetch from leader {self.leader_id} failed: {ErrorCode(error).name}")
         answered = [(key, part, r) for topic, r in partitions
                     if (part := self.partitions.get(key := (topic, r.index))) is not None and part.role == FOLLOWER]
-        failed = await self._write_new_epochs(answered)
+        unseen = {key: part.log.unseen_batches(r.records) for key, part, r in answered
+                  if r.records and r.error_code == ErrorCode.none}
+        failed = await self._write_new_epochs([(key, part, unseen[key]) for key, part, _ in answered if key in unseen])
         for key, part, r in answered:
             if key in failed or self.partitions.get(key) is not part or part.role != FOLLOWER:
                 continue  # its epoch file could not be written, or it changed hands while that was done
             if key in throttled and r.records:
                 quota.record(len(r.records))
             self._touched.add(key)
-            self._apply(key, part, r)
+            self._apply(key, part, r, unseen.get(key))
         if failed:  # as any failed fetch (a new connection, a full fetch that asks for these again), but
             # this broker's disk failed, not the leader: it is not suspected
             raise EpochWriteError(f"leader epochs of {len(failed)} partitions could not be written, "
                                   f"e.g. {min(failed)}")
 
-    async def _write_new_epochs(self, answered: list[tuple[tuple[str, int], Partition, PartitionResult]]
+    async def _write_new_epochs(self, fetched: list[tuple[tuple[str, int], Partition, list[tuple[int, BatchHeader]]]]
                                 ) -> set[tuple[str, int]]:
-        """Writes the leader epochs first seen in this answer to their partitions' epoch files, in the epoch
-        writers' threads, before any of their records is appended (a log's file never lacks an epoch it has
-        records of; ADR 0039). Returns the partitions whose write failed: their epochs are taken out again
-        and their records not appended."""
+        """Writes the leader epochs first seen in the fetched batches (each partition's unseen_batches) to
+        their partitions' epoch files, in the epoch writers' threads, before any of their records is appended
+        (a log's file never lacks an epoch it has records of; ADR 0039). Returns the partitions whose write
+        failed: their epochs are taken out again and their records not appended."""
         jobs = []
-        for key, part, r in answered:
-            if r.records and r.error_code == ErrorCode.none:
-                epochs = part.log.fetched_epochs(r.records)
-                if epochs and (job := part.log.leader_epochs.assign_fetched(epochs)) is not None:
-                    jobs.append((key, *job))
+        for key, part, located in fetched:
+            epochs = part.log.new_epochs(located)
+            if epochs and (job := part.log.leader_epochs.assign_fetched(epochs)) is not None:
+                jobs.append((key, *job))
         if not jobs:
             return set()
         failed: set[tuple[str, int]] = set()
@@ -312,12 +314,13 @@ class ReplicaFetcher:
             return PARTITION_MAX_BYTES
         return max(min(allowance, PARTITION_MAX_BYTES), THROTTLED_MIN_BYTES)
 
-    def _apply(self, key: tuple[str, int], part: Partition, r: PartitionResult) -> None:
+    def _apply(self, key: tuple[str, int], part: Partition, r: PartitionResult,
+               located: list[tuple[int, BatchHeader]] | None) -> None:
         error = ErrorCode(r.error_code)
         plog = part.log
         if error == ErrorCode.none:
             if r.records:
-                plog.append_as_follower(r.records)
+                plog.append_as_follower(r.records, located)
                 if plog.flush_due():
                     asyncio.get_running_loop().create_task(plog.flush())
             part.set_follower_hw(r.high_watermark)
