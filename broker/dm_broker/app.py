@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import ipaddress
 import json
 import logging
@@ -24,6 +23,7 @@ from .config import BrokerConfig, ConfigError, without_effect
 from .connection_quotas import ConnectionQuotas
 from .controller.client import HttpControllerClient, LocalControllerClient
 from .dirlock import DirectoryInUse, DirectoryLock
+from .gc_tuning import freeze_as_it_grows, tune_gc
 from .http.app import make_app
 from .http.rest.server import RestProxy
 from .log.checkpoints import atomic_write
@@ -45,15 +45,6 @@ def install_event_loop_policy() -> str:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return "uvloop"
-
-
-def tune_gc() -> None:
-    """Request handling allocates many short-lived objects; with the default thresholds the cyclic
-    collector runs every few requests and its pauses show up in tail latency. Objects alive after
-    start-up are moved out of its way, and young collections happen less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
 
 
 class Stopped(Exception):
@@ -279,6 +270,9 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
         controller = await Controller.open(store, expected_brokers=config["controller.recovery.expected.brokers"]
                                            or None, **ControllerSettings.from_config(config).model_dump())
         controller.start()
+        tune_gc()
+        freezing = asyncio.create_task(freeze_as_it_grows(
+            lambda: sum(len(topic.partitions) for topic in controller.topics.values())))
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()
         try:
@@ -296,6 +290,7 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
                  len(controller.topics))
         print(f"DM_READY {json.dumps({'controller': f'{scheme}://{config.advertised_host}:{actual}'})}", flush=True)
         await stop.wait()
+        await stop_tasks(freezing)
         await controller.close()
         await runner.cleanup()
     finally:

@@ -46,6 +46,7 @@ from .controller.models import (
 )
 from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
+from .gc_tuning import LongLivedObjects
 from .groups.consumer_protocol import compiled, consumer_settings
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .groups.share_protocol import share_settings
@@ -136,6 +137,9 @@ class Broker:
         self.controller = controller
         self.logs = LogManager(config)
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # Start-up's partitions are frozen by tune_gc once recovery is done; later ones after each
+        # metadata step that hosts some (gc_tuning).
+        self.long_lived = LongLivedObjects(0)
         self.metrics = BrokerMetrics(self)
         self.ready = False
         self.started = False
@@ -235,6 +239,7 @@ class Broker:
             await self._register()
             metadata = await self._fetch_metadata(-1, "", 0)
         self.apply_metadata(metadata)
+        self.long_lived = LongLivedObjects(len(self.partitions))
         self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._metadata_loop()),
                        asyncio.create_task(self._checkpoint_loop()), asyncio.create_task(self._session_loop())]
         # Until the session is open the controller learns of this process's death only from the
@@ -420,8 +425,7 @@ class Broker:
                 continue
             if known is None or md.incarnation != known.incarnation or md.version > known.version:
                 await self._prepare_new_logs(md)
-                for _ in self._applying(md):
-                    await asyncio.sleep(0)
+                await self._apply_in_steps(md)
 
     async def _wait_metadata(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -442,6 +446,14 @@ class Broker:
         """Applies `md` in one piece (at start, before the broker serves)."""
         for _ in self._applying(md):
             pass
+
+    async def _apply_in_steps(self, md: ClusterMetadata) -> None:
+        """Applies `md` with the loop turning between steps; what a step hosted is frozen out of the
+        collector's way before the next (gc_tuning), so no collection meets thousands of new partitions."""
+        for _ in self._applying(md):
+            self.long_lived.settle(len(self.partitions))
+            await asyncio.sleep(0)
+        self.long_lived.settle(len(self.partitions))
 
     def _applying(self, md: ClusterMetadata) -> Iterator[None]:
         """Applies `md`, pausing (a yield) after every PARTITIONS_PER_STEP partitions it changed, so the
