@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import time
@@ -288,10 +287,6 @@ class BrokerMetrics:
             "dm_event_loop_lag_seconds", "How late a timer probing the event loop every 50 ms fired: time the "
             "loop (and so every request) was kept from running", registry=r, buckets=LATENCY_BUCKETS,
         )
-        self.frozen_objects = Gauge("dm_gc_frozen_objects", "Objects moved out of the cyclic collector's way "
-                                    "(gc.freeze: start-up's and newly hosted partitions); freed as usual once unused, "
-                                    "only reference cycles among them are kept (ADR 0040)", registry=r)
-        self.frozen_objects.set_function(gc.get_freeze_count)
         self.closed_bad_frames = Counter("dm_connections_closed_bad_input",
                                          "Connections closed for malformed or oversized frames", registry=r)
         self.authentications = Counter("dm_authentications", "Authentications by listener, mechanism (SSL for TLS "
