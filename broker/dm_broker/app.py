@@ -180,6 +180,9 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
             with contextlib.suppress(RecoveryAborted):
                 await recovery
             raise
+        # The recovered logs are most of what lives as long as the process: collected once and frozen
+        # here, before the broker serves, so that full collection holds up no client (ADR 0040).
+        tune_gc()
         for server in servers:
             try:
                 broker.bound_ports[server.listener.name] = await server.start()
@@ -216,7 +219,6 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     if banner:
         print_banner(listeners["kafka"], http_port)
     print(f"DM_READY {json.dumps(listeners)}", flush=True)
-    tune_gc()
     loop_watch = asyncio.create_task(watch_event_loop(broker.metrics))
 
     fatal = asyncio.create_task(broker.fatal_event.wait())

@@ -137,8 +137,8 @@ class Broker:
         self.controller = controller
         self.logs = LogManager(config)
         self.partitions: dict[tuple[str, int], Partition] = {}
-        # Start-up's partitions are frozen by tune_gc once recovery is done; later ones after each
-        # metadata step that hosts some (gc_tuning).
+        # Partitions are frozen out of the collector's way once hosted: at start, then after each
+        # metadata step that hosts some (gc_tuning; the recovered logs are frozen by tune_gc).
         self.long_lived = LongLivedObjects(0)
         self.metrics = BrokerMetrics(self)
         self.ready = False
@@ -239,7 +239,7 @@ class Broker:
             await self._register()
             metadata = await self._fetch_metadata(-1, "", 0)
         self.apply_metadata(metadata)
-        self.long_lived = LongLivedObjects(len(self.partitions))
+        self.long_lived.settle(len(self.partitions))  # the recovered logs' partitions, out of the collector's way
         self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._metadata_loop()),
                        asyncio.create_task(self._checkpoint_loop()), asyncio.create_task(self._session_loop())]
         # Until the session is open the controller learns of this process's death only from the

@@ -8,7 +8,7 @@ partitions 0.2 s (issue 31: the loop's only stalls over 100 ms left). `gc.freeze
 object into a generation no collection visits, in constant time; objects moved there are still freed
 as soon as nothing refers to them (reference counting does not depend on the collector). Only cyclic
 garbage that exists at that moment stays until the process ends, so this is done when many long-lived
-objects have just been made: at start-up after recovery, after a broker's metadata step that hosted
+objects have just been made: at start-up after recovery (before serving), after a broker's metadata step that hosted
 new partitions, and when the controller's partition count grew (checked each second, an O(topics)
 sum). A retired partition holds no reference cycle (test_gc_tuning checks it with the collector off),
 so it is freed when retired, frozen or not."""
@@ -23,10 +23,10 @@ YOUNG_COLLECTION_ALLOCATIONS = 50_000
 
 
 def tune_gc() -> None:
-    """At start-up, once recovery is done. Request handling allocates many short-lived objects; with
-    the default thresholds the collector runs every few requests and its pauses show in tail latency.
-    What is alive after start-up is collected once and moved out of its way, and young collections
-    happen less often."""
+    """At start-up, once recovery is done and before the process serves. Request handling allocates
+    many short-lived objects; with the default thresholds the collector runs every few requests and
+    its pauses show in tail latency. What is alive after start-up is collected once and moved out of
+    its way, and young collections happen less often."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, 20, 20)
