@@ -6,12 +6,12 @@ at 10,000 partitions (a third of them per broker) the oldest generation held abo
 and its collections took 0.3-0.46 s on the benchmark's machine, a young one that met a burst of new
 partitions 0.2 s (issue 31: the loop's only stalls over 100 ms left). `gc.freeze` moves every tracked
 object into a generation no collection visits, in constant time; objects moved there are still freed
-as soon as nothing refers to them (reference counting does not depend on the collector). Only cyclic
-garbage that exists at that moment stays until the process ends, so this is done when many long-lived
-objects have just been made: at start-up after recovery (before serving), after a broker's metadata step that hosted
-new partitions, and when the controller's partition count grew (checked each second, an O(topics)
-sum). A retired partition holds no reference cycle (test_gc_tuning checks it with the collector off),
-so it is freed when retired, frozen or not."""
+as soon as nothing refers to them (reference counting does not depend on the collector); only garbage
+held in reference cycles among frozen objects is never collected. So this is done when many long-lived
+objects have just been made, not on a timer: at start-up after recovery (before serving), after a broker's metadata
+step that hosted new partitions, and when the controller's partition count grew (checked each second,
+an O(topics) sum). A retired partition holds no reference cycle (test_gc_tuning checks it with the
+collector off), so it is freed when retired, frozen or not."""
 
 from __future__ import annotations
 
