@@ -290,12 +290,12 @@ class PartitionLog:
             return self.log_end_offset
         start = located[0][0]
         end = located[-1][0] + located[-1][1].size
-        markers = {}
-        for pos, header in located:
-            if header.partition_leader_epoch >= 0:  # fsynced by the flush that covers these records
-                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, durable=False)
-            if header.is_control:
-                markers[header.base_offset] = control_marker(bytes(memoryview(data)[pos:pos + header.size]))
+        # The fetcher has written these already (ADR 0039), so this is empty unless a caller did not;
+        # fsynced by the flush that covers these records.
+        for epoch, offset in self.new_epochs(located):
+            self.leader_epochs.assign(epoch, offset, durable=False)
+        markers = {header.base_offset: control_marker(bytes(memoryview(data)[pos:pos + header.size]))
+                   for pos, header in located if header.is_control}
         self._write([memoryview(data)[start:end]], [(pos - start, h) for pos, h in located], None, markers)
         return self.log_end_offset
 

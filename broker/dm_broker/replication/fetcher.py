@@ -28,7 +28,7 @@ from ..protocol.fetch_decoder import decode_fetch_response
 from ..protocol.fetch_encoder import PartitionResult
 from ..tasks import cancelling, stop_tasks
 from .fetch_session_client import FetchSessionClient, PartitionFetch
-from .partition import EPOCH_WRITERS, FOLLOWER, Partition
+from .partition import EPOCH_WRITER_THREADS, EPOCH_WRITERS, FOLLOWER, Partition
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -288,11 +288,11 @@ class ReplicaFetcher:
             return set()
         failed: set[tuple[str, int]] = set()
 
-        def undo_failed(half: list, future: asyncio.Future[list[OSError | None]]) -> None:
+        def undo_failed(share: list, future: asyncio.Future[list[OSError | None]]) -> None:
             # a done callback: the epochs come out even if this fetch was cancelled meanwhile
             if future.cancelled() or future.exception() is not None:
                 return
-            for (key, _, undo), error in zip(half, future.result(), strict=True):
+            for (key, _, undo), error in zip(share, future.result(), strict=True):
                 if error is not None:
                     undo()
                     failed.add(key)
@@ -300,10 +300,10 @@ class ReplicaFetcher:
 
         loop = asyncio.get_running_loop()
         futures = []
-        for half in (jobs[0::2], jobs[1::2]):  # EPOCH_WRITERS has two threads
-            if half:
-                future = loop.run_in_executor(EPOCH_WRITERS, _run_writes, [write for _, write, _ in half])
-                future.add_done_callback(functools.partial(undo_failed, half))
+        for share in (jobs[i::EPOCH_WRITER_THREADS] for i in range(EPOCH_WRITER_THREADS)):  # one per thread
+            if share:
+                future = loop.run_in_executor(EPOCH_WRITERS, _run_writes, [write for _, write, _ in share])
+                future.add_done_callback(functools.partial(undo_failed, share))
                 futures.append(future)
         await asyncio.gather(*futures)
         return failed

@@ -35,7 +35,8 @@ OFFLINE = "offline"
 log = logging.getLogger(__name__)
 # Writes a new leader's epoch file (two fsyncs) off the event loop (ADR 0039). Threads of their own, so
 # a broker taking over a thousand partitions does not queue them ahead of flushes and other jobs.
-EPOCH_WRITERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dm-leader-epoch")
+EPOCH_WRITER_THREADS = 2
+EPOCH_WRITERS = ThreadPoolExecutor(max_workers=EPOCH_WRITER_THREADS, thread_name_prefix="dm-leader-epoch")
 
 
 class NotEnoughReplicasError(Exception):
