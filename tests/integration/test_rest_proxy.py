@@ -380,6 +380,22 @@ def test_idle_instances_expire(cluster: Cluster) -> None:
     raise AssertionError("the idle instance never expired")
 
 
+def test_an_instance_is_idle_from_the_end_of_its_last_request(cluster: Cluster) -> None:
+    """A records request that waits longer than consumer.instance.timeout.ms (3 s here) does not leave the
+    instance to expire as its answer goes out: idle time counts from the end of the request."""
+    url = cluster.url(0)
+    created = requests.post(f"{url}/consumers/long-poll", json={"name": "waiting"}, headers={"Content-Type": V2},
+                            timeout=30).json()
+    base = created["base_uri"]
+    assert requests.post(base + "/subscription", json={"topic_pattern": "nothing-matches-this-.*"},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 204
+    waited = requests.get(base + "/records?timeout=4000", headers={"Accept": BINARY}, timeout=30)
+    assert (waited.status_code, waited.json()) == (200, [])
+    time.sleep(1)  # the expiry looks every 0.75 s: counted from the request's start, the instance is 5 s idle
+    assert requests.get(base + "/subscription", timeout=30).status_code == 200
+    assert requests.delete(base, timeout=30).status_code == 204
+
+
 def test_bad_requests_get_v2_errors(cluster: Cluster) -> None:
     cluster.create("rest-bad", 1)
     url = cluster.url(0)

@@ -10,6 +10,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,17 @@ class ConsumerInstance:
     pattern: re.Pattern[str] | None = None
     pattern_seen: int = -1  # the metadata version the pattern was last matched against
     record_bytes: float = 1024.0  # the records' mean size so far: how many one read may take within max_bytes
+
+    @contextlib.asynccontextmanager
+    async def in_use(self) -> AsyncIterator[None]:
+        """The instance to one request at a time. It is idle from the end of its last request, not the
+        start: a long poll or a group join longer than consumer.instance.timeout.ms must not leave it to
+        expire as its answer goes out (the expiry skips an instance in use)."""
+        async with self.lock:
+            try:
+                yield
+            finally:
+                self.last_used = time.monotonic()
 
 
 class ConsumerRegistry:
@@ -164,7 +176,7 @@ class ConsumerRegistry:
     async def subscribe(self, instance: ConsumerInstance, body: SubscriptionBody, session: Session) -> None:
         if (body.topics is None) == (body.topic_pattern is None):
             raise unprocessable("give either topics (a list of names) or topic_pattern (a regular expression)")
-        async with instance.lock:
+        async with instance.in_use():
             try:
                 if body.topics is not None:
                     self._allow_topics(session, body.topics)
@@ -197,7 +209,7 @@ class ConsumerRegistry:
             instance.consumer.unsubscribe()
 
     async def unsubscribe(self, instance: ConsumerInstance) -> None:
-        async with instance.lock:
+        async with instance.in_use():
             instance.pattern = None
             instance.consumer.unsubscribe()
 
@@ -206,7 +218,7 @@ class ConsumerRegistry:
 
     async def assign(self, instance: ConsumerInstance, partitions: list[TopicPartition], session: Session) -> None:
         self._allow_topics(session, sorted({tp.topic for tp in partitions}))
-        async with instance.lock:
+        async with instance.in_use():
             try:
                 instance.pattern = None
                 instance.consumer.assign(partitions)
@@ -223,7 +235,7 @@ class ConsumerRegistry:
         configured = instance.settings.request_timeout_ms
         wait = (default_wait if configured is None else configured) if timeout_ms is None else min(
             timeout_ms, default_wait * 30)
-        async with instance.lock:
+        async with instance.in_use():
             self._follow_pattern(instance, session)
             consumer = instance.consumer
             if not consumer.subscription() and not consumer.assignment():
@@ -270,7 +282,7 @@ class ConsumerRegistry:
         """`offsets` maps partitions to the last record consumed (v2 commits the next one); None commits
         what the instance has read so far."""
         self._allow_group(session, instance.group)
-        async with instance.lock:
+        async with instance.in_use():
             try:
                 if offsets is None:
                     await instance.consumer.commit()
@@ -287,7 +299,7 @@ class ConsumerRegistry:
         self._allow_group(session, instance.group)
         self._allow_topics(session, sorted({tp.topic for tp in partitions}))
         out = []
-        async with instance.lock:
+        async with instance.in_use():
             for tp in partitions:
                 try:
                     offset = await instance.consumer.committed(tp)
@@ -298,13 +310,13 @@ class ConsumerRegistry:
         return out
 
     async def seek(self, instance: ConsumerInstance, offsets: dict[TopicPartition, int]) -> None:
-        async with instance.lock:
+        async with instance.in_use():
             self._check_assigned(instance, list(offsets))
             for tp, offset in offsets.items():
                 instance.consumer.seek(tp, offset)
 
     async def seek_to(self, instance: ConsumerInstance, partitions: list[TopicPartition], end: bool) -> None:
-        async with instance.lock:
+        async with instance.in_use():
             self._check_assigned(instance, partitions)
             try:
                 if end:
