@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import mmh3
@@ -63,7 +62,7 @@ class Partitioner:
         self.keyless = keyless
         self.partitions = partitions
         self.loads = list(sizes) if sizes is not None else [0] * partitions
-        self._next = itertools.count()
+        self._next = 0  # the round-robin position
 
     def choose(self, key: bytes | None) -> int:
         if key is not None and self.keyed == "murmur3":
@@ -73,6 +72,20 @@ class Partitioner:
         elif (key is None and self.keyless == "least_loaded") or self.keyed == "least_loaded":
             chosen = min(range(self.partitions), key=lambda p: (self.loads[p], p))
         else:
-            chosen = next(self._next) % self.partitions
+            chosen = self._next % self.partitions
+            self._next += 1
         self.loads[chosen] += 1
+        return chosen
+
+    def choose_all(self, keys: Sequence[bytes | None]) -> list[int]:
+        """`choose` for each of `keys` in turn; a run of keyless records under round robin is counted out
+        at once (the REST Proxy's common request: a hundred records with no key)."""
+        if self.keyless != "round_robin" or self.keyed == "least_loaded" or any(k is not None for k in keys):
+            return [self.choose(k) for k in keys]
+        start, n = self._next, self.partitions
+        self._next += len(keys)
+        chosen = [(start + i) % n for i in range(len(keys))]
+        for partition in range(n):
+            # each partition's share of the run: how many i in [0, len) have (start + i) % n == partition
+            self.loads[partition] += (len(keys) - (partition - start) % n + n - 1) // n
         return chosen

@@ -241,6 +241,25 @@ def test_http_and_kafka_see_the_same_records(cluster: Cluster) -> None:
     assert requests.delete(base, timeout=30).status_code == 204
 
 
+def test_base64_alphabets_and_json_records_with_headers(cluster: Cluster) -> None:
+    """Binary keys and values in the standard or the URL-safe alphabet, padded or not, are the same bytes; a
+    json record's key and value are stored as their JSON text, and its header values are base64 too."""
+    cluster.create("rest-alphabets", 1)
+    url = cluster.url(2)
+    raw = b"\xfb\xff\xfe"
+    answer = produce(url, "rest-alphabets", [{"value": "+//+"}, {"value": "-__-"}, {"key": "eA", "value": "eA=="}])
+    assert answer.status_code == 200, answer.text
+    answer = produce(url, "rest-alphabets", [{"key": {"id": 7}, "value": [1, "two", None],
+                                              "headers": [{"key": "h", "value": b64(b"\x00hv")}]},
+                                             {"value": None}], content_type=JSON)
+    assert answer.status_code == 200, answer.text
+    got = kafka_read(cluster.bootstrap, "rest-alphabets", 1, 5)
+    assert [(m.key(), m.value()) for m in got[:3]] == [(None, raw), (None, raw), (b"x", b"x")]
+    assert json.loads(got[3].key()) == {"id": 7} and json.loads(got[3].value()) == [1, "two", None]
+    assert got[3].headers() == [("h", b"\x00hv")]
+    assert (got[4].key(), got[4].value()) == (None, None)
+
+
 def read_until(base: str, count: int, accept: str = BINARY, timeout_s: float = 30) -> list[dict]:
     records: list[dict] = []
     deadline = time.monotonic() + timeout_s
@@ -409,6 +428,10 @@ def test_bad_requests_get_v2_errors(cluster: Cluster) -> None:
         (post(json.dumps({"records": []}).encode()), 422, 42205),
         (post(json.dumps({"records": [{"value": "%%% not base64"}]}).encode()), 422, 42205),
         (post(json.dumps({"records": [{"value": 5}]}).encode()), 422, 42205),
+        (post(json.dumps({"records": [{"value": "eA==", "headers": [{"key": "h", "value": "%%"}]}]}).encode()),
+         422, 42205),
+        (post(json.dumps({"records": [{"value": 1, "headers": [{"value": "eA=="}]}]}).encode(), JSON), 422, 42205),
+        (post(b"   "), 400, 400),
         (post(json.dumps({"records": [{"value": "eA==", "partition": 7}]}).encode()), 404, 40402),
         (post(json.dumps({"records": [{"value": "eA==", "partition": "one"}]}).encode()), 422, 42205),
         (post(b"{}", "text/plain"), 415, 41501),

@@ -9,6 +9,8 @@ from dm_broker.log.leader_epochs import LeaderEpochCache
 from dm_broker.log.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError, ProducerStateManager
 from dm_broker.log.records import build_batch, parse_header
 from dm_broker.partitioners import Partitioner, murmur2, murmur2_partition, murmur3_partition
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_murmur2_matches_kafka():
@@ -39,6 +41,19 @@ def test_round_robin_and_least_loaded_for_keyless_records():
     assert ll.loads == [10, 8, 7]  # the emptiest partition always gets the next record
     with pytest.raises(ValueError):
         Partitioner("nope", "round_robin", 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(partitions=st.integers(1, 9), keyed=st.sampled_from(["murmur3", "murmur2", "least_loaded"]),
+       keyless=st.sampled_from(["round_robin", "least_loaded"]),
+       runs=st.lists(st.lists(st.one_of(st.none(), st.binary(max_size=4)), max_size=30), max_size=4))
+def test_choosing_a_run_at_once_is_choosing_each_record_in_turn(partitions: int, keyed: str, keyless: str,
+                                                               runs: list[list[bytes | None]]) -> None:
+    """choose_all (the REST Proxy's bulk path) picks the same partitions and counts the same loads."""
+    at_once, one_by_one = Partitioner(keyed, keyless, partitions), Partitioner(keyed, keyless, partitions)
+    for keys in [*runs, [None] * 25]:
+        assert at_once.choose_all(keys) == [one_by_one.choose(k) for k in keys]
+        assert at_once.loads == one_by_one.loads
 
 
 def test_config_layers(tmp_path: Path):

@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from ...protocol.build import make, nested
 from ...protocol.codec import request_class
 from ...security.acls import Operation, ResourceType
 from ...security.session import Session
+from .bodies import BinaryRecord
 from .errors import (
     KAFKA_ERROR,
     KAFKA_RETRIABLE_ERROR,
@@ -43,25 +45,7 @@ _MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, Erro
 Outcome = tuple[int, int | None, str | None]  # base offset, per-record error code, message
 
 
-@dataclass(slots=True)
-class OutgoingRecord:
-    key: bytes | None
-    value: bytes | None
-    partition: int | None = None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    timestamp_ms: int | None = None
-
-
-@dataclass(slots=True)
-class RecordResult:
-    partition: int
-    offset: int | None
-    error_code: int | None = None
-    error: str | None = None
-
-    def as_json(self) -> dict[str, object]:
-        return {"partition": self.partition, "offset": self.offset, "error_code": self.error_code,
-                "error": self.error}
+Offset = dict[str, object]  # one record's answer: partition, offset, error_code, error
 
 
 @dataclass
@@ -108,40 +92,53 @@ class RestProducer:
             raise not_found_topic(name)
         return doc
 
-    async def produce(self, doc: TopicDoc, records: list[OutgoingRecord], session: Session) -> list[RecordResult]:
+    async def produce(self, doc: TopicDoc, records: Sequence[BinaryRecord], fixed: int | None,
+                      session: Session) -> list[Offset]:
+        """Writes `records` (to partition `fixed`, or each where it says or the topic's partitioner chooses) and
+        answers each one's offset or error, in order."""
         topic = doc.name
         if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
             raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
         count = len(doc.partitions)
-        for record in records:
-            if record.partition is not None and not 0 <= record.partition < count:
-                raise not_found_partition(topic, record.partition)
-        chooser = await self._chooser(topic, doc, session)
-        chosen = [r.partition if r.partition is not None else chooser.partitioner.choose(r.key) for r in records]
         by_partition: dict[int, list[int]] = defaultdict(list)
-        for index, partition in enumerate(chosen):
-            by_partition[partition].append(index)
+        if fixed is not None:
+            by_partition[fixed] = list(range(len(records)))
+        else:
+            for record in records:
+                if record.partition is not None and record.partition >= count:
+                    raise not_found_partition(topic, record.partition)
+            unplaced = [i for i, record in enumerate(records) if record.partition is None]
+            chosen = [record.partition for record in records]
+            if unplaced:
+                chooser = await self._chooser(topic, doc, session)
+                picks = chooser.partitioner.choose_all([records[i].key for i in unplaced])
+                for index, partition in zip(unplaced, picks, strict=True):
+                    chosen[index] = partition
+            for index, partition in enumerate(chosen):
+                by_partition[partition].append(index)
         deadline = time.monotonic() + self.broker.config["http.request.timeout.ms"] / 1000
         now_ms = int(time.time() * 1000)
         batches = {partition: self._batch([records[i] for i in indexes], now_ms)
                    for partition, indexes in by_partition.items()}
         outcomes = await self._write(topic, batches, session, deadline)
-        results: list[RecordResult | None] = [None] * len(records)
+        offsets: list[Offset] = [{}] * len(records)
         for partition, indexes in by_partition.items():
             base, code, message = outcomes[partition]
             for position, index in enumerate(indexes):
-                if code is None:
-                    results[index] = RecordResult(partition, base + position)
-                else:
-                    results[index] = RecordResult(partition, None, code, message)
-        return [r for r in results if r is not None]
+                offsets[index] = {"partition": partition, "offset": None if code is not None else base + position,
+                                  "error_code": code, "error": message}
+        return offsets
 
     @staticmethod
-    def _batch(records: list[OutgoingRecord], now_ms: int) -> bytes:
-        stamps = [now_ms if r.timestamp_ms is None else r.timestamp_ms for r in records]
+    def _batch(records: list[BinaryRecord], now_ms: int) -> bytes:
+        stamped = [r.timestamp for r in records if r.timestamp is not None]
+        if not stamped:
+            return build_batch([(r.key, r.value, r.headers and [(h.key, h.value) for h in r.headers])
+                                for r in records], timestamp_ms=now_ms)
+        stamps = [now_ms if r.timestamp is None else r.timestamp for r in records]
         first = min(stamps)
-        return build_batch([(r.key, r.value, r.headers) for r in records], timestamp_ms=first,
-                           timestamp_deltas=[s - first for s in stamps])
+        return build_batch([(r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in records],
+                           timestamp_ms=first, timestamp_deltas=[s - first for s in stamps])
 
     async def _write(self, topic: str, batches: dict[int, bytes], session: Session,
                      deadline: float) -> dict[int, Outcome]:

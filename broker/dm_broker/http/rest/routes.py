@@ -17,13 +17,14 @@ from ...topics import INTERNAL_TOPICS
 from . import jsonio
 from .auth import REALM, HttpAuthenticator
 from .bodies import (
+    PRODUCE_BODIES,
     ConsumerConfigBody,
     OffsetsBody,
     PartitionRef,
     PartitionsBody,
-    ProduceBody,
     SubscriptionBody,
     parse,
+    parse_json,
 )
 from .consumers import ConsumerInstance, ConsumerRegistry
 from .errors import (
@@ -35,9 +36,9 @@ from .errors import (
     not_found_partition,
     unprocessable,
 )
-from .formats import accepted_format, content_type, embedded_format_of, to_bytes
+from .formats import accepted_format, content_type, embedded_format_of
 from .openapi import OPERATIONS, openapi_document
-from .producer import OutgoingRecord, RestProducer
+from .producer import RestProducer
 
 if TYPE_CHECKING:
     from ...broker import Broker
@@ -57,16 +58,21 @@ def no_content() -> web.Response:
     return web.Response(status=204)
 
 
-async def json_body(request: web.Request, required: bool = True) -> dict[str, Any]:
-    """The body as a JSON object; 408 when it does not arrive within http.request.timeout.ms (a client
-    trickling a body must not hold a request open for ever)."""
+async def read_body(request: web.Request) -> bytes:
+    """The body; 408 when it does not arrive within http.request.timeout.ms (a client trickling a body must
+    not hold a request open for ever)."""
     timeout_s = request.app[READ_TIMEOUT]
     try:
         async with asyncio.timeout(timeout_s):
-            raw = await request.read()
+            return await request.read()
     except TimeoutError:
         raise RestError(408, 40801, f"the request body did not arrive within {timeout_s:.0f} s "
                                     "(http.request.timeout.ms)") from None
+
+
+async def json_body(request: web.Request, required: bool = True) -> dict[str, Any]:
+    """The body as a JSON object."""
+    raw = await read_body(request)
     if not raw.strip():
         if required:
             raise RestError(400, 400, "the request needs a JSON body")
@@ -218,19 +224,13 @@ class RestApi:
         topic = request.match_info["topic"]
         doc = self.producer.topic(topic)
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
-        body = parse(ProduceBody, await json_body(request))
-        records = []
-        for i, item in enumerate(body.records):
-            if item.partition is not None and fixed is not None:
-                raise unprocessable(f"records[{i}] names a partition; this URL already names partition {fixed}")
-            headers = [(h.key, to_bytes("binary", h.value, f"records[{i}].headers[{j}].value"))
-                       for j, h in enumerate(item.headers)]
-            records.append(OutgoingRecord(to_bytes(fmt, item.key, f"records[{i}].key"),
-                                          to_bytes(fmt, item.value, f"records[{i}].value"),
-                                          fixed if item.partition is None else item.partition, headers,
-                                          item.timestamp))
-        results = await self.producer.produce(doc, records, request[SESSION])
-        return v2({"key_schema_id": None, "value_schema_id": None, "offsets": [r.as_json() for r in results]})
+        records = parse_json(PRODUCE_BODIES[fmt], await read_body(request)).records
+        if fixed is not None:
+            named = next((i for i, r in enumerate(records) if r.partition is not None), None)
+            if named is not None:
+                raise unprocessable(f"records[{named}] names a partition; this URL already names partition {fixed}")
+        offsets = await self.producer.produce(doc, records, fixed, request[SESSION])
+        return v2({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
 
     # -- consumer instances -----------------------------------------------------------------------
 
