@@ -29,6 +29,7 @@ from .http.rest.server import RestProxy
 from .log.checkpoints import atomic_write
 from .log.manager import RecoveryAborted
 from .log.meta_properties import IdentityError
+from .loop_watchdog import LoopWatchdog
 from .metrics import watch_event_loop
 from .security.tls import TlsSettings, client_context, server_context
 from .server import KafkaServer
@@ -220,11 +221,14 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         print_banner(listeners["kafka"], http_port)
     print(f"DM_READY {json.dumps(listeners)}", flush=True)
     loop_watch = asyncio.create_task(watch_event_loop(broker.metrics))
+    stall_watch = watch_for_stalls(config)
 
     fatal = asyncio.create_task(broker.fatal_event.wait())
     await asyncio.wait([asyncio.create_task(stop.wait()), fatal], return_when=asyncio.FIRST_COMPLETED)
     log.info("shutting down broker %d", broker.node_id)
     await stop_tasks(loop_watch)
+    if stall_watch is not None:
+        await stall_watch.stop()
     if embedded is None and not broker.fatal:
         await broker.controlled_shutdown()
     if rest is not None:
@@ -238,6 +242,16 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     if broker.fatal:
         raise SystemExit(f"dm: broker {broker.node_id} stopped: {broker.fatal}")
     log.info("broker %d stopped cleanly", broker.node_id)
+
+
+def watch_for_stalls(config: BrokerConfig) -> LoopWatchdog | None:
+    """A thread that logs where the loop is stuck when it stops turning (event.loop.stall.report.ms)."""
+    threshold_ms = config["event.loop.stall.report.ms"]
+    if threshold_ms <= 0:
+        return None
+    watchdog = LoopWatchdog(threshold_s=threshold_ms / 1000, beat_s=min(0.25, threshold_ms / 4000))
+    watchdog.start()
+    return watchdog
 
 
 def open_controller_refusal(host: str, token: str) -> str | None:
@@ -275,6 +289,7 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
         tune_gc()
         freezing = asyncio.create_task(freeze_as_it_grows(
             lambda: sum(len(topic.partitions) for topic in controller.topics.values())))
+        stall_watch = watch_for_stalls(config)
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()
         try:
@@ -293,6 +308,8 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
         print(f"DM_READY {json.dumps({'controller': f'{scheme}://{config.advertised_host}:{actual}'})}", flush=True)
         await stop.wait()
         await stop_tasks(freezing)
+        if stall_watch is not None:
+            await stall_watch.stop()
         await controller.close()
         await runner.cleanup()
     finally:

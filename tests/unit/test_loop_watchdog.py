@@ -6,6 +6,8 @@ import asyncio
 import logging
 import time
 
+from dm_broker.app import watch_for_stalls
+from dm_broker.config import BrokerConfig
 from dm_broker.loop_watchdog import LoopWatchdog
 
 
@@ -24,5 +26,20 @@ async def test_a_blocked_loop_is_reported_with_its_stack(caplog) -> None:
         await asyncio.sleep(0.2)
         assert len(watchdog.stalls) == 1, "one report per stall"
         assert "sleeps_on_the_loop" in caplog.text
+    finally:
+        await watchdog.stop()
+
+
+async def test_brokers_and_controllers_watch_their_loop_as_configured(caplog) -> None:
+    """event.loop.stall.report.ms: what `dm broker` and `dm controller` start (0 starts nothing)."""
+    assert watch_for_stalls(BrokerConfig.build({"event.loop.stall.report.ms": "0"}, environ={})) is None
+    caplog.set_level(logging.WARNING, logger="dm_broker.loop_watchdog")
+    watchdog = watch_for_stalls(BrokerConfig.build({"event.loop.stall.report.ms": "200"}, environ={}))
+    assert watchdog is not None
+    try:
+        await asyncio.sleep(0.1)
+        sleeps_on_the_loop(0.6)
+        await asyncio.sleep(0.1)
+        assert len(watchdog.stalls) == 1 and "sleeps_on_the_loop" in caplog.text
     finally:
         await watchdog.stop()

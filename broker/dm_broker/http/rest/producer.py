@@ -157,8 +157,9 @@ class RestProducer:
             for partition, batch in pending.items():
                 by_leader[self._leader(topic, partition)][partition] = batch
             leaderless = by_leader.pop(-1, {})
-            answers = await asyncio.gather(*(self._ask(leader, topic, part_batches, session, left)
-                                             for leader, part_batches in by_leader.items()))
+            asks = [self._ask(leader, topic, part_batches, session, left) for leader, part_batches in by_leader.items()]
+            # one leader (the common case of a small cluster or one partition): no task to wrap it in
+            answers = [await asks[0]] if len(asks) == 1 else await asyncio.gather(*asks)
             pending = dict(leaderless)
             for part_batches, (answered, moved) in zip(by_leader.values(), answers, strict=True):
                 outcomes.update(answered)
