@@ -10,6 +10,7 @@ import logging
 from aiohttp import web
 from dm_broker.controller.controller import Controller
 from dm_broker.controller.http import add_controller_routes, controller_application
+from dm_broker.gc_tuning import LongLivedObjects
 from dm_broker.tasks import stop_tasks
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -24,6 +25,7 @@ from .settings import OperatorSettings
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
 CLUSTER_LANE_THREADS = 4  # each DMCluster's API calls run on a lane of their own
+RELEASE_AFTER_S = 1.0  # a stopped cluster's objects go to one full collection this long after it stopped
 
 
 class Operator:
@@ -36,8 +38,16 @@ class Operator:
         self._starting: dict[Key, tuple[str, asyncio.Task[None]]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self.controller_tls = ControllerTls()
+        # The clusters' partitions are this process's long-lived objects (frozen as they grow, ADR 0040)
+        self.long_lived = LongLivedObjects(0)
         self.role = "starting"  # "standby" while another instance leads; "leader" once it hosts controllers
         self.kopf_ready = False
+
+    def partition_count(self) -> int:
+        """The partitions of every cluster this operator runs the controller of: the long-lived objects that
+        grow with the clusters (what freeze_as_it_grows watches)."""
+        return sum(len(topic.partitions) for runtime in self.runtimes.values()
+                   for topic in runtime.controller.topics.values())
 
     # -- DMClusters --------------------------------------------------------------------------------
 
@@ -96,10 +106,12 @@ class Operator:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    @staticmethod
-    async def _stop(runtime: ClusterRuntime) -> None:
+    async def _stop(self, runtime: ClusterRuntime) -> None:
         await runtime.stop()
         runtime.kube.close()
+        # Once the callers' frames have let go of it too: the stopped cluster's objects may hold cycles, and
+        # frozen they would never be freed (gc_tuning.LongLivedObjects.release).
+        asyncio.get_running_loop().call_later(RELEASE_AFTER_S, self.long_lived.release)
 
     async def remove(self, namespace: str, name: str) -> None:
         starting = self._starting.pop((namespace, name), None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,3 +120,25 @@ async def test_the_controller_freezes_once_its_partitions_grew() -> None:
         assert gc.get_freeze_count() >= before + len(young)
     finally:
         task.cancel()
+
+
+class Held:
+    """Something long-lived that ends up in a reference cycle (as a stopped controller's objects do through
+    its tasks' tracebacks)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_release_frees_cycles_among_frozen_objects() -> None:
+    held = Held()
+    alive = weakref.ref(held)
+    LongLivedObjects(0).settle(1)  # frozen, as a grown controller's objects are
+    del held
+    gc.collect()
+    assert alive() is not None, "a cycle among frozen objects is out of the collector's reach"
+    long_lived = LongLivedObjects(1)
+    still_needed = [Held()]
+    long_lived.release()
+    assert alive() is None and long_lived.releases == 1
+    assert gc.get_freeze_count() > 0 and still_needed[0].me is still_needed[0]  # what is alive is frozen again
