@@ -49,6 +49,7 @@ def test_create_topics_accepts_every_standard_topic_config(jbod):
         refused["tiered"].result(15)
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")  # the older API, on purpose
 def test_incremental_append_and_subtract_and_the_older_alter_configs(jbod):
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
@@ -90,6 +91,7 @@ def test_incremental_append_and_subtract_and_the_older_alter_configs(jbod):
     assert entries["cleanup.policy"].value == "delete"  # the override is gone: back to the default
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")  # the older API, on purpose
 def test_broker_configs_have_sources_and_synonyms_and_advertised_listeners(jbod):
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
