@@ -287,8 +287,7 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
                                            or None, **ControllerSettings.from_config(config).model_dump())
         controller.start()
         tune_gc()
-        freezing = asyncio.create_task(freeze_as_it_grows(
-            lambda: sum(len(topic.partitions) for topic in controller.topics.values())))
+        freezing = asyncio.create_task(freeze_as_it_grows(controller.partition_count))
         stall_watch = watch_for_stalls(config)
         runner = web.AppRunner(controller_app(controller, token), access_log=None)
         await runner.setup()

@@ -72,7 +72,7 @@ async def freeze_as_it_grows(count: Callable[[], int], every_s: float = 1.0,
                              long_lived: LongLivedObjects | None = None) -> None:
     """For a process whose long-lived objects grow in handlers rather than in one place (the
     controller's topics): settles once a second, freezing only after `count` grew."""
-    long_lived = long_lived or LongLivedObjects(count())
+    long_lived = LongLivedObjects(count()) if long_lived is None else long_lived
     while True:
         await asyncio.sleep(every_s)
         long_lived.settle(count())

@@ -85,7 +85,6 @@ class Partitioner:
         start, n = self._next, self.partitions
         self._next += len(keys)
         chosen = [(start + i) % n for i in range(len(keys))]
-        for partition in range(n):
-            # each partition's share of the run: how many i in [0, len) have (start + i) % n == partition
-            self.loads[partition] += (len(keys) - (partition - start) % n + n - 1) // n
+        for partition in chosen:
+            self.loads[partition] += 1
         return chosen

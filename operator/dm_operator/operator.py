@@ -46,8 +46,7 @@ class Operator:
     def partition_count(self) -> int:
         """The partitions of every cluster this operator runs the controller of: the long-lived objects that
         grow with the clusters (what freeze_as_it_grows watches)."""
-        return sum(len(topic.partitions) for runtime in self.runtimes.values()
-                   for topic in runtime.controller.topics.values())
+        return sum(runtime.controller.partition_count() for runtime in self.runtimes.values())
 
     # -- DMClusters --------------------------------------------------------------------------------
 

@@ -244,6 +244,11 @@ class Controller:
                                group_configs=self.cluster.group_configs, delta_from=delta_from,
                                removed_topics=removed)
 
+    def partition_count(self) -> int:
+        """The partitions of all topics: the controller's long-lived objects, which a process hosting it
+        freezes as they grow (ADR 0040)."""
+        return sum(len(topic.partitions) for topic in self.topics.values())
+
     def cluster_info(self) -> ClusterInfo:
         return ClusterInfo(cluster_id=self.cluster.cluster_id if self.established else None,
                            incarnation=self.incarnation)

@@ -8,8 +8,9 @@ hot path (timestamp lookups, compaction, tools).
 
 from __future__ import annotations
 
+import itertools
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -310,32 +311,55 @@ def _small_varint(value: int) -> bytes:
     return _SMALL_VARINTS[value + 1] if -1 <= value < _SMALL_LIMIT else _varint(value)
 
 
-def _encoded_record(delta_ts: int, delta_offset: int, key: bytes | None, value: bytes | None,
-                    headers: list[tuple[str, bytes | None]]) -> list[bytes]:
-    """One record's pieces, its length varint first (the one record encoder: new batches and compaction)."""
-    parts = [b"\x00", _small_varint(delta_ts), _small_varint(delta_offset)]
-    for data in (key, value):
-        if data is None:
-            parts.append(_SMALL_VARINTS[0])
+RecordFields = tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]  # key, value, headers
+_NULL = _SMALL_VARINTS[0]  # the length of an absent key, value or header value
+_NO_HEADERS = _SMALL_VARINTS[1]  # a header count of 0
+
+
+def _encode_records(pieces: list[bytes], records: Iterable[tuple[int, int, RecordFields]]) -> None:
+    """Appends each (timestamp delta, offset delta, (key, value, headers)) record's pieces, its length varint
+    first: the one record encoder (new batches and compaction). Written for the record with no headers,
+    which the REST Proxy builds one of per record: no call and no list of its own per record."""
+    table, limit, small = _SMALL_VARINTS, _SMALL_LIMIT, _small_varint
+    for delta_ts, delta_offset, (key, value, headers) in records:
+        # the table looked up in place: a call per varint would cost more than the rest of the record
+        stamp = table[delta_ts + 1] if -1 <= delta_ts < limit else _varint(delta_ts)
+        offset = table[delta_offset + 1] if delta_offset < limit else _varint(delta_offset)
+        key_length = _NULL if key is None else small(len(key))
+        value_length = _NULL if value is None else small(len(value))
+        size = 1 + len(stamp) + len(offset) + len(key_length) + len(value_length)
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        extra = _encoded_headers(headers) if headers else None
+        size += 1 if extra is None else sum(map(len, extra))
+        pieces += (table[size + 1] if size < limit else _varint(size), b"\x00", stamp, offset, key_length)
+        if key is not None:
+            pieces.append(key)
+        pieces.append(value_length)
+        if value is not None:
+            pieces.append(value)
+        if extra is None:
+            pieces.append(_NO_HEADERS)
         else:
-            parts.append(_small_varint(len(data)))
-            parts.append(data)
-    parts.append(_small_varint(len(headers)))
+            pieces += extra
+
+
+def _encoded_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[bytes]:
+    parts = [_small_varint(len(headers))]
     for hkey, hval in headers:
         name = hkey.encode()
-        parts.append(_small_varint(len(name)))
-        parts.append(name)
+        parts += (_small_varint(len(name)), name)
         if hval is None:
-            parts.append(_SMALL_VARINTS[0])
+            parts.append(_NULL)
         else:
-            parts.append(_small_varint(len(hval)))
-            parts.append(hval)
-    parts.insert(0, _small_varint(sum(map(len, parts))))
+            parts += (_small_varint(len(hval)), hval)
     return parts
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    records: Sequence[RecordFields],
     *,
     base_offset: int = 0,
     timestamp_ms: int,
@@ -350,34 +374,7 @@ def build_batch(
     `timestamp_deltas` gives records timestamps of their own (timestamp_ms + delta)."""
     deltas = timestamp_deltas or [0] * len(records)
     pieces: list[bytes] = []
-    small = _SMALL_VARINTS
-    null = small[0]
-    for index, (key, value, headers) in enumerate(records):
-        delta = deltas[index]
-        if headers or not -1 <= delta < _SMALL_LIMIT or index >= _SMALL_LIMIT:
-            pieces += _encoded_record(delta, index, key, value, headers)
-            continue
-        # The common record (no headers, small deltas) inline: the REST Proxy builds one per record, and a
-        # call per record is a third of the batch's cost.
-        stamp, offset = small[delta + 1], small[index + 1]
-        key_length = null if key is None else _small_varint(len(key))
-        value_length = null if value is None else _small_varint(len(value))
-        size = 2 + len(stamp) + len(offset) + len(key_length) + len(value_length)
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
-        pieces.append(_small_varint(size))
-        pieces.append(b"\x00")
-        pieces.append(stamp)
-        pieces.append(offset)
-        pieces.append(key_length)
-        if key is not None:
-            pieces.append(key)
-        pieces.append(value_length)
-        if value is not None:
-            pieces.append(value)
-        pieces.append(b"\x00")  # no headers
+    _encode_records(pieces, zip(deltas, itertools.count(), records))
     payload = compress(codec, b"".join(pieces))
     attributes = codec | attributes_extra
     length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
@@ -398,9 +395,8 @@ def rebuild_batch(original: bytes, kept: list[Record]) -> bytes:
     timestamps, producer fields and codec stay, so offsets and producer state are unchanged."""
     header = parse_header(original)
     pieces: list[bytes] = []
-    for r in kept:
-        pieces += _encoded_record(r.timestamp - header.base_timestamp, r.offset - header.base_offset, r.key, r.value,
-                                  r.headers)
+    _encode_records(pieces, ((r.timestamp - header.base_timestamp, r.offset - header.base_offset,
+                              (r.key, r.value, r.headers)) for r in kept))
     return with_payload(header, compress(header.compression, b"".join(pieces)), header.attributes, len(kept))
 
 

@@ -124,22 +124,13 @@ class ConsumerConfigBody(Body):
 M = TypeVar("M", bound="Body")
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())[:1000]
-
-
-def parse(model: type[M], body: dict[str, Any], code: int = INVALID_REQUEST) -> M:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise RestError(422, code, _problems(exc)) from None
-
-
-def parse_json(model: type[M], raw: bytes, code: int = INVALID_REQUEST) -> M:
-    """`raw` parsed and validated in one pass (the produce path): 400 for what is not a JSON object, 422 for
-    an object that is not what `model` says."""
+def parse_json(model: type[M], raw: bytes, code: int = INVALID_REQUEST, required: bool = True) -> M:
+    """`raw` parsed and validated in one pass: 400 for what is not a JSON object, 422 for an object that is
+    not what `model` says. An empty body is `model`'s defaults unless `required`."""
     if not raw or raw.isspace():
-        raise RestError(400, 400, "the request needs a JSON body")
+        if required:
+            raise RestError(400, 400, "the request needs a JSON body")
+        raw = b"{}"
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
@@ -148,4 +139,5 @@ def parse_json(model: type[M], raw: bytes, code: int = INVALID_REQUEST) -> M:
             raise RestError(400, 400, f"the body is not JSON: {first['msg']}") from None
         if not first["loc"] and first["type"] == "model_type":
             raise RestError(400, 400, "the body must be a JSON object") from None
-        raise RestError(422, code, _problems(exc)) from None
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+        raise RestError(422, code, problems[:1000]) from None

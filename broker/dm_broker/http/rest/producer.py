@@ -100,22 +100,19 @@ class RestProducer:
         if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
             raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
         count = len(doc.partitions)
+        chosen = [fixed] * len(records) if fixed is not None else [record.partition for record in records]
+        missing = next((partition for partition in chosen if partition is not None and partition >= count), None)
+        if missing is not None:
+            raise not_found_partition(topic, missing)
+        unplaced = [i for i, partition in enumerate(chosen) if partition is None]
+        if unplaced:
+            chooser = await self._chooser(topic, doc, session)
+            picks = chooser.partitioner.choose_all([records[i].key for i in unplaced])
+            for index, partition in zip(unplaced, picks, strict=True):
+                chosen[index] = partition
         by_partition: dict[int, list[int]] = defaultdict(list)
-        if fixed is not None:
-            by_partition[fixed] = list(range(len(records)))
-        else:
-            for record in records:
-                if record.partition is not None and record.partition >= count:
-                    raise not_found_partition(topic, record.partition)
-            unplaced = [i for i, record in enumerate(records) if record.partition is None]
-            chosen = [record.partition for record in records]
-            if unplaced:
-                chooser = await self._chooser(topic, doc, session)
-                picks = chooser.partitioner.choose_all([records[i].key for i in unplaced])
-                for index, partition in zip(unplaced, picks, strict=True):
-                    chosen[index] = partition
-            for index, partition in enumerate(chosen):
-                by_partition[partition].append(index)
+        for index, partition in enumerate(chosen):
+            by_partition[partition].append(index)
         deadline = time.monotonic() + self.broker.config["http.request.timeout.ms"] / 1000
         now_ms = int(time.time() * 1000)
         batches = {partition: self._batch([records[i] for i in indexes], now_ms)
@@ -131,14 +128,16 @@ class RestProducer:
 
     @staticmethod
     def _batch(records: list[BinaryRecord], now_ms: int) -> bytes:
-        stamped = [r.timestamp for r in records if r.timestamp is not None]
-        if not stamped:
-            return build_batch([(r.key, r.value, r.headers and [(h.key, h.value) for h in r.headers])
-                                for r in records], timestamp_ms=now_ms)
-        stamps = [now_ms if r.timestamp is None else r.timestamp for r in records]
-        first = min(stamps)
-        return build_batch([(r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in records],
-                           timestamp_ms=first, timestamp_deltas=[s - first for s in stamps])
+        stamps = [r.timestamp for r in records]
+        deltas = None
+        first = now_ms
+        if any(stamp is not None for stamp in stamps):
+            stamps = [now_ms if stamp is None else stamp for stamp in stamps]
+            first = min(stamps)
+            deltas = [stamp - first for stamp in stamps]
+        return build_batch([(r.key, r.value, [(h.key, h.value) for h in r.headers] if r.headers else ())
+                            for r in records],
+                           timestamp_ms=first, timestamp_deltas=deltas)
 
     async def _write(self, topic: str, batches: dict[int, bytes], session: Session,
                      deadline: float) -> dict[int, Outcome]:

@@ -19,16 +19,17 @@ from .auth import REALM, HttpAuthenticator
 from .bodies import (
     PRODUCE_BODIES,
     ConsumerConfigBody,
+    M,
     OffsetsBody,
     PartitionRef,
     PartitionsBody,
     SubscriptionBody,
-    parse,
     parse_json,
 )
 from .consumers import ConsumerInstance, ConsumerRegistry
 from .errors import (
     INVALID_CONSUMER_CONFIG,
+    INVALID_REQUEST,
     V2_JSON,
     RestError,
     error_response,
@@ -70,20 +71,10 @@ async def read_body(request: web.Request) -> bytes:
                                     "(http.request.timeout.ms)") from None
 
 
-async def json_body(request: web.Request, required: bool = True) -> dict[str, Any]:
-    """The body as a JSON object."""
-    raw = await read_body(request)
-    if not raw.strip():
-        if required:
-            raise RestError(400, 400, "the request needs a JSON body")
-        return {}
-    try:
-        body = jsonio.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise RestError(400, 400, f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise RestError(400, 400, "the body must be a JSON object")
-    return body
+async def body(request: web.Request, model: type[M], code: int = INVALID_REQUEST, required: bool = True) -> M:
+    """The body as `model` (parsed and validated in one pass); without a body, `model`'s defaults unless
+    `required`."""
+    return parse_json(model, await read_body(request), code, required)
 
 
 def topic_partitions(refs: list[PartitionRef]) -> list[TopicPartition]:
@@ -224,7 +215,7 @@ class RestApi:
         topic = request.match_info["topic"]
         doc = self.producer.topic(topic)
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
-        records = parse_json(PRODUCE_BODIES[fmt], await read_body(request)).records
+        records = (await body(request, PRODUCE_BODIES[fmt])).records
         if fixed is not None:
             named = next((i for i, r in enumerate(records) if r.partition is not None), None)
             if named is not None:
@@ -239,8 +230,7 @@ class RestApi:
 
     async def create_consumer(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
-        body = await json_body(request, required=False)
-        config = parse(ConsumerConfigBody, body, INVALID_CONSUMER_CONFIG)
+        config = await body(request, ConsumerConfigBody, INVALID_CONSUMER_CONFIG, required=False)
         instance = await self.consumers.create(group, config, request[SESSION])
         return v2({"instance_id": instance.name,
                    "base_uri": f"{self.base_uri}/consumers/{group}/instances/{instance.name}"})
@@ -251,7 +241,7 @@ class RestApi:
 
     async def subscribe(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        await self.consumers.subscribe(instance, parse(SubscriptionBody, await json_body(request)), request[SESSION])
+        await self.consumers.subscribe(instance, (await body(request, SubscriptionBody)), request[SESSION])
         return no_content()
 
     async def get_subscription(self, request: web.Request) -> web.Response:
@@ -263,7 +253,7 @@ class RestApi:
 
     async def assign(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        refs = parse(PartitionsBody, await json_body(request)).partitions
+        refs = (await body(request, PartitionsBody)).partitions
         await self.consumers.assign(instance, topic_partitions(refs), request[SESSION])
         return no_content()
 
@@ -290,30 +280,30 @@ class RestApi:
 
     async def commit(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        given = parse(OffsetsBody, await json_body(request, required=False)).offsets
+        given = (await body(request, OffsetsBody, required=False)).offsets
         offsets = {TopicPartition(o.topic, o.partition): (o.offset, o.metadata) for o in given} if given else None
         await self.consumers.commit(instance, offsets, request[SESSION])
         return v2({}, status=200)
 
     async def committed(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        partitions = topic_partitions(parse(PartitionsBody, await json_body(request)).partitions)
+        partitions = topic_partitions((await body(request, PartitionsBody)).partitions)
         return v2({"offsets": await self.consumers.committed(instance, partitions, request[SESSION])})
 
     async def seek(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        given = parse(OffsetsBody, await json_body(request)).offsets
+        given = (await body(request, OffsetsBody)).offsets
         await self.consumers.seek(instance, {TopicPartition(o.topic, o.partition): o.offset for o in given})
         return no_content()
 
     async def seek_beginning(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        refs = parse(PartitionsBody, await json_body(request)).partitions
+        refs = (await body(request, PartitionsBody)).partitions
         await self.consumers.seek_to(instance, topic_partitions(refs), end=False)
         return no_content()
 
     async def seek_end(self, request: web.Request) -> web.Response:
         instance = self._instance(request)
-        refs = parse(PartitionsBody, await json_body(request)).partitions
+        refs = (await body(request, PartitionsBody)).partitions
         await self.consumers.seek_to(instance, topic_partitions(refs), end=True)
         return no_content()
