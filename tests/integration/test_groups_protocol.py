@@ -133,6 +133,35 @@ async def test_rebalance_in_progress_and_offsets_only_group(gbroker, topic_name)
     await b.close()
 
 
+async def test_a_commit_refuses_unknown_partitions_and_long_metadata_and_stores_the_rest(gbroker, topic_name):
+    """Each partition of an OffsetCommit is answered on its own, as Kafka does: an unknown topic or
+    partition and metadata over offset.metadata.max.bytes (4096) are refused, the others stored."""
+    ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 2)
+    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    group = "refusals-" + topic_name
+    await find_coordinator(conn, group)
+    cls = request_class(8, 7)
+    t, p = nested(cls, "OffsetCommitRequestTopic"), nested(cls, "OffsetCommitRequestPartition")
+
+    def part(index: int, offset: int, metadata: str):
+        return p(partition_index=index, committed_offset=offset, committed_leader_epoch=-1, committed_metadata=metadata)
+
+    resp = await conn.request(make(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                                   group_instance_id=None, topics=(
+        t(name=topic_name, partitions=(part(0, 10, "ok"), part(1, 11, "x" * 4097), part(2, 12, "no such"))),
+        t(name=topic_name + "-absent", partitions=(part(0, 13, ""),)))))
+    codes = {(topic.name, q.partition_index): q.error_code for topic in resp.topics for q in topic.partitions}
+    assert codes == {(topic_name, 0): ErrorCode.none, (topic_name, 1): ErrorCode.offset_metadata_too_large,
+                     (topic_name, 2): ErrorCode.unknown_topic_or_partition,
+                     (topic_name + "-absent", 0): ErrorCode.unknown_topic_or_partition}
+    fetch_cls = request_class(9, 7)
+    fetched = await conn.request(make(fetch_cls, group_id=group, require_stable=False, topics=(
+        nested(fetch_cls, "OffsetFetchRequestTopic")(name=topic_name, partition_indexes=(0, 1)),)))
+    stored = {q.partition_index: (q.committed_offset, q.metadata) for q in fetched.topics[0].partitions}
+    assert stored == {0: (10, "ok"), 1: (-1, "")}  # the refused one stored nothing
+    await conn.close()
+
+
 def test_groups_cli_describe_lag_reset_delete(gbroker, topic_name):
     from confluent_kafka import Consumer
 

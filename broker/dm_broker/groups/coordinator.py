@@ -659,21 +659,7 @@ class GroupCoordinator:
                 return all_error(error)
             member = group.members[member_id]
             member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        values: dict[tuple[str, int], OffsetValue] = {}
-        timestamp = now_ms()
-        for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            topic_info = self.broker.topic(topic)
-            if topic_info is None or not 0 <= partition < len(topic_info.partitions):
-                results[(topic, partition)] = E.unknown_topic_or_partition.value
-                continue
-            if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:
-                results[(topic, partition)] = E.offset_metadata_too_large.value
-                continue
-            value = OffsetValue(offset, epoch, metadata or "", timestamp)
-            values[(topic, partition)] = value
-            records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
+        results, values, records = self._offset_records(group_id, offsets)
         if records:
             group.pending_commits.update(list(values))
             try:
@@ -686,6 +672,28 @@ class GroupCoordinator:
                     group.offsets[key] = value
                 results[key] = stored.value
         return results
+
+    def _offset_records(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str | None]]
+                        ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], OffsetValue],
+                                   list[tuple[bytes, bytes | None]]]:
+        """The offsets a commit may store, as values and as the records of the offsets topic; the
+        others are answered at once (unknown partition, metadata over offset.metadata.max.bytes)."""
+        refused: dict[tuple[str, int], int] = {}
+        values: dict[tuple[str, int], OffsetValue] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        timestamp = now_ms()
+        for (topic, partition), (offset, epoch, metadata) in offsets.items():
+            topic_info = self.broker.topic(topic)
+            if topic_info is None or not 0 <= partition < len(topic_info.partitions):
+                refused[(topic, partition)] = E.unknown_topic_or_partition.value
+                continue
+            if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:
+                refused[(topic, partition)] = E.offset_metadata_too_large.value
+                continue
+            value = OffsetValue(offset, epoch, metadata or "", timestamp)
+            values[(topic, partition)] = value
+            records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
+        return refused, values, records
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[int, dict[tuple[str, int], OffsetValue | None]]:
@@ -734,21 +742,7 @@ class GroupCoordinator:
                      else self._member_error(group, member_id, instance_id, generation))
             if error is not None:
                 return all_error(error)
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        values: dict[tuple[str, int], OffsetValue] = {}
-        timestamp = now_ms()
-        for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            topic_info = self.broker.topic(topic)
-            if topic_info is None or not 0 <= partition < len(topic_info.partitions):
-                results[(topic, partition)] = E.unknown_topic_or_partition.value
-                continue
-            if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:
-                results[(topic, partition)] = E.offset_metadata_too_large.value
-                continue
-            value = OffsetValue(offset, epoch, metadata or "", timestamp)
-            values[(topic, partition)] = value
-            records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
+        results, values, records = self._offset_records(group_id, offsets)
         if records:
             stored = await self._write(group_id, records, producer=(producer_id, producer_epoch))
             if stored == E.none:
