@@ -21,11 +21,12 @@ pytestmark = pytest.mark.timeout(120)
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"  # consumer protocol v0, topic "t"
 
 
-def join_req(group: str, member_id: str = "", protocols=(("range", SUBSCRIPTION),), protocol_type="consumer"):
+def join_req(group: str, member_id: str = "", protocols=(("range", SUBSCRIPTION),), protocol_type="consumer",
+             instance_id: str | None = None, session_s: float = 10):
     cls = request_class(11, 5)
     proto = nested(cls, "JoinGroupRequestProtocol")
-    return make(cls, group_id=group, session_timeout=datetime.timedelta(seconds=10),
-                rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id, group_instance_id=None,
+    return make(cls, group_id=group, session_timeout=datetime.timedelta(seconds=session_s),
+                rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id, group_instance_id=instance_id,
                 protocol_type=protocol_type, protocols=tuple(proto(name=n, metadata=m) for n, m in protocols))
 
 
@@ -36,12 +37,12 @@ def sync_req(group: str, generation: int, member_id: str, assignments: dict[str,
                 assignments=tuple(a(member_id=m, assignment=v) for m, v in assignments.items()))
 
 
-def commit_req(group: str, generation: int, member_id: str, topic: str, offset: int):
+def commit_req(group: str, generation: int, member_id: str, topic: str, offset: int, instance_id: str | None = None):
     cls = request_class(8, 7)
     t = nested(cls, "OffsetCommitRequestTopic")
     p = nested(cls, "OffsetCommitRequestPartition")
     return make(cls, group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
-                group_instance_id=None, topics=(t(name=topic, partitions=(p(
+                group_instance_id=instance_id, topics=(t(name=topic, partitions=(p(
                     partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
                     committed_metadata=f"meta-{offset}"),)),))
 
@@ -160,6 +161,52 @@ async def test_a_commit_refuses_unknown_partitions_and_long_metadata_and_stores_
     stored = {q.partition_index: (q.committed_offset, q.metadata) for q in fetched.topics[0].partitions}
     assert stored == {0: (10, "ok"), 1: (-1, "")}  # the refused one stored nothing
     await conn.close()
+
+
+async def test_a_static_member_replaced_by_its_instance_id_is_fenced(gbroker, topic_name):
+    """KIP-345: a new JoinGroup with a known group.instance.id and no member id takes the old member's
+    place; the old member's heartbeat, commit and rejoin are answered FENCED_INSTANCE_ID. A session
+    timeout outside group.min/max.session.timeout.ms is refused before anything else."""
+    ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1)
+    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    group = "static-" + topic_name
+    await find_coordinator(conn, group)
+    short = await conn.request(join_req(group, session_s=1))  # group.min.session.timeout.ms is 6 s
+    assert short.error_code == ErrorCode.invalid_session_timeout
+    old = await conn.request(join_req(group, instance_id="i-1"))
+    assert old.error_code == ErrorCode.none and old.member_id  # a static member gets its id at once
+    await conn.request(sync_req(group, old.generation_id, old.member_id, {old.member_id: b"a"}))
+    new = await conn.request(join_req(group, instance_id="i-1"))
+    assert new.error_code == ErrorCode.none and new.member_id != old.member_id
+    hb_cls = request_class(12, 3)
+    hb = await conn.request(make(hb_cls, group_id=group, generation_id=old.generation_id, member_id=old.member_id,
+                                 group_instance_id="i-1"))
+    assert hb.error_code == ErrorCode.fenced_instance_id
+    assert await commit_code(conn, group, old.generation_id, old.member_id, topic_name, 3, "i-1") == \
+        ErrorCode.fenced_instance_id
+    rejoin = await conn.request(join_req(group, member_id=old.member_id, instance_id="i-1"))
+    assert rejoin.error_code == ErrorCode.fenced_instance_id
+    await conn.close()
+
+
+async def test_group_max_size_refuses_one_member_too_many(tmp_path, topic_name):
+    with running_broker(tmp_path / "data", {"group.initial.rebalance.delay.ms": 0, "group.max.size": 2}) as b:
+        ConfluentClient(b.bootstrap).create_topic(topic_name, 1)
+        conns = [await KafkaConnection.open("127.0.0.1", b.port) for _ in range(3)]
+        group = "small-" + topic_name
+        await find_coordinator(conns[0], group)
+        first = await conns[0].request(join_req(group, instance_id="a"))
+        assert first.error_code == ErrorCode.none
+        # the second member's join waits for the rebalance it starts; the first rejoins to finish it
+        second = asyncio.create_task(conns[1].request(join_req(group, instance_id="b")))
+        await asyncio.sleep(0.3)
+        rejoined = await conns[0].request(join_req(group, member_id=first.member_id, instance_id="a"))
+        assert rejoined.error_code == ErrorCode.none and len(rejoined.members) == 2
+        assert (await second).error_code == ErrorCode.none
+        third = await conns[2].request(join_req(group, instance_id="c"))
+        assert third.error_code == ErrorCode.group_max_size_reached
+        for conn in conns:
+            await conn.close()
 
 
 def test_groups_cli_describe_lag_reset_delete(gbroker, topic_name):

@@ -321,6 +321,11 @@ class GroupCoordinator:
             group.pending_members.discard(member_id)
             self._pending_deadlines.pop((group.group_id, member_id), None)
             return await self._add_and_join(group, new)
+        known = group.static_members.get(new.group_instance_id) if new.group_instance_id else None
+        if known is not None and known != member_id:
+            # Checked before "unknown member", as Kafka does: a replaced static member told only that its
+            # id is unknown would join afresh with the same instance id and fence its successor in turn.
+            return JoinResult(E.fenced_instance_id.value, member_id=member_id)
         member = group.members.get(member_id)
         if member is None:
             return JoinResult(E.unknown_member_id.value, member_id=member_id)
