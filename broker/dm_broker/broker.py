@@ -532,6 +532,10 @@ class Broker:
             self._retire_log(key, holdings.disk_topic_id(self.logs.logs[key]), md)
         self.logs.settle()
         self._sync_coordinator(md)
+        deleted = {name for name, topic in before.items()
+                   if (now_there := md.topics.get(name)) is None or now_there.topic_id != topic.topic_id}
+        if deleted:
+            self.coordinator.forget_topics(deleted)
         self._cache_writer.update(md)
         self._metadata_changed.set()
         self._metadata_changed = asyncio.Event()

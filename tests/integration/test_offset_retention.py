@@ -89,3 +89,46 @@ def test_offsets_of_a_commit_only_group_expire_after_the_commit_and_stay_expired
     rbroker.start()  # the expiry was written to __consumer_offsets
     assert committed(rbroker.bootstrap, group, topic) < 0
     assert "offsets expired" in rbroker.log_path.read_text()
+
+
+def test_offsets_of_a_deleted_topic_go_with_it_and_a_new_topic_of_its_name_is_read_from_its_start(tmp_path) -> None:
+    """Kafka removes a deleted topic's committed offsets from every group at once. Kept, a group would
+    resume a new topic of the same name at the old topic's position and skip its first records. With
+    the default retention (7 days, checked every 10 minutes) only the deletion can remove them here."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic, other, group = f"t-{uuid.uuid4().hex[:8]}", f"u-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    defaults = {k: v for k, v in BROKER.items() if not k.startswith("offsets.retention")}  # 7 days, 10 minutes
+    with running_broker(tmp_path / "data", defaults) as broker:
+        client = ConfluentClient(broker.bootstrap)
+        for name in (topic, other):
+            client.create_topic(name, 1)
+            client.produce(name, [Rec(None, b"old-%d" % i) for i in range(10)])
+        c = consumer(broker.bootstrap, group)
+        c.commit(offsets=[TopicPartition(topic, 0, 10), TopicPartition(other, 0, 4)], asynchronous=False)
+        c.close()
+        assert committed(broker.bootstrap, group, topic) == 10
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_topics([topic])[topic].result(15)
+        wait_for(lambda: committed(broker.bootstrap, group, topic) < 0, 20, what="the deleted topic's offset removed")
+        assert committed(broker.bootstrap, group, other) == 4  # another topic's offset stays
+
+        client.create_topic(topic, 1)
+        client.produce(topic, [Rec(None, b"new-%d" % i) for i in range(15)])
+        c = consumer(broker.bootstrap, group)
+        c.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.time() + 30
+        while len(got) < 15 and time.time() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+        c.close()
+        assert got == [b"new-%d" % i for i in range(15)]  # from the new topic's start, nothing skipped
+
+        broker.stop()  # the removal was written to __consumer_offsets, not only forgotten in memory
+        broker.start()
+        assert committed(broker.bootstrap, group, topic) < 0
+        assert committed(broker.bootstrap, group, other) == 4

@@ -84,6 +84,8 @@ class GroupCoordinator:
         self._pending_deadlines: dict[tuple[str, str], float] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._expirer: asyncio.Task[None] | None = None
+        self._expire_now = asyncio.Event()  # an expiry pass before the next interval (a topic deleted)
+        self._deleted_topics: dict[str, int] = {}  # topic -> when (ms) this broker saw it deleted
         self.on_change: Callable[[], None] | None = None
         self.consumer_protocol = ConsumerProtocol(self, settings.consumer)
         self.share_protocol = ShareProtocol(self, settings.share)
@@ -796,20 +798,50 @@ class GroupCoordinator:
 
     # -- offset retention (KIP-211, KIP-496) -------------------------------------------------
 
+    def forget_topics(self, names: set[str]) -> None:
+        """Topics that were deleted (or deleted and created again): their committed offsets are removed
+        from every group this broker coordinates, with tombstones, as Kafka does. Kept, they would make
+        a group resume a new topic of the same name at the old topic's positions, skipping its first
+        records, and `dm groups describe` would list offsets of a topic that is gone."""
+        now = now_ms()
+        for name in names:
+            self._deleted_topics[name] = now
+        self._expire_now.set()
+
+    def _gone(self, topic: str, value: OffsetValue) -> bool:
+        """An offset of a topic that no longer exists, or of a deleted one whose name was given again
+        (committed before the deletion). The first also covers a deletion seen by a previous
+        coordinator of the group that failed before writing its tombstones."""
+        deleted_at = self._deleted_topics.get(topic)
+        return (deleted_at is not None and value.commit_timestamp <= deleted_at) or self.broker.topic(topic) is None
+
     async def _expire_periodically(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
+            try:
+                await asyncio.wait_for(self._expire_now.wait(), self.settings.retention_check_interval_ms / 1000)
+            except TimeoutError:
+                pass
+            self._expire_now.clear()
             try:
                 await self.expire_offsets()
             except Exception:  # the next round tries again; a failed write changed nothing
                 log.exception("expiring committed offsets failed")
 
     def _expired(self, group: Group, now: int) -> list[tuple[str, int]]:
-        """Kafka's rules: an empty consumer group loses its offsets `retention` after it became
-        empty; a group that only commits (no protocol) loses each offset `retention` after its
-        commit; a stable consumer group loses offsets of topics it no longer subscribes to."""
-        retention = self.settings.offsets_retention_ms
+        """Offsets of deleted topics (forget_topics), and Kafka's retention rules: an empty consumer
+        group loses its offsets `retention` after it became empty; a group that only commits (no
+        protocol) loses each offset `retention` after its commit; a stable consumer group loses
+        offsets of topics it no longer subscribes to."""
         candidates = [(tp, v) for tp, v in group.offsets.items() if tp not in group.pending_commits]
+        gone = [tp for tp, v in candidates if self._gone(tp[0], v)]
+        if gone:
+            removed = set(gone)
+            candidates = [(tp, v) for tp, v in candidates if tp not in removed]
+        return gone + self._past_retention(group, candidates, now)
+
+    def _past_retention(self, group: Group, candidates: list[tuple[tuple[str, int], OffsetValue]],
+                        now: int) -> list[tuple[str, int]]:
+        retention = self.settings.offsets_retention_ms
         if group.state == GroupState.EMPTY:
             if group.protocol_type:
                 return [tp for tp, _ in candidates] if group.state_timestamp + retention <= now else []
@@ -824,6 +856,9 @@ class GroupCoordinator:
         """Deletes expired offsets (tombstones in __consumer_offsets) and empty groups left with no
         offsets; returns how many offsets were deleted."""
         now = now_ms() if now is None else now
+        # A deleted topic's name is kept as long as offsets are: any offset of the old topic is gone by then.
+        self._deleted_topics = {t: at for t, at in self._deleted_topics.items()
+                                if at + self.settings.offsets_retention_ms > now}
         deleted = 0
         for group in list(self.groups.values()):
             if self.partition_for(group.group_id) not in self.owned or group.state == GroupState.DEAD:
@@ -846,7 +881,7 @@ class GroupCoordinator:
                 if group.offsets.get(tp) is value:  # a commit that landed meanwhile came after the tombstone
                     group.offsets.pop(tp)
             deleted += len(expired)
-            log.info("group %s: %d committed offsets expired%s", group.group_id, len(expired),
+            log.info("group %s: %d committed offsets expired or of deleted topics%s", group.group_id, len(expired),
                      "; group removed" if drop_group else "")
             if drop_group and group.state == GroupState.EMPTY and not group.offsets:
                 group.transition(GroupState.DEAD)
