@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import struct
 import time
 
 import pytest
@@ -207,6 +208,48 @@ async def test_group_max_size_refuses_one_member_too_many(tmp_path, topic_name):
         assert third.error_code == ErrorCode.group_max_size_reached
         for conn in conns:
             await conn.close()
+
+
+def subscription(topic: str) -> bytes:
+    """Consumer protocol v0 metadata subscribing to one topic (no user data)."""
+    return struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + b"\xff\xff\xff\xff"
+
+
+async def test_offset_delete_keeps_subscribed_topics_and_names_unknown_partitions(gbroker, topic_name):
+    """OffsetDelete as Kafka answers it: an unknown group is GROUP_ID_NOT_FOUND; in an active group the
+    topics it subscribes to are refused (GROUP_SUBSCRIBED_TO_TOPIC), others deleted; a topic or
+    partition the metadata does not have is UNKNOWN_TOPIC_OR_PARTITION."""
+    subscribed, other = topic_name, topic_name + "-other"
+    for name in (subscribed, other):
+        ConfluentClient(gbroker.bootstrap).create_topic(name, 1)
+    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
+    group = "offdel-" + topic_name
+    await find_coordinator(conn, group)
+    cls = request_class(47, 0)
+    t, p = nested(cls, "OffsetDeleteRequestTopic"), nested(cls, "OffsetDeleteRequestPartition")
+
+    def delete(*targets: tuple[str, int]):
+        names = dict.fromkeys(name for name, _ in targets)
+        return make(cls, group_id=group, topics=tuple(
+            t(name=name, partitions=tuple(p(partition_index=i) for n, i in targets if n == name)) for name in names))
+
+    assert (await conn.request(delete((other, 0)))).error_code == ErrorCode.group_id_not_found
+    first = await conn.request(join_req(group, protocols=(("range", subscription(subscribed)),)))
+    joined = await conn.request(join_req(group, first.member_id, protocols=(("range", subscription(subscribed)),)))
+    gen, me = joined.generation_id, joined.member_id
+    await conn.request(sync_req(group, gen, me, {me: b""}))
+    assert await commit_code(conn, group, gen, me, subscribed, 5) == ErrorCode.none
+    assert await commit_code(conn, group, gen, me, other, 6) == ErrorCode.none
+    resp = await conn.request(delete((subscribed, 0), (other, 0), (other, 7), (topic_name + "-absent", 0)))
+    assert resp.error_code == ErrorCode.none
+    codes = {(topic.name, q.partition_index): q.error_code for topic in resp.topics for q in topic.partitions}
+    assert codes == {(subscribed, 0): ErrorCode.group_subscribed_to_topic, (other, 0): ErrorCode.none,
+                     (other, 7): ErrorCode.unknown_topic_or_partition,
+                     (topic_name + "-absent", 0): ErrorCode.unknown_topic_or_partition}
+    kept = (await conn.request(fetch_offsets_req(group, subscribed))).topics[0].partitions[0].committed_offset
+    gone = (await conn.request(fetch_offsets_req(group, other))).topics[0].partitions[0].committed_offset
+    assert (kept, gone) == (5, -1)
+    await conn.close()
 
 
 def test_groups_cli_describe_lag_reset_delete(gbroker, topic_name):
