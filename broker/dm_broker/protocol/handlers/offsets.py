@@ -43,22 +43,23 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
             if part is not None and error == ErrorCode.none:
                 log = part.log
                 epoch = part.leader_epoch
+                # Kafka's "last fetchable offset": what a consumer of this isolation level may read.
+                fetchable = part.last_stable_offset if committed else part.high_watermark
                 if p.timestamp == LATEST:
-                    offset = part.last_stable_offset if committed else part.high_watermark
+                    offset = fetchable
                 elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
                     offset = log.log_start_offset
                 elif p.timestamp == EARLIEST_PENDING_UPLOAD:
                     offset = -1
                 elif p.timestamp == MAX_TIMESTAMP:
-                    found = log.max_timestamp_offset(part.high_watermark)
+                    found = log.max_timestamp_offset(fetchable)
                     if found is not None:
                         offset, timestamp = found
                 elif p.timestamp < 0:
                     error = ErrorCode.invalid_request
                 else:
                     found = log.offset_for_timestamp(p.timestamp)
-                    limit = part.high_watermark
-                    if found is not None and found[0] < limit:
+                    if found is not None and found[0] < fetchable:
                         offset, timestamp = found
             results.append(make(part_cls, partition_index=p.partition_index, error_code=error,
                                 timestamp=timestamp, offset=offset, leader_epoch=epoch))
