@@ -365,6 +365,13 @@ def test_consumer_instance_lifecycle(cluster: Cluster) -> None:
     unassigned = requests.post(base + "/positions/end", json={"partitions": [{"topic": "other", "partition": 0}]},
                                headers={"Content-Type": V2}, timeout=30)
     assert (unassigned.status_code, unassigned.json()["error_code"]) == (409, 40903)
+    # no partition named: every assigned one, as Kafka's seekToBeginning / seekToEnd
+    assert requests.post(base + "/positions/beginning", json={"partitions": []}, headers={"Content-Type": V2},
+                         timeout=30).status_code == 204
+    assert sorted(r["key"]["n"] for r in read_until(base, 30, JSON)) == list(range(30))
+    assert requests.post(base + "/positions/end", json={"partitions": []}, headers={"Content-Type": V2},
+                         timeout=30).status_code == 204
+    assert requests.get(base + "/records?timeout=500", headers={"Accept": JSON}, timeout=30).json() == []
 
     # another broker does not hold this instance, and says so
     elsewhere = requests.get(f"{cluster.url(0)}/consumers/{group}/instances/one/records", timeout=30)
@@ -373,6 +380,9 @@ def test_consumer_instance_lifecycle(cluster: Cluster) -> None:
 
     # manual assignment after unsubscribing
     assert requests.delete(base + "/subscription", timeout=30).status_code == 204
+    for where in ("beginning", "end"):  # nothing named and nothing assigned: nothing to do (it was a 500)
+        assert requests.post(f"{base}/positions/{where}", json={"partitions": []}, headers={"Content-Type": V2},
+                             timeout=30).status_code == 204
     assert requests.post(base + "/assignments", json={"partitions": [{"topic": "rest-consume", "partition": 1}]},
                          headers={"Content-Type": V2}, timeout=30).status_code == 204
     assert requests.get(base + "/assignments", timeout=30).json() == {

@@ -316,8 +316,12 @@ class ConsumerRegistry:
                 instance.consumer.seek(tp, offset)
 
     async def seek_to(self, instance: ConsumerInstance, partitions: list[TopicPartition], end: bool) -> None:
+        """No partitions named: every assigned one, as Kafka's seekToBeginning/seekToEnd (and nothing
+        when none is assigned)."""
         async with instance.in_use():
             self._check_assigned(instance, partitions)
+            if not partitions and not instance.consumer.assignment():
+                return  # aiokafka asserts here
             try:
                 if end:
                     await instance.consumer.seek_to_end(*partitions)
