@@ -49,6 +49,7 @@ class ConsumerInstance:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pattern: re.Pattern[str] | None = None
     pattern_seen: int = -1  # the metadata version the pattern was last matched against
+    subscribed_once: bool = False  # its consumer has joined (or tried to join) the group by a subscription
     record_bytes: float = 1024.0  # the records' mean size so far: how many one read may take within max_bytes
 
     @contextlib.asynccontextmanager
@@ -182,6 +183,7 @@ class ConsumerRegistry:
                     self._allow_topics(session, body.topics)
                     instance.pattern = None
                     instance.consumer.subscribe(topics=body.topics)
+                    instance.subscribed_once = True
                 else:
                     try:
                         instance.pattern = re.compile(body.topic_pattern or "")
@@ -205,6 +207,7 @@ class ConsumerRegistry:
             return
         if topics:
             instance.consumer.subscribe(topics=topics)
+            instance.subscribed_once = True
         else:
             instance.consumer.unsubscribe()
 
@@ -213,12 +216,32 @@ class ConsumerRegistry:
             instance.pattern = None
             instance.consumer.unsubscribe()
 
+    async def _renew(self, instance: ConsumerInstance) -> None:
+        """A new consumer for an instance that leaves its group subscription for a manual assignment.
+        aiokafka's group routine may still be joining for the old subscription, and when it finds the
+        manual one in its place it fails for good (an AssertionError in begin_reassignment: every later
+        call of the instance then failed). Positions are not lost: they come from the group's committed
+        offsets, as they would after any assignment."""
+        old = instance.consumer
+        fresh = self._consumer(instance.group, instance.name, instance.settings)
+        try:
+            await fresh.start()
+        except KafkaError as exc:
+            with contextlib.suppress(Exception):
+                await fresh.stop()
+            raise RestError(500, KAFKA_ERROR, f"the consumer could not reach the cluster: {exc}") from None
+        instance.consumer, instance.subscribed_once = fresh, False
+        with contextlib.suppress(Exception):
+            await old.stop()
+
     def subscription(self, instance: ConsumerInstance) -> list[str]:
         return sorted(instance.consumer.subscription())
 
     async def assign(self, instance: ConsumerInstance, partitions: list[TopicPartition], session: Session) -> None:
         self._allow_topics(session, sorted({tp.topic for tp in partitions}))
         async with instance.in_use():
+            if instance.subscribed_once and not instance.consumer.subscription():
+                await self._renew(instance)
             try:
                 instance.pattern = None
                 instance.consumer.assign(partitions)
