@@ -453,10 +453,19 @@ def test_bad_requests_get_v2_errors(cluster: Cluster) -> None:
         (requests.post(url + "/topics/no-such", json={"records": [{"value": "eA=="}]},
                        headers={"Content-Type": BINARY}, timeout=30), 404, 40401),
         (requests.get(url + "/no/such/route", timeout=30), 404, 404),
+        (requests.post(url + "/consumers/rest-bad-group", json={"name": "bad-names"},
+                       headers={"Content-Type": V2}, timeout=30), 200, None),
+        (requests.post(url + "/consumers/rest-bad-group/instances/bad-names/subscription", json={"topics": [""]},
+                       headers={"Content-Type": V2}, timeout=30), 422, 42205),  # no topic has that name
+        (requests.post(url + "/consumers/rest-bad-group/instances/bad-names/assignments",
+                       json={"partitions": [{"topic": "a b", "partition": 0}]}, headers={"Content-Type": V2},
+                       timeout=30), 422, 42205),
         (requests.put(url + "/topics/rest-bad", timeout=30), 405, 405),
     ]
     for answer, status, code in cases:
         assert answer.status_code == status, (answer.request.body and answer.request.body[:80], answer.text)
+        if code is None:
+            continue
         assert answer.json()["error_code"] == code, answer.text
         assert isinstance(answer.json()["message"], str)
     # and the broker is fine: a good request after all of that

@@ -16,6 +16,7 @@ from pydantic import (
     field_validator,
 )
 
+from ...topics import TOPIC_NAME
 from . import jsonio
 from .errors import INVALID_REQUEST, RestError
 from .formats import SCHEMA_FORMATS
@@ -69,8 +70,12 @@ PRODUCE_BODIES: dict[str, type[BinaryProduceBody] | type[JsonProduceBody]] = {
     "binary": BinaryProduceBody, "json": JsonProduceBody}
 
 
+# A name no topic can have is refused with the body (422), before a consumer is asked about it.
+TopicName = Annotated[StrictStr, Field(pattern=TOPIC_NAME.pattern)]
+
+
 class PartitionRef(Body):
-    topic: StrictStr
+    topic: TopicName
     partition: StrictInt = Field(ge=0)
 
 
@@ -88,7 +93,7 @@ class OffsetsBody(Body):
 
 
 class SubscriptionBody(Body):
-    topics: list[StrictStr] | None = Field(None, min_length=1)
+    topics: list[TopicName] | None = Field(None, min_length=1)
     topic_pattern: StrictStr | None = None
 
 
