@@ -64,6 +64,13 @@ async def find_coordinator(conn, group: str) -> None:
     raise AssertionError(f"no coordinator for {group}")
 
 
+async def group_connection(broker, group: str) -> KafkaConnection:
+    """A connection to the broker, once it coordinates `group`."""
+    conn = await KafkaConnection.open("127.0.0.1", broker.port)
+    await find_coordinator(conn, group)
+    return conn
+
+
 async def commit_code(conn, *args) -> ErrorCode:
     resp = await conn.request(commit_req(*args))
     return resp.topics[0].partitions[0].error_code
@@ -78,9 +85,8 @@ def gbroker(tmp_path_factory):
 
 async def test_commits_from_unknown_members_and_stale_generations_are_refused(gbroker, topic_name):
     ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1)
-    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
     group = "wire-" + topic_name
-    await find_coordinator(conn, group)
+    conn = await group_connection(gbroker, group)
     first = await conn.request(join_req(group))
     assert first.error_code == ErrorCode.member_id_required  # KIP-394
     joined = await conn.request(join_req(group, first.member_id))
@@ -139,9 +145,8 @@ async def test_a_commit_refuses_unknown_partitions_and_long_metadata_and_stores_
     """Each partition of an OffsetCommit is answered on its own, as Kafka does: an unknown topic or
     partition and metadata over offset.metadata.max.bytes (4096) are refused, the others stored."""
     ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 2)
-    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
     group = "refusals-" + topic_name
-    await find_coordinator(conn, group)
+    conn = await group_connection(gbroker, group)
     cls = request_class(8, 7)
     t, p = nested(cls, "OffsetCommitRequestTopic"), nested(cls, "OffsetCommitRequestPartition")
 
@@ -169,9 +174,8 @@ async def test_a_static_member_replaced_by_its_instance_id_is_fenced(gbroker, to
     place; the old member's heartbeat, commit and rejoin are answered FENCED_INSTANCE_ID. A session
     timeout outside group.min/max.session.timeout.ms is refused before anything else."""
     ConfluentClient(gbroker.bootstrap).create_topic(topic_name, 1)
-    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
     group = "static-" + topic_name
-    await find_coordinator(conn, group)
+    conn = await group_connection(gbroker, group)
     short = await conn.request(join_req(group, session_s=1))  # group.min.session.timeout.ms is 6 s
     assert short.error_code == ErrorCode.invalid_session_timeout
     old = await conn.request(join_req(group, instance_id="i-1"))
@@ -222,9 +226,8 @@ async def test_offset_delete_keeps_subscribed_topics_and_names_unknown_partition
     subscribed, other = topic_name, topic_name + "-other"
     for name in (subscribed, other):
         ConfluentClient(gbroker.bootstrap).create_topic(name, 1)
-    conn = await KafkaConnection.open("127.0.0.1", gbroker.port)
     group = "offdel-" + topic_name
-    await find_coordinator(conn, group)
+    conn = await group_connection(gbroker, group)
     cls = request_class(47, 0)
     t, p = nested(cls, "OffsetDeleteRequestTopic"), nested(cls, "OffsetDeleteRequestPartition")
 

@@ -690,8 +690,7 @@ class GroupCoordinator:
         records: list[tuple[bytes, bytes | None]] = []
         timestamp = now_ms()
         for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            topic_info = self.broker.topic(topic)
-            if topic_info is None or not 0 <= partition < len(topic_info.partitions):
+            if not self._exists(topic, partition):
                 refused[(topic, partition)] = E.unknown_topic_or_partition.value
                 continue
             if metadata is not None and len(metadata.encode()) > self.settings.max_metadata_bytes:
@@ -701,6 +700,10 @@ class GroupCoordinator:
             values[(topic, partition)] = value
             records.append((encode_key(OffsetKey(group_id, topic, partition)), encode_offset(value)))
         return refused, values, records
+
+    def _exists(self, topic: str, partition: int) -> bool:
+        info = self.broker.topic(topic)
+        return info is not None and 0 <= partition < len(info.partitions)
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[int, dict[tuple[str, int], OffsetValue | None]]:
@@ -781,7 +784,9 @@ class GroupCoordinator:
         results: dict[tuple[str, int], int] = {}
         records = []
         for tp in partitions:
-            if tp[0] in subscribed:
+            if not self._exists(*tp):  # as Kafka: named as such, whatever the group holds
+                results[tp] = E.unknown_topic_or_partition.value
+            elif tp[0] in subscribed:
                 results[tp] = E.group_subscribed_to_topic.value
             else:
                 results[tp] = E.none.value

@@ -110,17 +110,24 @@ class ConsumerRegistry:
                                         "(http.consumer.max.instances); delete unused ones or use another broker")
         consumer = self._consumer(group, name, body)
         instance = ConsumerInstance(group, name, body, str(session.principal), consumer)
-        self.instances[(group, name)] = instance
+        self.instances[(group, name)] = instance  # the name is taken while the consumer starts
         try:
-            await instance.consumer.start()
-        except BaseException as exc:
+            await self._start(consumer)
+        except BaseException:
             self.instances.pop((group, name), None)
+            raise
+        return instance
+
+    @staticmethod
+    async def _start(consumer: AIOKafkaConsumer) -> None:
+        try:
+            await consumer.start()
+        except BaseException as exc:
             with contextlib.suppress(Exception):
-                await instance.consumer.stop()
+                await consumer.stop()
             if isinstance(exc, KafkaError):
                 raise RestError(500, KAFKA_ERROR, f"the consumer could not reach the cluster: {exc}") from None
             raise
-        return instance
 
     def _consumer(self, group: str, name: str, settings: ConsumerConfigBody) -> AIOKafkaConsumer:
         info = next(b for b in self.broker.metadata.brokers if b.node_id == self.broker.node_id) \
@@ -224,12 +231,7 @@ class ConsumerRegistry:
         offsets, as they would after any assignment."""
         old = instance.consumer
         fresh = self._consumer(instance.group, instance.name, instance.settings)
-        try:
-            await fresh.start()
-        except KafkaError as exc:
-            with contextlib.suppress(Exception):
-                await fresh.stop()
-            raise RestError(500, KAFKA_ERROR, f"the consumer could not reach the cluster: {exc}") from None
+        await self._start(fresh)
         instance.consumer, instance.subscribed_once = fresh, False
         with contextlib.suppress(Exception):
             await old.stop()

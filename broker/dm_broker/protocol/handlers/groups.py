@@ -298,19 +298,11 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     if ctx.denied(Operation.DELETE, ResourceType.GROUP, req.group_id):
         return make(cls, error_code=ErrorCode.group_authorization_failed, throttle_time=ZERO, topics=())
-    refused: dict[tuple[str, int], int] = {}
-    for t in req.topics:  # as Kafka: refused when not authorized, or not in the metadata
-        denied = ctx.denied(Operation.READ, ResourceType.TOPIC, t.name)
-        topic = None if denied else ctx.broker.topic(t.name)
-        for p in t.partitions:
-            if denied:
-                refused[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed.value
-            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
-                refused[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition.value
-    wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions
-              if (t.name, p.partition_index) not in refused]
+    denied = {t.name for t in req.topics if ctx.denied(Operation.READ, ResourceType.TOPIC, t.name)}
+    wanted = [(t.name, p.partition_index) for t in req.topics if t.name not in denied for p in t.partitions]
     code, results = await ctx.broker.coordinator.delete_offsets(req.group_id, wanted) if wanted else (0, {})
-    results = {**results, **refused}
+    results = {**results, **{(t.name, p.partition_index): ErrorCode.topic_authorization_failed.value
+                             for t in req.topics if t.name in denied for p in t.partitions}}
     topic_cls = nested(cls, "OffsetDeleteResponseTopic")
     part_cls = nested(cls, "OffsetDeleteResponsePartition")
     topics = tuple(make(topic_cls, name=t.name, partitions=tuple(
