@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from rich.table import Table
 
 from .client import admin, console, fail, wait
 from .reassign import register_topic_commands
+
+VISIBLE_WITHIN_S = 15.0  # how long a created topic may take to show in the metadata a broker answers
 
 
 def parse_configs(items: list[str] | None) -> dict[str, str]:
@@ -40,10 +43,16 @@ def create(args: argparse.Namespace) -> None:
     result = wait(client.create_topics([topic], operation_timeout=30))[args.name]
     if isinstance(result, Exception):
         fail(f"cannot create topic {args.name}: {result}")
-    # Say what exists now, as the brokers report it.
-    md = client.list_topics(topic=args.name, timeout=15).topics.get(args.name)
-    if md is None or md.error is not None or not md.partitions:
-        fail(f"created topic {args.name}, but it is not visible yet")
+    # Say what exists now, as the brokers report it. The broker asked may not have applied the
+    # controller's update yet (it answers UNKNOWN_TOPIC_OR_PART for a moment): ask again for a while.
+    deadline = time.monotonic() + VISIBLE_WITHIN_S
+    while True:
+        md = client.list_topics(topic=args.name, timeout=15).topics.get(args.name)
+        if md is not None and md.error is None and md.partitions:
+            break
+        if time.monotonic() > deadline:
+            fail(f"created topic {args.name}, but it is not visible after {VISIBLE_WITHIN_S:.0f} s")
+        time.sleep(0.2)
     rf = len(next(iter(md.partitions.values())).replicas)
     print(f"created topic {args.name} ({len(md.partitions)} partitions, replication factor {rf})")
 
