@@ -13,6 +13,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mmh3
@@ -461,6 +462,13 @@ def test_bad_requests_get_v2_errors(cluster: Cluster) -> None:
                        json={"partitions": [{"topic": "a b", "partition": 0}]}, headers={"Content-Type": V2},
                        timeout=30), 422, 42205),
         (requests.put(url + "/topics/rest-bad", timeout=30), 405, 405),
+        # a body without records must say it is JSON (or nothing); v2's type, and what Confluent also takes
+        *((requests.post(url + "/consumers/rest-bad-group/instances/bad-names/subscription",
+                         data=json.dumps({"topics": ["rest-bad"]}), headers={"Content-Type": media}, timeout=30),
+           status, code) for media, status, code in [
+            ("text/plain", 415, 41501), ("application/x-www-form-urlencoded", 415, 41501),
+            ("application/vnd.kafka.v3+json", 415, 41501), (V2, 204, None), ("application/json", 204, None),
+            ("application/vnd.kafka+json", 204, None), ("application/octet-stream; charset=utf-8", 204, None)]),
     ]
     for answer, status, code in cases:
         assert answer.status_code == status, (answer.request.body and answer.request.body[:80], answer.text)
@@ -618,6 +626,45 @@ def test_leaving_a_subscription_for_an_assignment_at_once_keeps_the_instance_wor
         assert sorted(base64.b64decode(r["value"]) for r in read_until(base, 3)) == [b"v0", b"v1", b"v2"]
         assert requests.delete(base, timeout=30).status_code == 204
 
+
+
+def test_a_long_read_leaves_the_instance_to_other_requests(cluster: Cluster) -> None:
+    """A GET …/records waiting up to 20 s: a commit, a committed-offsets query and a seek sent meanwhile are
+    answered while it still waits (the whole read used to hold the instance); a record produced then
+    ends the read; an instance deleted during a read answers that read 404 40403, not 500."""
+    cluster.create("rest-long", 1)
+    url = cluster.url(1)
+    group = f"rest-long-{uuid.uuid4()}"
+    assert requests.post(f"{url}/consumers/{group}", json={"name": "long", "format": "binary",
+                                                           "auto.offset.reset": "earliest"},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 200
+    base = f"{url}/consumers/{group}/instances/long"
+    one = [{"topic": "rest-long", "partition": 0}]
+    assert requests.post(base + "/assignments", json={"partitions": one}, headers={"Content-Type": V2},
+                         timeout=30).status_code == 204
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(requests.get, base + "/records?timeout=20000", headers={"Accept": BINARY}, timeout=60)
+        time.sleep(1)  # the read is waiting: nothing is in the partition
+        commit = requests.post(base + "/offsets", json={"offsets": [{**one[0], "offset": 4}]},
+                               headers={"Content-Type": V2}, timeout=30)
+        committed = requests.get(base + "/offsets", json={"partitions": one}, headers={"Content-Type": V2},
+                                 timeout=30)
+        seek = requests.post(base + "/positions/beginning", json={"partitions": one}, headers={"Content-Type": V2},
+                             timeout=30)
+        assert not reading.done(), "the read ended before the others were answered"
+        assert commit.status_code == 200, commit.text
+        assert committed.json()["offsets"] == [{**one[0], "offset": 5, "metadata": ""}]
+        assert seek.status_code == 204, seek.text
+        assert produce(url, "rest-long", [{"value": b64(b"late")}]).status_code == 200
+        answer = reading.result()
+        assert answer.status_code == 200, answer.text
+        assert [base64.b64decode(r["value"]) for r in answer.json()] == [b"late"]
+
+        reading = pool.submit(requests.get, base + "/records?timeout=20000", headers={"Accept": BINARY}, timeout=60)
+        time.sleep(1)
+        assert requests.delete(base, timeout=30).status_code == 204
+        gone = reading.result()
+        assert (gone.status_code, gone.json()["error_code"]) == (404, 40403), gone.text
 
 FIELDS = ["records", "key", "value", "partition", "headers", "name", "format", "auto.offset.reset",
           "auto.commit.enable", "fetch.min.bytes", "consumer.request.timeout.ms", "topics", "topic_pattern",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_READ = 10_000
+READ_SLICE_S = 0.1  # a long poll gives the instance up this often (records)
 
 
 @dataclass
@@ -155,12 +156,15 @@ class ConsumerRegistry:
     def get(self, group: str, name: str, session: Session) -> ConsumerInstance:
         instance = self.instances.get((group, name))
         if instance is None or instance.owner != str(session.principal):
-            raise RestError(404, CONSUMER_INSTANCE_NOT_FOUND,
-                            f"Consumer instance not found. (instance {name} of group {group} is not on broker "
-                            f"{self.broker.node_id}: an instance lives on the broker that created it, see its "
-                            "base_uri)")
+            raise self._not_found(group, name)
         instance.last_used = time.monotonic()
         return instance
+
+    def _not_found(self, group: str, name: str) -> RestError:
+        return RestError(404, CONSUMER_INSTANCE_NOT_FOUND,
+                         f"Consumer instance not found. (instance {name} of group {group} is not on broker "
+                         f"{self.broker.node_id}: an instance lives on the broker that created it, see its "
+                         "base_uri)")
 
     # -- authorization (the consumer itself is the broker) ----------------------------------------
 
@@ -254,51 +258,71 @@ class ConsumerRegistry:
 
     async def records(self, instance: ConsumerInstance, timeout_ms: int | None, max_bytes: int | None,
                       session: Session) -> list[dict[str, Any]]:
+        """A long poll, taken in slices of READ_SLICE_S: the instance is free between them, so a commit, a
+        seek or a new assignment sent while a read waits is served within a slice instead of after the
+        whole timeout (Confluent's REST Proxy polls its consumer in short steps for the same reason). Each
+        slice sees the instance as it is then; the read answers as soon as one brings records."""
         limit = min(max_bytes or self.broker.config["consumer.request.max.bytes"],
                     self.broker.config["consumer.request.max.bytes"])
         default_wait = self.broker.config["consumer.request.timeout.ms"]
         configured = instance.settings.request_timeout_ms
         wait = (default_wait if configured is None else configured) if timeout_ms is None else min(
             timeout_ms, default_wait * 30)
-        async with instance.in_use():
-            self._follow_pattern(instance, session)
-            consumer = instance.consumer
-            if not consumer.subscription() and not consumer.assignment():
-                if instance.pattern is not None:
-                    await asyncio.sleep(wait / 1000)  # nothing matches yet: an empty answer after the wait
-                    return []
-                raise RestError(409, ILLEGAL_STATE, "Illegal state: the consumer instance is neither subscribed "
-                                                    "to topics nor assigned partitions")
-            self._allow_topics(session, sorted({tp.topic for tp in consumer.assignment()}))
-            # Taking only what fits leaves the rest in the consumer's buffer for the next request; a seek
-            # back would throw the prefetched records away and fetch them again.
-            wanted = max(1, min(MAX_RECORDS_PER_READ, int(limit // instance.record_bytes)))
-            try:
-                batches = await consumer.getmany(timeout_ms=wait, max_records=wanted)
-            except KafkaError as exc:
-                raise RestError(500, KAFKA_ERROR, f"reading failed: {exc}") from None
-            out: list[dict[str, Any]] = []
-            size = 0
-            fmt = instance.settings.format
-            for tp, records in batches.items():
-                for record in records:
-                    length = len(record.key or b"") + len(record.value or b"")
-                    if out and size + length > limit:  # larger records than so far: the rest is fetched again
-                        consumer.seek(tp, record.offset)
-                        break
-                    size += length
-                    where = f"{tp.topic}-{tp.partition}@{record.offset}"
-                    item: dict[str, Any] = {
-                        "topic": tp.topic, "key": from_bytes(fmt, record.key, where),
-                        "value": from_bytes(fmt, record.value, where), "partition": tp.partition,
-                        "offset": record.offset, "timestamp": record.timestamp}
-                    if record.headers:
-                        item["headers"] = [{"key": k, "value": from_bytes("binary", v, where)}
-                                           for k, v in record.headers]
-                    out.append(item)
-            if out:
-                instance.record_bytes = 0.8 * instance.record_bytes + 0.2 * max(size / len(out), 1)
-            return out
+        deadline = time.monotonic() + wait / 1000
+        while True:
+            slice_ms = max(0, min(READ_SLICE_S, deadline - time.monotonic()) * 1000)
+            async with instance.in_use():
+                out = await self._read_slice(instance, slice_ms, limit, session)
+            if out is not None:
+                return out
+            if time.monotonic() >= deadline:
+                return []
+
+    async def _read_slice(self, instance: ConsumerInstance, slice_ms: float, limit: int,
+                          session: Session) -> list[dict[str, Any]] | None:
+        """Records read within `slice_ms`; None when none came."""
+        if self.instances.get((instance.group, instance.name)) is not instance:
+            raise self._not_found(instance.group, instance.name)  # deleted or expired while the read waited
+        self._follow_pattern(instance, session)
+        consumer = instance.consumer
+        if not consumer.subscription() and not consumer.assignment():
+            if instance.pattern is not None:
+                await asyncio.sleep(slice_ms / 1000)  # nothing matches yet: look again next slice
+                return None
+            raise RestError(409, ILLEGAL_STATE, "Illegal state: the consumer instance is neither subscribed "
+                                                "to topics nor assigned partitions")
+        self._allow_topics(session, sorted({tp.topic for tp in consumer.assignment()}))
+        # Taking only what fits leaves the rest in the consumer's buffer for the next request; a seek
+        # back would throw the prefetched records away and fetch them again.
+        wanted = max(1, min(MAX_RECORDS_PER_READ, int(limit // instance.record_bytes)))
+        try:
+            batches = await consumer.getmany(timeout_ms=int(slice_ms), max_records=wanted)
+        except KafkaError as exc:
+            raise RestError(500, KAFKA_ERROR, f"reading failed: {exc}") from None
+        if not batches:
+            return None
+        out: list[dict[str, Any]] = []
+        size = 0
+        fmt = instance.settings.format
+        for tp, records in batches.items():
+            for record in records:
+                length = len(record.key or b"") + len(record.value or b"")
+                if out and size + length > limit:  # larger records than so far: the rest is fetched again
+                    consumer.seek(tp, record.offset)
+                    break
+                size += length
+                where = f"{tp.topic}-{tp.partition}@{record.offset}"
+                item: dict[str, Any] = {
+                    "topic": tp.topic, "key": from_bytes(fmt, record.key, where),
+                    "value": from_bytes(fmt, record.value, where), "partition": tp.partition,
+                    "offset": record.offset, "timestamp": record.timestamp}
+                if record.headers:
+                    item["headers"] = [{"key": k, "value": from_bytes("binary", v, where)}
+                                       for k, v in record.headers]
+                out.append(item)
+        if out:
+            instance.record_bytes = 0.8 * instance.record_bytes + 0.2 * max(size / len(out), 1)
+        return out
 
     # -- offsets and positions --------------------------------------------------------------------
 

@@ -42,6 +42,25 @@ def embedded_format_of(content_type: str) -> str:
     return fmt
 
 
+# What a body without records may be declared as: v2's own type, the less specific ones Confluent's REST
+# Proxy permits, or nothing (curl -X POST with no body). Anything else (curl's form default, text/plain) is
+# not JSON by its own account and is refused rather than parsed as JSON.
+_PLAIN_REQUEST_TYPES = ("application/json", "application/octet-stream", "application/vnd.kafka+json")
+
+
+def check_request_type(content_type: str) -> None:
+    """415 for a body on a route without embedded records whose Content-Type is not a JSON v2 one."""
+    media = _media_types(content_type)[:1]
+    if not media or media[0] in _PLAIN_REQUEST_TYPES:
+        return
+    m = _VND.match(media[0])
+    if m is None:
+        raise RestError(415, 41501, f"Content-Type {content_type!r} is not supported: "
+                                    "use application/vnd.kafka.v2+json")
+    if m["version"] != "2":
+        raise RestError(415, 41501, f"API version v{m['version']} is not served; dm serves REST Proxy API v2")
+
+
 def accepted_format(accept: str, instance_format: str) -> None:
     """406 when the Accept header asks for records in a format other than the instance's."""
     media = _media_types(accept)

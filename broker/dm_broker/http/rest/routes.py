@@ -37,7 +37,7 @@ from .errors import (
     not_found_partition,
     unprocessable,
 )
-from .formats import accepted_format, content_type, embedded_format_of
+from .formats import accepted_format, check_request_type, content_type, embedded_format_of
 from .openapi import OPERATIONS, openapi_document
 from .producer import RestProducer
 
@@ -72,8 +72,9 @@ async def read_body(request: web.Request) -> bytes:
 
 
 async def body(request: web.Request, model: type[M], code: int = INVALID_REQUEST, required: bool = True) -> M:
-    """The body as `model` (parsed and validated in one pass); without a body, `model`'s defaults unless
-    `required`."""
+    """The body of a request without embedded records as `model` (parsed and validated in one pass); without
+    a body, `model`'s defaults unless `required`."""
+    check_request_type(request.headers.get("Content-Type", ""))
     return parse_json(model, await read_body(request), code, required)
 
 
@@ -215,7 +216,7 @@ class RestApi:
         topic = request.match_info["topic"]
         doc = self.producer.topic(topic)
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
-        records = (await body(request, PRODUCE_BODIES[fmt])).records
+        records = parse_json(PRODUCE_BODIES[fmt], await read_body(request)).records
         if fixed is not None:
             named = next((i for i, r in enumerate(records) if r.partition is not None), None)
             if named is not None:
