@@ -21,18 +21,23 @@ def _media_types(header: str) -> list[str]:
     return [part.split(";")[0].strip().lower() for part in header.split(",") if part.strip()]
 
 
+def _v2_type(media: str, content_type: str, use: str) -> re.Match[str]:
+    """`media` as a v2 vnd.kafka type; 415 for any other type or API version."""
+    m = _VND.match(media)
+    if m is None:
+        raise RestError(415, 41501, f"Content-Type {content_type!r} is not supported: use {use}")
+    if m["version"] != "2":
+        raise RestError(415, 41501, f"API version v{m['version']} is not served; dm serves REST Proxy API v2")
+    return m
+
+
 def embedded_format_of(content_type: str) -> str:
     """The embedded format a produce body declares; 415 for what dm cannot take."""
     media = _media_types(content_type)[:1]
     if not media or media[0] == "application/json":
         return "json"  # plain JSON bodies: values embedded as JSON
-    m = _VND.match(media[0])
-    if m is None:
-        raise RestError(415, 41501, f"Content-Type {content_type!r} is not supported: use "
-                                    "application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json")
-    if m["version"] != "2":
-        raise RestError(415, 41501, f"API version v{m['version']} is not served; dm serves REST Proxy API v2")
-    fmt = m["format"]
+    fmt = _v2_type(media[0], content_type,
+                   "application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json")["format"]
     if fmt in SCHEMA_FORMATS:
         raise RestError(415, 41501, f"the {fmt} format needs a schema registry, which dm does not have: "
                                     "use binary or json")
@@ -53,12 +58,7 @@ def check_request_type(content_type: str) -> None:
     media = _media_types(content_type)[:1]
     if not media or media[0] in _PLAIN_REQUEST_TYPES:
         return
-    m = _VND.match(media[0])
-    if m is None:
-        raise RestError(415, 41501, f"Content-Type {content_type!r} is not supported: "
-                                    "use application/vnd.kafka.v2+json")
-    if m["version"] != "2":
-        raise RestError(415, 41501, f"API version v{m['version']} is not served; dm serves REST Proxy API v2")
+    _v2_type(media[0], content_type, "application/vnd.kafka.v2+json")
 
 
 def accepted_format(accept: str, instance_format: str) -> None:
