@@ -8,9 +8,11 @@
 # to set it up fails the run, and the e2e and image tests then fail rather than skip
 # (DM_E2E_REQUIRED, DM_IMAGE_REQUIRED). Skip reasons are printed (-rs), with the slowest tests, and a
 # run in which Kubernetes tests skipped says so at the end. pytest's "no tests collected" (exit 5)
-# is a failure.
+# is a failure. The rest of the suite runs in DM_TEST_WORKERS pytest-xdist workers (2), a test file
+# per worker at a time: its tests mostly wait on broker processes, so two workers halve its time.
 #   run-tests.sh ARGS...  one pytest run with ARGS (the cluster is set up first where it can be)
 #   DM_KIND_KEEP=1        keep the kind cluster afterwards, and reuse a kept one
+#   DM_TEST_WORKERS=0     the rest of the suite in one process
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cache=${DM_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dm-testbed}
@@ -29,6 +31,7 @@ if docker info >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && command -v apt-get >/d
   export DM_E2E_REQUIRED=1 DM_IMAGE_REQUIRED=1
 fi
 [ -x "$cache/kubernetes-v1.20.2/bin/kube-apiserver" ] && export DM_APISERVER_REQUIRED=1
+workers=(-n "${DM_TEST_WORKERS:-2}" --dist loadfile)  # for everything but e2e (one kind cluster)
 
 cluster_up() {
   if [ "${DM_KIND_KEEP:-0}" != 1 ] && kind get clusters 2>/dev/null | grep -qx "${DM_KIND_CLUSTER:-dm-e2e}"; then
@@ -71,7 +74,7 @@ elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
   ) >"$e2e_out" 2>&1 &
   e2e=$!
   echo "run-tests: the e2e suite runs on kind beside the rest (its output follows theirs)"
-  pytest --ignore=tests/e2e
+  pytest --ignore=tests/e2e "${workers[@]}"
   rc=$?
   wait $e2e
   echo
@@ -81,7 +84,7 @@ elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
   rm -f "$e2e_out" "$e2e_out.rc"
   [ "$rc" -eq 0 ] && rc=$rc2
 else
-  pytest --ignore=tests/e2e
+  pytest --ignore=tests/e2e "${workers[@]}"
   rc=$?
   if [ $kube = 1 ]; then
     if cluster_up; then

@@ -30,6 +30,22 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand what its tests noted to the controller, which prints the summary."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        from measurements import NOTED
+
+        workeroutput["noted"] = list(NOTED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    from measurements import NOTED
+
+    NOTED.extend(getattr(node, "workeroutput", {}).get("noted", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     from measurements import NOTED
 
