@@ -31,9 +31,19 @@ def _listening_range() -> tuple[int, int]:
         low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     except (OSError, ValueError):
         low, high = 32768, 60999
-    if low - 10000 >= 5000:
-        return 10000, low
-    return high + 1, 65536
+    start, end = (10000, low) if low - 10000 >= 5000 else (high + 1, 65536)
+    return _this_workers_share(start, end)
+
+
+def _this_workers_share(start: int, end: int) -> tuple[int, int]:
+    """Under pytest-xdist, the worker's own slice of the range: two workers handing out the same port
+    before either binds it would start two brokers on one port."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1):
+        return start, end
+    width = (end - start) // int(count)
+    first = start + int(worker[2:]) * width
+    return first, first + width
 
 
 # Its own generator: Hypothesis reseeds the global `random` for every test, which would hand each test
@@ -63,10 +73,11 @@ def free_port() -> int:
 
 def consecutive_free_ports(n: int) -> int:
     """A base port with the n ports from it free (`dm up` derives its brokers' ports from one)."""
+    _, end = _listening_range()
     for _ in range(50):
         base = free_port()
         rest = range(base + 1, base + n)
-        if all(p not in _HANDED_OUT and _bindable(p) for p in rest):
+        if base + n <= end and all(p not in _HANDED_OUT and _bindable(p) for p in rest):
             _HANDED_OUT.update(rest)
             return base
     raise RuntimeError("no consecutive free ports")

@@ -80,23 +80,26 @@ def test_an_open_transaction_holds_read_committed_back_to_the_last_stable_offset
                                                                                   topic_name: str):
     b = broker.bootstrap
     create(b, topic_name)
+    # Recent timestamps: records from 1970 are past retention.ms, and the shared broker's retention pass
+    # (every log.retention.check.interval.ms) may delete them in the middle of the test.
+    t0 = int(time.time() * 1000) - 60_000
     plain = Producer({"bootstrap.servers": b, "enable.idempotence": True})
-    plain.produce(topic_name, b"before", timestamp=1_000)
+    plain.produce(topic_name, b"before", timestamp=t0)
     plain.flush(15)
     p = txn_producer(b, f"open-{topic_name}")
     p.begin_transaction()
-    p.produce(topic_name, b"in-txn", timestamp=2_000)
+    p.produce(topic_name, b"in-txn", timestamp=t0 + 1_000)
     p.flush(15)
-    plain.produce(topic_name, b"after", timestamp=3_000)  # written after the open transaction began
+    plain.produce(topic_name, b"after", timestamp=t0 + 2_000)  # written after the open transaction began
     plain.flush(15)
     assert read_all(b, topic_name, "read_committed") == [b"before"]
     assert read_all(b, topic_name, "read_uncommitted") == [b"before", b"in-txn", b"after"]
     # offsetsForTimes stops where each isolation level may read, as Kafka's: the last stable offset
-    assert offset_for_time(b, topic_name, 1_500, "read_committed") == -1
-    assert offset_for_time(b, topic_name, 1_500, "read_uncommitted") == 1
+    assert offset_for_time(b, topic_name, t0 + 500, "read_committed") == -1
+    assert offset_for_time(b, topic_name, t0 + 500, "read_uncommitted") == 1
     p.commit_transaction(30)
     assert read_all(b, topic_name, "read_committed") == [b"before", b"in-txn", b"after"]
-    assert offset_for_time(b, topic_name, 1_500, "read_committed") == 1
+    assert offset_for_time(b, topic_name, t0 + 500, "read_committed") == 1
 
 
 def offset_for_time(bootstrap: str, topic: str, timestamp_ms: int, isolation: str) -> int:
