@@ -50,13 +50,14 @@ def embedded_format_of(content_type: str) -> str:
 # What a body without records may be declared as: v2's own type, the less specific ones Confluent's REST
 # Proxy permits, or nothing (curl -X POST with no body). Anything else (curl's form default, text/plain) is
 # not JSON by its own account and is refused rather than parsed as JSON.
-_PLAIN_REQUEST_TYPES = ("application/json", "application/octet-stream", "application/vnd.kafka+json")
+REQUEST_TYPES = ("application/vnd.kafka.v2+json", "application/json", "application/vnd.kafka+json",
+                 "application/octet-stream")
 
 
 def check_request_type(content_type: str) -> None:
     """415 for a body on a route without embedded records whose Content-Type is not a JSON v2 one."""
     media = _media_types(content_type)[:1]
-    if not media or media[0] in _PLAIN_REQUEST_TYPES:
+    if not media or media[0] in REQUEST_TYPES:
         return
     _v2_type(media[0], content_type, "application/vnd.kafka.v2+json")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, NamedTuple
 
+from .formats import REQUEST_TYPES as BODY
+
 V2 = "application/vnd.kafka.v2+json"
 PRODUCE_TYPES = ("application/vnd.kafka.binary.v2+json", "application/vnd.kafka.json.v2+json", "application/json")
 RECORDS_TYPES = ("application/vnd.kafka.binary.v2+json", "application/vnd.kafka.json.v2+json")
@@ -68,14 +70,14 @@ OPERATIONS: tuple[Operation, ...] = (
         "/consumers/{group}",
         "create_consumer",
         "Create a consumer instance in a group (on this broker)",
-        (V2,),
+        BODY,
         200,
     ),
     Operation("delete", INSTANCE, "delete_consumer", "Delete a consumer instance (it leaves its group)", (), 204),
-    Operation("post", INSTANCE + "/subscription", "subscribe", "Subscribe to topics or a topic_pattern", (V2,), 204),
+    Operation("post", INSTANCE + "/subscription", "subscribe", "Subscribe to topics or a topic_pattern", BODY, 204),
     Operation("get", INSTANCE + "/subscription", "get_subscription", "The subscribed topics", (), 200),
     Operation("delete", INSTANCE + "/subscription", "unsubscribe", "Unsubscribe", (), 204),
-    Operation("post", INSTANCE + "/assignments", "assign", "Assign partitions by hand", (V2,), 204),
+    Operation("post", INSTANCE + "/assignments", "assign", "Assign partitions by hand", BODY, 204),
     Operation("get", INSTANCE + "/assignments", "get_assignments", "The partitions assigned", (), 200),
     Operation("get", INSTANCE + "/records", "records", "Read records (query: timeout ms, max_bytes)", (), 200),
     Operation(
@@ -83,7 +85,7 @@ OPERATIONS: tuple[Operation, ...] = (
         INSTANCE + "/offsets",
         "commit",
         "Commit offsets (the last records consumed), or all read when none given",
-        (V2,),
+        BODY,
         200,
     ),
     Operation(
@@ -91,14 +93,14 @@ OPERATIONS: tuple[Operation, ...] = (
         INSTANCE + "/offsets",
         "committed",
         "The committed offsets of the partitions given in the body",
-        (V2,),
+        BODY,
         200,
     ),
-    Operation("post", INSTANCE + "/positions", "seek", "Seek partitions to offsets", (V2,), 204),
+    Operation("post", INSTANCE + "/positions", "seek", "Seek partitions to offsets", BODY, 204),
     Operation(
-        "post", INSTANCE + "/positions/beginning", "seek_beginning", "Seek partitions to their first offset", (V2,), 204
+        "post", INSTANCE + "/positions/beginning", "seek_beginning", "Seek partitions to their first offset", BODY, 204
     ),
-    Operation("post", INSTANCE + "/positions/end", "seek_end", "Seek partitions to their end", (V2,), 204),
+    Operation("post", INSTANCE + "/positions/end", "seek_end", "Seek partitions to their end", BODY, 204),
 )
 
 ERROR = {"type": "object", "properties": {"error_code": {"type": "integer"}, "message": {"type": "string"}}}
@@ -126,6 +128,7 @@ def _operation(method: str, path: str, summary: str, body_types: tuple[str, ...]
             ("401", "authentication required or failed"),
             ("403", "not authorized"),
             ("404", "no such topic, partition or consumer instance"),
+            ("415", "a body whose Content-Type the route does not take"),
             ("422", "the request cannot be carried out"),
             ("500", "the cluster failed"),
         ):
