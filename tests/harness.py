@@ -83,6 +83,16 @@ def consecutive_free_ports(n: int) -> int:
     raise RuntimeError("no consecutive free ports")
 
 
+def reserve(ports: list[int]) -> bool:
+    """Takes `ports` (ports a test derives from one it was given, as `dm up` derives its controller's)
+    if every one is in this process's range, not handed out yet, and free."""
+    start, end = _listening_range()
+    if all(start <= p < end and p not in _HANDED_OUT and _bindable(p) for p in ports):
+        _HANDED_OUT.update(ports)
+        return True
+    return False
+
+
 def run_dm(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The `dm` CLI as a user runs it, its output as text."""
     return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], input=stdin, capture_output=True,
@@ -408,7 +418,7 @@ class NetnsLink:
         tag = f"{os.getpid() % 10000}{random.randrange(100)}"
         self.name = f"dm{tag}"
         self.host_if, self.ns_if = f"vh{tag}", f"vn{tag}"
-        net = random.randrange(1, 250)
+        net = random.randrange(*_this_workers_share(1, 250))  # no two xdist workers' links share a subnet
         self.host_ip, self.ns_ip = f"10.213.{net}.1", f"10.213.{net}.2"
         run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
         run("ip", "netns", "add", self.name)

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from harness import consecutive_free_ports, free_port
+from harness import consecutive_free_ports, free_port, reserve
 from harness import run_dm as dm
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,17 +49,7 @@ def test_dm_up_runs_a_replicated_cluster_and_stops_on_ctrl_c(tmp_path):
 def test_dm_up_passes_a_secured_server_properties_to_every_broker(tmp_path):
     """`dm up --config`: one Kafka server.properties for all brokers, {port}/{port+N} filled in per
     broker; the CLI reaches the SASL listener with --command-config."""
-    import socket
-
-    def free(p: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return True
-            except OSError:
-                return False
-
-    port = next(p for p in iter(lambda: consecutive_free_ports(2), None) if free(p + 500) and free(p + 501))
+    port = next(p for p in iter(lambda: consecutive_free_ports(2), None) if reserve([p + 500, p + 501]))
     config = tmp_path / "server.properties"
     config.write_text(
         "listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{port+500}\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from dm_broker.cli import build_parser, parsers
 from dm_broker.tools.cluster import plan_ports
-from harness import BrokerProcess, consecutive_free_ports, free_port
+from harness import BrokerProcess, consecutive_free_ports, free_port, reserve
 from harness import run_dm as dm
 
 pytestmark = pytest.mark.timeout(180)
@@ -227,14 +227,10 @@ def test_dm_up_moves_its_other_ports_with_port():
 
 
 def test_two_local_clusters_differ_only_in_port(tmp_path):
-    import random
+    def derived(p: int) -> list[int]:  # the controller, HTTP and REST ports of both clusters
+        return sorted({*plan_ports(p, 1, None, None).values(), *plan_ports(p + 1, 1, None, None).values()} - {p, p + 1})
 
-    from dm_broker.tools.cluster import busy_ports
-
-    for _ in range(100):
-        port = random.randrange(20000, 40000)
-        if not busy_ports(plan_ports(port, 1, None, None)) and not busy_ports(plan_ports(port + 1, 1, None, None)):
-            break
+    port = next(p for p in iter(lambda: consecutive_free_ports(2), None) if reserve(derived(p)))
     a = DmUp(tmp_path / "a", 1, port)
     try:
         assert f"controller http://127.0.0.1:{port - 9092 + 9990}" in a.wait_ready()
