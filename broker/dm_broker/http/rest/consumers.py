@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_READ = 10_000
+CLOSE_WAIT_S = 30.0  # how long closing an instance waits for the request using it
 READ_SLICE_S = 0.1  # a long poll gives the instance up this often (records)
 
 
@@ -50,19 +51,10 @@ class ConsumerInstance:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pattern: re.Pattern[str] | None = None
     pattern_seen: int = -1  # the metadata version the pattern was last matched against
-    subscribed_once: bool = False  # its consumer has joined (or tried to join) the group by a subscription
+    used: bool = False  # its consumer has had a subscription or an assignment (see _fresh_consumer)
+    assigned: bool = False  # by hand (assignments), not by a subscription: the two exclude each other
     record_bytes: float = 1024.0  # the records' mean size so far: how many one read may take within max_bytes
 
-    @contextlib.asynccontextmanager
-    async def in_use(self) -> AsyncIterator[None]:
-        """The instance to one request at a time. It is idle from the end of its last request, not the
-        start: a long poll or a group join longer than consumer.instance.timeout.ms must not leave it to
-        expire as its answer goes out (the expiry skips an instance in use)."""
-        async with self.lock:
-            try:
-                yield
-            finally:
-                self.last_used = time.monotonic()
 
 
 class ConsumerRegistry:
@@ -95,10 +87,34 @@ class ConsumerRegistry:
                     await self._close(key)
 
     async def _close(self, key: tuple[str, str]) -> None:
+        """Forgets the instance at once (later requests get 404), then stops its consumer once the request
+        using it, if any, is done with it: stopping a consumer under a running request failed that request
+        with aiokafka's internals gone (AttributeError), and under a starting one left it hanging."""
         instance = self.instances.pop(key, None)
-        if instance is not None:
-            with contextlib.suppress(Exception):
-                await instance.consumer.stop()  # leaves the group (and commits, with auto commit)
+        if instance is None:
+            return
+        try:
+            await asyncio.wait_for(instance.lock.acquire(), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("REST consumer %s of group %s: closed while a request still used it", key[1], key[0])
+        else:
+            instance.lock.release()
+        with contextlib.suppress(Exception):
+            await instance.consumer.stop()  # leaves the group (and commits, with auto commit)
+
+    @contextlib.asynccontextmanager
+    async def _using(self, instance: ConsumerInstance) -> AsyncIterator[None]:
+        """The instance to one request at a time, and only while it is registered (a request that waited
+        for a deleted or expired one gets 404). It is idle from the end of its last request, not the
+        start: a long poll or a group join longer than consumer.instance.timeout.ms must not leave it to
+        expire as its answer goes out (the expiry skips an instance in use)."""
+        async with instance.lock:
+            if self.instances.get((instance.group, instance.name)) is not instance:
+                raise self._not_found(instance.group, instance.name)
+            try:
+                yield
+            finally:
+                instance.last_used = time.monotonic()
 
     async def create(self, group: str, body: ConsumerConfigBody, session: Session) -> ConsumerInstance:
         self._allow_group(session, group)
@@ -112,11 +128,13 @@ class ConsumerRegistry:
         consumer = self._consumer(group, name, body)
         instance = ConsumerInstance(group, name, body, str(session.principal), consumer)
         self.instances[(group, name)] = instance  # the name is taken while the consumer starts
-        try:
-            await self._start(consumer)
-        except BaseException:
-            self.instances.pop((group, name), None)
-            raise
+        async with instance.lock:  # requests for it (a DELETE too) wait until it has started
+            try:
+                await self._start(consumer)
+            except BaseException:
+                if self.instances.get((group, name)) is instance:
+                    del self.instances[(group, name)]
+                raise
         return instance
 
     @staticmethod
@@ -188,22 +206,29 @@ class ConsumerRegistry:
     async def subscribe(self, instance: ConsumerInstance, body: SubscriptionBody, session: Session) -> None:
         if (body.topics is None) == (body.topic_pattern is None):
             raise unprocessable("give either topics (a list of names) or topic_pattern (a regular expression)")
-        async with instance.in_use():
+        pattern = None
+        if body.topic_pattern is not None:
             try:
-                if body.topics is not None:
-                    self._allow_topics(session, body.topics)
-                    instance.pattern = None
-                    instance.consumer.subscribe(topics=body.topics)
-                    instance.subscribed_once = True
-                else:
-                    try:
-                        instance.pattern = re.compile(body.topic_pattern or "")
-                    except re.error as exc:
-                        raise unprocessable(f"topic_pattern is not a regular expression: {exc}") from None
-                    instance.pattern_seen = -1
-                    self._follow_pattern(instance, session)
-            except IllegalStateError as exc:
-                raise RestError(409, ILLEGAL_STATE, f"Illegal state: {exc}") from None
+                pattern = re.compile(body.topic_pattern)
+            except re.error as exc:
+                raise unprocessable(f"topic_pattern is not a regular expression: {exc}") from None
+        async with self._using(instance):
+            consumer = instance.consumer
+            if instance.assigned:
+                raise RestError(409, ILLEGAL_STATE, "Illegal state: Subscription to topics, partitions and pattern "
+                                                    "are mutually exclusive (the instance has assigned partitions)")
+            if body.topics is not None:
+                self._allow_topics(session, body.topics)
+                if instance.pattern is None and set(body.topics) == consumer.subscription():
+                    return  # the same subscription: nothing changes
+                await self._fresh_consumer(instance)
+                instance.pattern = None
+                instance.consumer.subscribe(topics=body.topics)
+                instance.used = True
+            else:
+                await self._fresh_consumer(instance)
+                instance.pattern, instance.pattern_seen = pattern, -1
+                self._follow_pattern(instance, session)
 
     def _follow_pattern(self, instance: ConsumerInstance, session: Session) -> None:
         """Subscribes to the topics the pattern matches now, among those the user may read (a pattern never
@@ -218,41 +243,57 @@ class ConsumerRegistry:
             return
         if topics:
             instance.consumer.subscribe(topics=topics)
-            instance.subscribed_once = True
+            instance.used = True
         else:
             instance.consumer.unsubscribe()
 
     async def unsubscribe(self, instance: ConsumerInstance) -> None:
-        async with instance.in_use():
+        async with self._using(instance):
             instance.pattern = None
-            instance.consumer.unsubscribe()
+            instance.assigned = False
+            await self._fresh_consumer(instance)  # a consumer that never subscribed: unsubscribed
 
-    async def _renew(self, instance: ConsumerInstance) -> None:
-        """A new consumer for an instance that leaves its group subscription for a manual assignment.
-        aiokafka's group routine may still be joining for the old subscription, and when it finds the
-        manual one in its place it fails for good (an AssertionError in begin_reassignment: every later
-        call of the instance then failed). Positions are not lost: they come from the group's committed
-        offsets, as they would after any assignment."""
+    async def _fresh_consumer(self, instance: ConsumerInstance,
+                              keep: list[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """A new consumer in place of one that has had a subscription or an assignment, before the next
+        change of either. aiokafka's group routine fails for good (an AssertionError, every later call of
+        the instance "Unexpected error during coordination") when the subscription or assignment changes
+        while it awaits, as it does while it joins or looks for the coordinator: subscribe, unsubscribe
+        and assign in quick succession broke one instance in three. A consumer that only ever sees one
+        subscription or assignment never meets that. Positions come from the group's committed offsets
+        (or auto.offset.reset), as after Kafka's eager rebalance; those of `keep`, partitions assigned by
+        hand before and after, are returned for the caller to seek to, as Kafka's assign() keeps them."""
+        if not instance.used:
+            return {}
         old = instance.consumer
+        positions: dict[TopicPartition, int] = {}
+        for tp in keep or ():
+            if tp in old.assignment():
+                with contextlib.suppress(Exception):
+                    positions[tp] = await asyncio.wait_for(old.position(tp), 2)
         fresh = self._consumer(instance.group, instance.name, instance.settings)
         await self._start(fresh)
-        instance.consumer, instance.subscribed_once = fresh, False
+        instance.consumer, instance.used = fresh, False
         with contextlib.suppress(Exception):
             await old.stop()
+        return positions
 
     def subscription(self, instance: ConsumerInstance) -> list[str]:
         return sorted(instance.consumer.subscription())
 
     async def assign(self, instance: ConsumerInstance, partitions: list[TopicPartition], session: Session) -> None:
         self._allow_topics(session, sorted({tp.topic for tp in partitions}))
-        async with instance.in_use():
-            if instance.subscribed_once and not instance.consumer.subscription():
-                await self._renew(instance)
-            try:
-                instance.pattern = None
-                instance.consumer.assign(partitions)
-            except IllegalStateError as exc:
-                raise RestError(409, ILLEGAL_STATE, f"Illegal state: {exc}") from None
+        async with self._using(instance):
+            subscribed = instance.pattern is not None or (not instance.assigned and instance.consumer.subscription())
+            if subscribed:
+                raise RestError(409, ILLEGAL_STATE, "Illegal state: Subscription to topics, partitions and pattern "
+                                                    "are mutually exclusive (the instance is subscribed)")
+            kept = await self._fresh_consumer(instance, keep=partitions)
+            instance.pattern = None
+            instance.consumer.assign(partitions)
+            instance.used = instance.assigned = True
+            for tp, offset in kept.items():
+                instance.consumer.seek(tp, offset)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -269,26 +310,29 @@ class ConsumerRegistry:
         wait = (default_wait if configured is None else configured) if timeout_ms is None else min(
             timeout_ms, default_wait * 30)
         deadline = time.monotonic() + wait / 1000
+        first = True
         while True:
             slice_ms = max(0, min(READ_SLICE_S, deadline - time.monotonic()) * 1000)
-            async with instance.in_use():
-                out = await self._read_slice(instance, slice_ms, limit, session)
+            async with self._using(instance):
+                out = await self._read_slice(instance, slice_ms, limit, session, first)
             if out is not None:
                 return out
             if time.monotonic() >= deadline:
                 return []
+            first = False
 
-    async def _read_slice(self, instance: ConsumerInstance, slice_ms: float, limit: int,
-                          session: Session) -> list[dict[str, Any]] | None:
-        """Records read within `slice_ms`; None when none came."""
-        if self.instances.get((instance.group, instance.name)) is not instance:
-            raise self._not_found(instance.group, instance.name)  # deleted or expired while the read waited
+    async def _read_slice(self, instance: ConsumerInstance, slice_ms: float, limit: int, session: Session,
+                          first: bool) -> list[dict[str, Any]] | None:
+        """Records read within `slice_ms`; None when none came. A read that was valid when it came answers
+        [] if a request between its slices leaves the instance neither subscribed nor assigned."""
         self._follow_pattern(instance, session)
         consumer = instance.consumer
         if not consumer.subscription() and not consumer.assignment():
             if instance.pattern is not None:
                 await asyncio.sleep(slice_ms / 1000)  # nothing matches yet: look again next slice
                 return None
+            if not first:
+                return []
             raise RestError(409, ILLEGAL_STATE, "Illegal state: the consumer instance is neither subscribed "
                                                 "to topics nor assigned partitions")
         self._allow_topics(session, sorted({tp.topic for tp in consumer.assignment()}))
@@ -331,7 +375,7 @@ class ConsumerRegistry:
         """`offsets` maps partitions to the last record consumed (v2 commits the next one); None commits
         what the instance has read so far."""
         self._allow_group(session, instance.group)
-        async with instance.in_use():
+        async with self._using(instance):
             try:
                 if offsets is None:
                     await instance.consumer.commit()
@@ -348,7 +392,7 @@ class ConsumerRegistry:
         self._allow_group(session, instance.group)
         self._allow_topics(session, sorted({tp.topic for tp in partitions}))
         out = []
-        async with instance.in_use():
+        async with self._using(instance):
             for tp in partitions:
                 try:
                     offset = await instance.consumer.committed(tp)
@@ -359,7 +403,7 @@ class ConsumerRegistry:
         return out
 
     async def seek(self, instance: ConsumerInstance, offsets: dict[TopicPartition, int]) -> None:
-        async with instance.in_use():
+        async with self._using(instance):
             self._check_assigned(instance, list(offsets))
             for tp, offset in offsets.items():
                 instance.consumer.seek(tp, offset)
@@ -367,7 +411,7 @@ class ConsumerRegistry:
     async def seek_to(self, instance: ConsumerInstance, partitions: list[TopicPartition], end: bool) -> None:
         """No partitions named: every assigned one, as Kafka's seekToBeginning/seekToEnd (and nothing
         when none is assigned)."""
-        async with instance.in_use():
+        async with self._using(instance):
             self._check_assigned(instance, partitions)
             if not partitions and not instance.consumer.assignment():
                 return  # aiokafka asserts here
