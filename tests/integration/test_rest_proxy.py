@@ -726,6 +726,33 @@ def test_requests_racing_on_one_instance_never_break_it(cluster: Cluster) -> Non
     assert produce(url, "rest-race", [{"value": b64(b"after the race")}], partition=0).status_code == 200
     assert [base64.b64decode(r["value"]) for r in read_until(base, 1)] == [b"after the race"]
 
+
+def test_a_new_assignment_keeps_the_positions_of_partitions_still_assigned(cluster: Cluster) -> None:
+    """As Kafka's assign(): a partition assigned before and after goes on from where it was read to, even
+    though the instance takes a fresh consumer for the change and nothing was committed."""
+    cluster.create("rest-reassign", 2)
+    url, group = cluster.url(1), f"rest-reassign-{uuid.uuid4()}"
+    base = f"{url}/consumers/{group}/instances/r"
+    assert requests.post(f"{url}/consumers/{group}", json={"name": "r", "format": "binary", "auto.commit.enable":
+                                                           "false", "auto.offset.reset": "earliest"},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 200
+
+    def assign(*partitions: int) -> None:
+        assert requests.post(base + "/assignments", json={"partitions": [
+            {"topic": "rest-reassign", "partition": p} for p in partitions]}, headers={"Content-Type": V2},
+            timeout=30).status_code == 204
+
+    assign(0)
+    assert produce(url, "rest-reassign", [{"value": b64(b"old %d" % i)} for i in range(4)], partition=0
+                   ).status_code == 200
+    assert len(read_until(base, 4)) == 4
+    assign(0, 1)
+    assert produce(url, "rest-reassign", [{"value": b64(b"new")}], partition=0).status_code == 200
+    assert produce(url, "rest-reassign", [{"value": b64(b"other")}], partition=1).status_code == 200
+    got = read_until(base, 2)
+    assert sorted(base64.b64decode(r["value"]) for r in got) == [b"new", b"other"], got
+    assert requests.delete(base, timeout=30).status_code == 204
+
 FIELDS = ["records", "key", "value", "partition", "headers", "name", "format", "auto.offset.reset",
           "auto.commit.enable", "fetch.min.bytes", "consumer.request.timeout.ms", "topics", "topic_pattern",
           "partitions", "offsets", "topic", "offset", "metadata", "value_schema_id"]
