@@ -753,6 +753,26 @@ def test_a_new_assignment_keeps_the_positions_of_partitions_still_assigned(clust
     assert sorted(base64.b64decode(r["value"]) for r in got) == [b"new", b"other"], got
     assert requests.delete(base, timeout=30).status_code == 204
 
+
+def test_a_pattern_subscription_takes_up_a_topic_created_after_it(cluster: Cluster) -> None:
+    tag = uuid.uuid4().hex[:6]
+    url, group = cluster.url(2), f"rest-late-{tag}"
+    base = f"{url}/consumers/{group}/instances/p"
+    assert requests.post(f"{url}/consumers/{group}", json={"name": "p", "format": "binary",
+                                                           "auto.offset.reset": "earliest"},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 200
+    assert requests.post(base + "/subscription", json={"topic_pattern": f"rest-late-{tag}-.*"},
+                         headers={"Content-Type": V2}, timeout=30).status_code == 204
+    assert requests.get(base + "/records?timeout=300", headers={"Accept": BINARY}, timeout=30).json() == []
+    for name in (f"rest-late-{tag}-a", f"rest-late-{tag}-b"):  # the second changes a live subscription
+        cluster.create(name, 1)
+        assert produce(url, name, [{"value": b64(name.encode())}]).status_code == 200
+        got = read_until(base, 1)
+        assert [(r["topic"], base64.b64decode(r["value"])) for r in got] == [(name, name.encode())], got
+    assert requests.get(base + "/subscription", timeout=30).json() == {
+        "topics": [f"rest-late-{tag}-a", f"rest-late-{tag}-b"]}
+    assert requests.delete(base, timeout=30).status_code == 204
+
 FIELDS = ["records", "key", "value", "partition", "headers", "name", "format", "auto.offset.reset",
           "auto.commit.enable", "fetch.min.bytes", "consumer.request.timeout.ms", "topics", "topic_pattern",
           "partitions", "offsets", "topic", "offset", "metadata", "value_schema_id"]

@@ -228,11 +228,13 @@ class ConsumerRegistry:
             else:
                 await self._fresh_consumer(instance)
                 instance.pattern, instance.pattern_seen = pattern, -1
-                self._follow_pattern(instance, session)
+                await self._follow_pattern(instance, session)
 
-    def _follow_pattern(self, instance: ConsumerInstance, session: Session) -> None:
+    async def _follow_pattern(self, instance: ConsumerInstance, session: Session) -> None:
         """Subscribes to the topics the pattern matches now, among those the user may read (a pattern never
-        reaches past the user's rights, as Kafka's filtered metadata has it)."""
+        reaches past the user's rights, as Kafka's filtered metadata has it). A change takes a fresh
+        consumer, as any change of subscription does: for the group it is a rebalance, as in Kafka when a
+        new topic matches."""
         md = self.broker.metadata
         version = md.version if md is not None else -1
         if instance.pattern is None or version == instance.pattern_seen:
@@ -241,11 +243,10 @@ class ConsumerRegistry:
         topics = self._readable(session, instance.pattern)
         if set(topics) == instance.consumer.subscription():
             return
+        await self._fresh_consumer(instance)
         if topics:
             instance.consumer.subscribe(topics=topics)
             instance.used = True
-        else:
-            instance.consumer.unsubscribe()
 
     async def unsubscribe(self, instance: ConsumerInstance) -> None:
         async with self._using(instance):
@@ -325,7 +326,7 @@ class ConsumerRegistry:
                           first: bool) -> list[dict[str, Any]] | None:
         """Records read within `slice_ms`; None when none came. A read that was valid when it came answers
         [] if a request between its slices leaves the instance neither subscribed nor assigned."""
-        self._follow_pattern(instance, session)
+        await self._follow_pattern(instance, session)
         consumer = instance.consumer
         if not consumer.subscription() and not consumer.assignment():
             if instance.pattern is not None:
