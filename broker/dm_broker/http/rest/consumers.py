@@ -73,8 +73,9 @@ class ConsumerRegistry:
             self._expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
-        for key in list(self.instances):
-            await self._close(key)
+        # Together: each may wait up to CLOSE_WAIT_S for a request still using it, and a shutdown must not
+        # wait that long once per instance.
+        await asyncio.gather(*(self._close(key) for key in list(self.instances)))
 
     async def _expire_idle(self) -> None:
         timeout_s = self.broker.config["consumer.instance.timeout.ms"] / 1000
