@@ -214,13 +214,12 @@ class ConsumerRegistry:
             except re.error as exc:
                 raise unprocessable(f"topic_pattern is not a regular expression: {exc}") from None
         async with self._using(instance):
-            consumer = instance.consumer
             if instance.assigned:
                 raise RestError(409, ILLEGAL_STATE, "Illegal state: Subscription to topics, partitions and pattern "
                                                     "are mutually exclusive (the instance has assigned partitions)")
             if body.topics is not None:
                 self._allow_topics(session, body.topics)
-                if instance.pattern is None and set(body.topics) == consumer.subscription():
+                if instance.pattern is None and set(body.topics) == instance.consumer.subscription():
                     return  # the same subscription: nothing changes
                 await self._fresh_consumer(instance)
                 instance.pattern = None
@@ -269,8 +268,9 @@ class ConsumerRegistry:
             return {}
         old = instance.consumer
         positions: dict[TopicPartition, int] = {}
+        held = old.assignment()
         for tp in keep or ():
-            if tp in old.assignment():
+            if tp in held:
                 with contextlib.suppress(Exception):
                     positions[tp] = await asyncio.wait_for(old.position(tp), 2)
         fresh = self._consumer(instance.group, instance.name, instance.settings)
