@@ -36,7 +36,7 @@ class SequenceProducer(threading.Thread):
     """Idempotent acks=all producer of "p<partition>-<seq>" values; records every ack with its time."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate_pause: float = 0.0005,
-                 config: dict[str, str] | None = None) -> None:
+                 config: dict[str, str] | None = None, padding: int = 0) -> None:
         super().__init__(daemon=True)
         from confluent_kafka import Producer
 
@@ -57,13 +57,14 @@ class SequenceProducer(threading.Thread):
         self.errors: list[str] = []
         self.remaining = -1
         self.pause = rate_pause
+        self.padding = b"-" + b"x" * padding if padding else b""  # after the sequence number, which verify reads
         self.stop = threading.Event()
 
     def run(self) -> None:
         seq = 0
         while not self.stop.is_set():
             partition = seq % self.partitions
-            value = b"p%d-%08d" % (partition, seq)
+            value = b"p%d-%08d" % (partition, seq) + self.padding
 
             def report(err, msg, value=value):
                 if err is not None:

@@ -445,6 +445,35 @@ class NetnsLink:
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
 
 
+def small_volumes_available() -> bool:
+    """A tmpfs of a given size stands in for a volume that fills up: mounting one needs root."""
+    return os.geteuid() == 0 and shutil.which("mount") is not None
+
+
+class SmallVolume:
+    """A tmpfs of `size` mounted on `path`: a real file system that answers ENOSPC when full (no mock: the
+    broker's writes fail as they would on a full persistent volume)."""
+
+    def __init__(self, path: Path, size: str) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True,
+                       capture_output=True)
+
+    def grow(self, size: str) -> None:
+        """As expanding a persistent volume does: the files stay, the space grows."""
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(self.path)], check=True, capture_output=True)
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+    def __enter__(self) -> SmallVolume:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Cluster:
     """A controller and N brokers as processes.
 

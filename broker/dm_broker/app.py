@@ -26,7 +26,9 @@ from .dirlock import DirectoryInUse, DirectoryLock
 from .gc_tuning import freeze_as_it_grows, tune_gc
 from .http.app import make_app
 from .http.rest.server import RestProxy
+from .log import dir_failure
 from .log.checkpoints import atomic_write
+from .log.dir_failure import LogDirFailure
 from .log.manager import RecoveryAborted
 from .log.meta_properties import IdentityError
 from .loop_watchdog import LoopWatchdog
@@ -109,8 +111,29 @@ async def wait_for_directory(directory: Path, owner: str, wait_s: float, stop: a
             await asyncio.wait_for(stop.wait(), min(1.0, max(deadline - time.monotonic(), 0)))
 
 
+STORAGE_FAILURE_EXIT = 1
+TERMINATION_LOG = Path("/dev/termination-log")  # Kubernetes shows what is written here as the pod's last state
+
+
+def halt_on_storage_failure(failure: LogDirFailure) -> None:
+    """Stops the process at once, as Kafka's Exit.halt does when its log directories fail (ADR 0041): no
+    controlled shutdown, no flush, no clean-shutdown marker, nothing more acknowledged. Its controller
+    session closes with it, so the partitions it led move to in-sync replicas; the next start recovers the
+    logs from what the disk holds."""
+    message = (f"dm: {failure}; the broker stops so that nothing it cannot keep is acknowledged. Free space "
+               f"or repair the volume, then start it again: it recovers its logs as after a crash.")
+    with contextlib.suppress(Exception):
+        log.critical("%s", message)
+        logging.shutdown()
+    if TERMINATION_LOG.exists():
+        with contextlib.suppress(OSError):
+            TERMINATION_LOG.write_text(message + "\n")
+    os._exit(STORAGE_FAILURE_EXIT)
+
+
 async def serve(config: BrokerConfig, banner: bool = False) -> None:
     stop = _stop_event()
+    dir_failure.on_failure(halt_on_storage_failure)
     locks: list[DirectoryLock] = []
     try:
         for directory in config.log_dirs:  # every JBOD directory is this broker's alone

@@ -51,7 +51,7 @@ from .groups.consumer_protocol import compiled, consumer_settings
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .groups.share_protocol import share_settings
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
-from .log import meta_properties
+from .log import dir_failure, meta_properties
 from .log.checkpoints import atomic_write, read_offsets, write_offsets
 from .log.manager import LogManager
 from .log.meta_properties import IdentityError
@@ -434,7 +434,11 @@ class Broker:
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config["log.flush.offset.checkpoint.interval.ms"] / 1000)
-            await asyncio.get_running_loop().run_in_executor(None, self._write_hw_checkpoint)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._write_hw_checkpoint)
+            except OSError as exc:  # the next round writes it again, unless the disk failed
+                dir_failure.check(exc, self.config.data_dir)
+                log.warning("cannot write the high-watermark checkpoint: %s", exc)
 
     def _write_hw_checkpoint(self) -> None:
         write_offsets(self.config.data_dir / HW_CHECKPOINT,
@@ -565,6 +569,7 @@ class Broker:
         for results in await asyncio.gather(*(loop.run_in_executor(None, self._new_logs, job) for job in jobs)):
             for (topic, index, *_), plog in results:
                 if isinstance(plog, BaseException):
+                    dir_failure.check(plog)
                     log.warning("%s-%d: preparing its log failed (%s); trying again on the event loop", topic.name,
                                 index, plog)
                 else:

@@ -18,6 +18,7 @@ import weakref
 from typing import Any
 
 from .connection_quotas import ConnectionQuotas
+from .log import dir_failure
 from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
@@ -268,6 +269,7 @@ class KafkaServer:
                         await conn.drain()
                 answers.task_done()
         except BaseException as exc:
+            dir_failure.check(exc)  # a storage error a handler did not expect still stops the broker
             self._log_close(peer, exc)
             conn.close()
 

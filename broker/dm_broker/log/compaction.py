@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..tasks import stop_tasks
+from . import dir_failure
 from .checkpoints import atomic_write, fsync_dir
 from .partition_log import PartitionLog
 from .records import control_marker, decode_records, parse_header, rebuild_batch
@@ -65,7 +66,8 @@ class LogCleaner:
                     continue
                 try:
                     await self.clean(key, plog)
-                except Exception:
+                except Exception as exc:
+                    dir_failure.check(exc, plog.directory.parent)
                     log.exception("compaction of %s-%d failed; the log is unchanged", *key)
 
     def needs_cleaning(self, key: tuple[str, int], plog: PartitionLog, now_ms: int | None = None) -> bool:

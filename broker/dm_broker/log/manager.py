@@ -21,7 +21,7 @@ from .. import open_files
 from ..config import BrokerConfig, TopicSettings
 from ..errors import KafkaError
 from ..tasks import stop_tasks
-from . import strays
+from . import dir_failure, strays
 from .checkpoints import fsync_dir, read_offsets, write_offsets
 from .compaction import LogCleaner
 from .partition_log import PartitionLog
@@ -333,7 +333,8 @@ class LogManager:
                 result = job()
                 if asyncio.iscoroutine(result):
                     await result
-            except Exception:
+            except Exception as exc:
+                dir_failure.check(exc)
                 log.exception("background job %s failed", getattr(job, "__name__", job))
 
     async def _flush_due(self) -> None:

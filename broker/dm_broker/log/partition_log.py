@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..config import TopicSettings
 from .checkpoints import atomic_write, fsync_dir, fsync_file, replace_unsynced
+from .dir_failure import guards_log_dir
 from .leader_epochs import LeaderEpochCache
 from .producer_state import CachedBatch, CompletedTxn, ProducerStateManager
 from .records import STAMPED_PREFIX, BatchHeader, control_marker, decode_records, iter_batches, stamp_batch
@@ -88,6 +89,7 @@ class PartitionLog:
 
     # -- opening ---------------------------------------------------------------------------
 
+    @guards_log_dir
     def open(self) -> None:
         """Loads segments; rescans and repairs every segment past the recovery point. A directory that
         does not exist yet is created with an empty first segment, reading nothing: creating thousands
@@ -205,6 +207,7 @@ class PartitionLog:
     def log_start_offset(self) -> int:
         return max(self.segments[0].base_offset, self._start)
 
+    @guards_log_dir
     def advance_start(self, offset: int) -> int:
         """DeleteRecords (or a leader's log start reaching a follower): records below `offset` are
         gone for readers; whole segments below it are deleted. Returns the new log start."""
@@ -227,6 +230,7 @@ class PartitionLog:
     def check_duplicate(self, header: BatchHeader) -> CachedBatch | None:
         return self.producers.check(header)
 
+    @guards_log_dir
     def append(self, data: bytes | bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendResult:
         """Assigns offsets to validated batches (as leader) and writes them.
 
@@ -279,6 +283,7 @@ class PartitionLog:
                 latest = epoch
         return new
 
+    @guards_log_dir
     def append_as_follower(self, data: bytes | bytearray | memoryview,
                            located: list[tuple[int, BatchHeader]] | None = None) -> int:
         """Appends batches that already carry offsets (replication): whole batches only, skipping
@@ -332,6 +337,7 @@ class PartitionLog:
         if too_big or too_old:
             self.roll()
 
+    @guards_log_dir
     def roll(self) -> None:
         seg = self.active
         if seg.size == 0:
@@ -352,6 +358,7 @@ class PartitionLog:
         first = self.first_unflushed_ms
         return first is not None and self.clock() - first >= self.settings["flush.ms"]
 
+    @guards_log_dir
     async def flush(self) -> None:
         """fsyncs everything appended so far; concurrent callers share one fsync."""
         target = self.log_end_offset
@@ -366,6 +373,7 @@ class PartitionLog:
             await loop.run_in_executor(None, self._fsync, dirty)
             self.recovery_point = max(self.recovery_point, end)
 
+    @guards_log_dir
     def flush_sync(self, sync_parent: bool = True) -> bool:
         """fsyncs everything appended so far, in the calling thread. With sync_parent=False the log
         directory's own entry in its parent is left to the caller (one fsync of the parent for many
@@ -399,6 +407,7 @@ class PartitionLog:
                 fsync_dir(self.directory.parent)
         return False
 
+    @guards_log_dir
     def write_unsynced(self, name: str, data: bytes) -> None:
         """Replaces the small file `name` in this log's directory without an fsync; the next flush
         makes it durable before any record it flushes (a new log's topic id: ADR 0033). Only before the
@@ -505,6 +514,7 @@ class PartitionLog:
 
     # -- retention and truncation ------------------------------------------------------------
 
+    @guards_log_dir
     def apply_retention(self) -> int:
         """Deletes whole segments past retention.ms / retention.bytes; returns how many."""
         if not self.settings.deletes:
@@ -535,6 +545,7 @@ class PartitionLog:
         log.info("%s-%d: deleting segment %d (%s)", self.topic, self.partition, seg.base_offset, why)
         seg.delete()
 
+    @guards_log_dir
     def truncate_to(self, offset: int) -> None:
         """Removes every record at or after offset (follower divergence repair)."""
         if offset >= self.log_end_offset:
@@ -550,6 +561,7 @@ class PartitionLog:
         self.unreplicated_txns.clear()
         self._rebuild_producer_state()
 
+    @guards_log_dir
     def reset_to(self, offset: int) -> None:
         """Drops the whole log and starts empty at `offset` (a replica that fell behind the
         leader's log start)."""
@@ -577,11 +589,13 @@ class PartitionLog:
             out += seg.txn_index.overlapping(start, end)
         return out
 
+    @guards_log_dir
     def checkpoint_producers(self) -> None:
         # The snapshot covers exactly the batches below the current end offset; on start it is
         # used only if the recovered log still reaches that offset.
         self.producers.save(self.log_end_offset)
 
+    @guards_log_dir
     def close(self) -> None:
         for seg in self.segments:
             seg.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,13 +71,20 @@ class Segment:
         """Writes already-stamped batches, given as consecutive chunks of `total` bytes (two per
         batch at most); `batches` holds (position relative to the first chunk, header)."""
         start = self.size
-        written = os.pwritev(self.fd, chunks, start)
-        if written < total:  # a short write: the rest piece by piece
-            rest = memoryview(b"".join(chunks))[written:]
-            while rest:
-                n = os.pwrite(self.fd, rest, start + written)
-                written += n
-                rest = rest[n:]
+        try:
+            written = os.pwritev(self.fd, chunks, start)
+            if written < total:  # a short write: the rest piece by piece
+                rest = memoryview(b"".join(chunks))[written:]
+                while rest:
+                    n = os.pwrite(self.fd, rest, start + written)
+                    written += n
+                    rest = rest[n:]
+        except OSError:
+            # A full disk may have taken part of the batches: the file ends where the log does again, so
+            # no batch that was refused can be found by a recovery scan (shrinking needs no space).
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+            raise
         for pos, header in batches:
             self._track(header, start + pos)
         self.size += total

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from ..log import dir_failure
 from ..log.leader_epochs import UNDEFINED_EPOCH
 from ..log.records import BatchHeader
 from ..protocol.build import make, nested
@@ -128,6 +129,7 @@ class ReplicaFetcher:
             except Exception as exc:
                 if cancelling():
                     raise asyncio.CancelledError from exc
+                dir_failure.check(exc)
                 log.debug("fetcher for leader %d: %s", self.leader_id, exc)
                 if isinstance(exc, (ConnectionError, OSError, asyncio.IncompleteReadError)):
                     self.broker.suspect(self.leader_id)
@@ -294,6 +296,7 @@ class ReplicaFetcher:
                 return
             for (key, _, undo), error in zip(share, future.result(), strict=True):
                 if error is not None:
+                    dir_failure.check(error)
                     undo()
                     failed.add(key)
                     log.error("%s-%d: cannot write its leader epochs: %s", *key, error)

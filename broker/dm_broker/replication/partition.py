@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ..errors import KafkaError
+from ..log import dir_failure
 from ..log.partition_log import AppendResult, PartitionLog
 from ..log.records import BatchHeader, build_marker_batch, validate_batches
 
@@ -219,6 +220,7 @@ class Partition:
 
     def _epoch_written(self, future: asyncio.Future[None]) -> None:
         if not future.cancelled() and future.exception() is not None:
+            dir_failure.check(future.exception(), self.log.directory.parent)
             log.error("%s-%d: cannot write leader epoch %d: %s", self.topic, self.index, self.leader_epoch,
                       future.exception())
 

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaError
 from ...log import recompress, timestamps
+from ...log.dir_failure import LogDirFailure
 from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
 from ...log.records import (
     CorruptRecordError,
@@ -183,6 +184,8 @@ def _fail(ctx: RequestContext, outcome: _Outcome, exc: BaseException, batch_erro
         if exc.record_errors and batch_error_cls is not None:
             outcome.record_errors = tuple(batch_error_cls(batch_index=i, batch_index_error_message=m)
                                           for i, m in exc.record_errors)
+    elif isinstance(exc, LogDirFailure):  # the broker is stopping (ADR 0041): the client retries elsewhere
+        outcome.error, outcome.message = ErrorCode.kafka_storage_error, str(exc)
     elif isinstance(exc, TimeoutError):
         outcome.error = ErrorCode.request_timed_out
         outcome.message = "the ISR did not confirm the batch in time; it may still be committed"

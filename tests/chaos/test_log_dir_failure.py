@@ -1,0 +1,94 @@
+"""A log directory that fills up (ADR 0041): the broker stops instead of acknowledging what it cannot keep,
+the partitions it led move to in-sync replicas, and once the volume has room again it starts, recovers and
+catches up. Every acknowledged record is still there, once, in order.
+
+The full volume is a real one: a tmpfs of a few MB, which answers ENOSPC as a full persistent volume does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from chaos_tools import SequenceProducer, verify, wait_replicas_identical
+from clients import ConfluentClient
+from group_clients import wait_for
+from harness import BrokerProcess, Cluster, SmallVolume, small_volumes_available
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not small_volumes_available(), reason="mounting a small tmpfs (a volume that fills) "
+                                                            "needs root"),
+]
+
+PADDING = 1000  # bytes per record beyond the sequence number: a few MB fill in seconds
+
+
+def _stopped_for_the_full_disk(broker: BrokerProcess, timeout: float = 120) -> None:
+    assert broker.proc is not None
+    broker.proc.wait(timeout)
+    log = broker.log_tail(20)
+    assert broker.proc.returncode == 1, log
+    assert "No space left on device (ENOSPC)" in log and "the broker stops" in log, log
+
+
+def test_a_full_volume_stops_the_broker_and_after_it_grows_nothing_acknowledged_is_lost(tmp_path: Path):
+    with SmallVolume(tmp_path / "data", "4m") as volume:
+        broker = BrokerProcess(tmp_path / "data").start()
+        topic = "fills-up"
+        ConfluentClient(broker.bootstrap).create_topic(topic, 1)
+        producer = SequenceProducer(broker.bootstrap, topic, 1, padding=PADDING)
+        producer.start()
+        try:
+            _stopped_for_the_full_disk(broker)
+            acked_when_full = len(producer.acked)
+            assert acked_when_full > 1000
+            # The producer keeps retrying what was not acknowledged. The volume grows, as a persistent
+            # volume claim expands, and the same broker starts on the same files.
+            volume.grow("64m")
+            broker.start()
+            wait_for(lambda: len(producer.acked) > acked_when_full + 2000, timeout=60,
+                     what="acknowledgements after the restart")
+        finally:
+            producer.stop.set()
+            producer.join(150)
+        report = verify(broker.bootstrap, topic, producer, 1)
+        assert "previous shutdown unclean" in broker.log_tail(200)
+        broker.stop()
+    assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
+    assert report == {**report, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+
+
+def test_a_replica_whose_volume_fills_stops_and_the_others_go_on(tmp_path: Path):
+    """Broker 2's volume is the small one: it fails writing as a leader or as a follower, whichever comes
+    first. The other two keep the topic writable (min.insync.replicas=2) and lose nothing."""
+    topic = "one-small-volume"
+    with SmallVolume(tmp_path / "broker-2", "6m") as volume:
+        cluster = Cluster(tmp_path, 3).start()
+        try:
+            ConfluentClient(cluster.bootstrap).create_topic(topic, 3, {"min.insync.replicas": "2"},
+                                                            replication_factor=3)
+            producer = SequenceProducer(cluster.bootstrap, topic, 3, padding=PADDING)
+            producer.start()
+            try:
+                _stopped_for_the_full_disk(cluster.brokers[2])
+                acked_when_full = len(producer.acked)
+                wait_for(lambda: len(producer.acked) > acked_when_full + 3000, timeout=90,
+                         what="acknowledgements from the two brokers left")
+                wait_for(lambda: all(cluster.leader(topic, p) in (0, 1) for p in range(3)), timeout=30,
+                         what="every partition led by broker 0 or 1")
+                volume.grow("256m")
+                cluster.brokers[2].start()
+                wait_for(lambda: all(sorted(cluster.isr(topic, p)) == [0, 1, 2] for p in range(3)), timeout=90,
+                         what="broker 2 back in every ISR")
+                time.sleep(0.5)
+            finally:
+                producer.stop.set()
+                producer.join(150)
+            report = verify(cluster.bootstrap, topic, producer, 3)
+            for p in range(3):  # what broker 2 wrote before it stopped was cut back to what the leader has
+                wait_replicas_identical([tmp_path / f"broker-{i}" for i in range(3)], topic, p, timeout=60)
+        finally:
+            cluster.stop()
+    assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
+    assert report == {**report, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
