@@ -20,7 +20,7 @@ from dm_broker.controller.controller import Controller, ControllerError, Control
 from dm_broker.tasks import stop_tasks
 from pydantic import ValidationError
 
-from . import API_VERSION, listeners, manifests, naming
+from . import API_VERSION, listeners, manifests, naming, volumes
 from .cache import ObjectCache
 from .children import Children, ensure_token
 from .conditions import condition
@@ -93,6 +93,7 @@ class ClusterRuntime:
         self.wake = asyncio.Event()
         self.spec: DMClusterSpec | None = None
         self._pdb_api: str | None = None
+        self._refusal_reported: str | None = None  # the VolumeExpansionRefused Event last posted
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -221,7 +222,9 @@ class ClusterRuntime:
 
         pods = await self._broker_pods()
         await self._forget_removed_brokers(replicas, pods)
-        await self._claims_ownership(spec.storage.deleteClaim)
+        claims = await self._broker_claims()
+        await self._claims_ownership(claims, spec.storage.deleteClaim)
+        conditions.append(await self._grow_volumes(claims, spec.storage.size))
         views = [BrokerPod(i, pod_ready(p), annotations_of(p).get("dm.dev/revision"), being_deleted(p))
                  for i, p in pods.items()]
         step = next_roll_step(target, views, replicas, topics, manifests.min_insync_default(spec.config))
@@ -306,20 +309,49 @@ class ClusterRuntime:
             except ControllerError as exc:
                 log.warning("%s/%s: %s", self.namespace, self.name, exc.message)
 
-    async def _claims_ownership(self, delete_with_cluster: bool) -> None:
-        """PVCs of a StatefulSet outlive it; owned by the DMCluster they are deleted with it. Only this
-        cluster's broker claims (the full broker selector and the StatefulSet's claim names): another
-        release of the same name, or anything else labelled with it, is never adopted."""
+    async def _broker_claims(self) -> list[Obj]:
+        """This cluster's broker claims (the full broker selector and the StatefulSet's claim names): another
+        release of the same name, or anything else labelled with it, is never touched."""
         claims = await self.cache.list("v1", "PersistentVolumeClaim", "persistentvolumeclaims", self.namespace,
                                        naming.MANAGED)
         prefix = f"data-{naming.statefulset(self.name)}-"
         selector = naming.selector_labels(self.name)
+        return [claim for claim in claims
+                if all((claim["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+                and claim["metadata"]["name"].startswith(prefix)
+                and claim["metadata"]["name"].removeprefix(prefix).isdigit()]
+
+    async def _grow_volumes(self, claims: list[Obj], size: str) -> Obj:
+        """Asks every bound claim smaller than spec.storage.size for that size (volumes.py)."""
+        wanted = volumes.plan(size, claims)
+        refused: dict[str, str] = {}
+        by_name = {c["metadata"]["name"]: c for c in claims}
+        for name in wanted.grow:
+            claim = by_name[name]
+            try:
+                result = await self.kube.patch(
+                    f"{collection_path('v1', 'persistentvolumeclaims', self.namespace)}/{name}",
+                    {"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                     "spec": {"resources": {"requests": {"storage": size}}}})
+            except ApiError as exc:
+                if exc.status == 409:
+                    continue  # changed meanwhile: asked again at the next pass
+                if exc.status not in (403, 422):
+                    raise
+                refused[name] = str(exc.body.get("message", exc))
+                continue
+            self.cache.observe({"apiVersion": "v1", "kind": "PersistentVolumeClaim", **result})
+            self.recorder.record("VolumeExpansion", f"claim {name} asked to grow to {size}")
+        result = volumes.volumes_condition(wanted, refused)
+        if refused and result["message"] != self._refusal_reported:  # once, not at every pass
+            self.recorder.record("VolumeExpansionRefused", result["message"], "Warning")
+        self._refusal_reported = result["message"] if refused else None
+        return result
+
+    async def _claims_ownership(self, claims: list[Obj], delete_with_cluster: bool) -> None:
+        """PVCs of a StatefulSet outlive it; owned by the DMCluster they are deleted with it."""
         for claim in claims:
             name = claim["metadata"]["name"]
-            labels = claim["metadata"].get("labels") or {}
-            if any(labels.get(k) != v for k, v in selector.items()) or not name.startswith(prefix) or \
-                    not name.removeprefix(prefix).isdigit():
-                continue
             refs = claim["metadata"].get("ownerReferences") or []
             owned = any(r.get("uid") == self.uid for r in refs)
             if owned == delete_with_cluster:

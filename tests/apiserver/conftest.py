@@ -18,12 +18,26 @@ from dm_testbed.settings import TestbedSettings
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _this_workers_settings() -> TestbedSettings:
+    """Under pytest-xdist each worker that reaches these tests starts a control plane of its own, on ports
+    and in a run directory of its own: two on the same ones would collide, and the first worker done would
+    stop the other's."""
+    settings = TestbedSettings.from_env()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    if not worker.isdigit() or int(worker) == 0:
+        return settings
+    offset = 10 * int(worker)  # each control plane takes two ports from each base
+    return settings.model_copy(update={"run_dir": Path(f"{settings.run_dir}-gw{worker}"),
+                                       "apiserver_port": settings.apiserver_port + offset,
+                                       "etcd_port": settings.etcd_port + offset})
+
+
 @pytest.fixture(scope="session")
 def apiserver() -> Iterator[Testbed]:
     """The running control plane with the CRDs established: started for the session (stopped at its
     end, and by itself if this process dies), or one already running with DM_TESTBED_REUSE=1
     (`make k8s-up`). Missing binaries skip, unless DM_APISERVER_REQUIRED=1 (scripts/run-tests.sh)."""
-    settings = TestbedSettings.from_env()
+    settings = _this_workers_settings() if os.environ.get("DM_TESTBED_REUSE") != "1" else TestbedSettings.from_env()
     if os.environ.get("DM_TESTBED_REUSE") == "1":
         try:
             tb = Testbed.attach(settings)

@@ -6,8 +6,10 @@ namespace of its own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from dm_broker.controller.controller import ControllerError
@@ -214,5 +216,126 @@ def test_a_topic_of_ten_thousand_partitions_fits_its_status_and_a_larger_one_is_
         with pytest.raises(ControllerError) as refused:  # growing into a size that does not fit: refused too
             await runtime.controller.create_partitions("wide", CreatePartitionsRequest(count=10_000))
         assert "do not fit" in refused.value.message and len(runtime.controller.topics["wide"].partitions) == 4_000
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
+def _storage_class(tb: Testbed, name: str, expandable: bool) -> None:
+    tb.kubectl("apply", "-f", "-", input=json.dumps(
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+         "provisioner": "example.com/none", "allowVolumeExpansion": expandable}))
+
+
+@contextlib.contextmanager
+def _bound_claims(tb: Testbed, ns: str, count: int, capacity: str) -> Iterator[None]:
+    """What the StatefulSet controller and a provisioner would make (no pods run here): a claim per broker
+    from the template, and a volume of `capacity` made for it, which the control plane's volume binder
+    binds to it. The volumes are removed afterwards (they belong to no namespace)."""
+    template = sts(tb, ns)["spec"]["volumeClaimTemplates"][0]
+    volumes = [f"{ns}-{i}" for i in range(count)]
+    try:
+        for i, volume in enumerate(volumes):
+            name = f"data-c-broker-{i}"
+            tb.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                 "metadata": {"name": name, "labels": template["metadata"]["labels"]}, "spec": template["spec"]}))
+            tb.kubectl("apply", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+                 "spec": {"capacity": {"storage": capacity}, "accessModes": ["ReadWriteOnce"],
+                          "storageClassName": template["spec"]["storageClassName"],
+                          "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{volume}"},
+                          "claimRef": {"namespace": ns, "name": name}}}))
+        deadline = time.monotonic() + 60
+        while {c["status"].get("phase") for c in tb.kubectl_json("get", "pvc", "-n", ns)["items"]} != {"Bound"}:
+            assert time.monotonic() < deadline, "the volume binder did not bind the claims"
+            time.sleep(0.2)
+        yield
+    finally:
+        for volume in volumes:
+            tb.kubectl("delete", "pv", volume, "--wait=false", "--ignore-not-found")
+
+
+def _grown_by_the_provider(tb: Testbed, ns: str, count: int, capacity: str) -> None:
+    from kubernetes import client
+
+    api = client.CoreV1Api(config.new_client_from_config(str(tb.kubeconfig)))
+    for i in range(count):
+        api.patch_namespaced_persistent_volume_claim_status(
+            f"data-c-broker-{i}", ns, {"status": {"capacity": {"storage": capacity}}})
+    api.api_client.close()
+
+
+def _claim_sizes(tb: Testbed, ns: str) -> dict[str, str]:
+    return {c["metadata"]["name"]: c["spec"]["resources"]["requests"]["storage"]
+            for c in tb.kubectl_json("get", "pvc", "-n", ns)["items"]}
+
+
+def _volumes_condition(tb: Testbed, ns: str) -> tuple[str, str, str]:
+    found = {c["type"]: c for c in tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]["conditions"]}
+    c = found["VolumesExpanded"]
+    return c["status"], c["reason"], c.get("message", "")
+
+
+def test_broker_volumes_grow_with_the_spec_where_the_storage_class_allows(apiserver: Testbed, namespace: str):
+    _storage_class(apiserver, f"{namespace}-grows", True)
+    uid = create_cluster(apiserver, namespace, {"replicas": 2, "storage": {
+        "size": "1Gi", "storageClassName": f"{namespace}-grows"}})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        with _bound_claims(tb, ns, 2, "1Gi"):
+            await grow(runtime, tb, ns)
+
+    async def grow(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        assert _volumes_condition(tb, ns)[:2] == ("True", "AtSize")
+
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
+                   json.dumps({"spec": {"storage": {"size": "2Gi"}}}))
+        await runtime.reconcile()
+        assert _claim_sizes(tb, ns) == {"data-c-broker-0": "2Gi", "data-c-broker-1": "2Gi"}
+        status, reason, message = _volumes_condition(tb, ns)
+        assert (status, reason) == ("False", "Expanding") and "data-c-broker-0" in message
+        assert sts(tb, ns)["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+        _grown_by_the_provider(tb, ns, 2, "2Gi")
+        await runtime.reconcile()
+        assert _volumes_condition(tb, ns)[:2] == ("True", "AtSize")
+
+        # A smaller size is reported, never applied.
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
+                   json.dumps({"spec": {"storage": {"size": "1Gi"}}}))
+        await runtime.reconcile()
+        assert _volumes_condition(tb, ns)[:2] == ("False", "ShrinkNotSupported")
+        assert set(_claim_sizes(tb, ns).values()) == {"2Gi"}
+        await runtime.recorder.flush()
+        events = [e["reason"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]]
+        assert events.count("VolumeExpansion") == 2, events
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
+def test_a_storage_class_without_expansion_is_reported_once(apiserver: Testbed, namespace: str):
+    _storage_class(apiserver, f"{namespace}-fixed", False)
+    uid = create_cluster(apiserver, namespace, {"replicas": 1, "storage": {
+        "size": "1Gi", "storageClassName": f"{namespace}-fixed"}})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        with _bound_claims(tb, ns, 1, "1Gi"):
+            await refused(runtime, tb, ns)
+
+    async def refused(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
+                   json.dumps({"spec": {"storage": {"size": "5Gi"}}}))
+        for _ in range(3):
+            await runtime.reconcile()
+        status, reason, message = _volumes_condition(tb, ns)
+        assert (status, reason) == ("False", "ExpansionRefused"), message
+        assert "data-c-broker-0" in message and "storageclass" in message.lower(), message
+        assert _claim_sizes(tb, ns) == {"data-c-broker-0": "1Gi"}
+        await runtime.recorder.flush()
+        events = [e["reason"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]]
+        assert events.count("VolumeExpansionRefused") == 1, events
 
     with_runtime(apiserver, namespace, uid, check)

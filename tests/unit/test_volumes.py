@@ -1,0 +1,44 @@
+"""Which broker claims grow to spec.storage.size, and what the DMCluster's VolumesExpanded condition says."""
+
+from __future__ import annotations
+
+from dm_operator import volumes
+
+
+def claim(name: str, requested: str, capacity: str | None = None, phase: str = "Bound",
+          conditions: tuple[str, ...] = ()) -> dict:
+    status: dict = {"phase": phase, "conditions": [{"type": c, "status": "True"} for c in conditions]}
+    if capacity is not None:
+        status["capacity"] = {"storage": capacity}
+    return {"metadata": {"name": name}, "spec": {"resources": {"requests": {"storage": requested}}}, "status": status}
+
+
+def reason(size: str, claims: list[dict], refused: dict[str, str] | None = None) -> str:
+    return volumes.volumes_condition(volumes.plan(size, claims), refused or {})["reason"]
+
+
+def test_claims_below_the_size_grow_and_units_compare_as_quantities():
+    plan = volumes.plan("2Gi", [claim("b", "1Gi", "1Gi"), claim("a", "2048Mi", "2Gi"), claim("c", "1.5G", "1.5G")])
+    assert plan.grow == ["b", "c"] and not plan.larger
+    assert reason("2Gi", [claim("a", "2048Mi", "2Gi")]) == "AtSize"
+
+
+def test_a_claim_not_yet_bound_is_left_for_a_later_pass():
+    plan = volumes.plan("2Gi", [claim("new", "1Gi", phase="Pending")])
+    assert plan.grow == [] and plan.waiting == []
+    assert reason("2Gi", [claim("new", "1Gi", phase="Pending")]) == "AtSize"
+
+
+def test_waiting_for_the_provider_then_for_a_restart():
+    assert reason("2Gi", [claim("a", "2Gi", "1Gi")]) == "Expanding"
+    assert reason("2Gi", [claim("a", "2Gi", "1Gi", conditions=("Resizing",))]) == "Expanding"
+    pending = volumes.volumes_condition(
+        volumes.plan("2Gi", [claim("a", "2Gi", "2Gi", conditions=("FileSystemResizePending",))]), {})
+    assert pending["reason"] == "FileSystemResizePending" and "restart" in pending["message"]
+
+
+def test_volumes_never_shrink_and_a_refusal_comes_first():
+    assert reason("1Gi", [claim("a", "2Gi", "2Gi")]) == "ShrinkNotSupported"
+    assert volumes.plan("1Gi", [claim("a", "2Gi", "2Gi")]).grow == []
+    refused = volumes.volumes_condition(volumes.plan("4Gi", [claim("a", "2Gi", "2Gi")]), {"a": "forbidden: no resize"})
+    assert refused["reason"] == "ExpansionRefused" and "forbidden: no resize" in refused["message"]
