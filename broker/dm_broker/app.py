@@ -22,7 +22,7 @@ from .broker import Broker, embedded_controller
 from .config import BrokerConfig, ConfigError, without_effect
 from .connection_quotas import ConnectionQuotas
 from .controller.client import HttpControllerClient, LocalControllerClient
-from .dirlock import DirectoryInUse, DirectoryLock
+from .dirlock import DirectoryInUse, DirectoryLock, DirectoryUnusable
 from .gc_tuning import freeze_as_it_grows, tune_gc
 from .http.app import make_app
 from .http.rest.server import RestProxy
@@ -93,7 +93,7 @@ async def until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
 def lock_directory(directory: Path, owner: str) -> DirectoryLock:
     try:
         return DirectoryLock(directory, owner).acquire()
-    except DirectoryInUse as exc:
+    except (DirectoryInUse, DirectoryUnusable) as exc:
         raise SystemExit(f"dm: cannot start {owner}: {exc}") from None
 
 
@@ -103,6 +103,8 @@ async def wait_for_directory(directory: Path, owner: str, wait_s: float, stop: a
     while True:
         try:
             return DirectoryLock(directory, owner).acquire()
+        except DirectoryUnusable as exc:
+            raise SystemExit(f"dm: cannot start {owner}: {exc}") from None
         except DirectoryInUse as exc:
             if time.monotonic() >= deadline or stop.is_set():
                 raise SystemExit(f"dm: cannot start {owner}: {exc}") from None

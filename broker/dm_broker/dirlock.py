@@ -7,6 +7,7 @@ of a dead process is never an obstacle."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -16,6 +17,10 @@ LOCK_FILE = ".lock"
 
 class DirectoryInUse(Exception):
     """Another live process holds the directory."""
+
+
+class DirectoryUnusable(Exception):
+    """The directory cannot be created or written (a file in its place, a read-only or full file system)."""
 
 
 class DirectoryLock:
@@ -29,8 +34,14 @@ class DirectoryLock:
         return self.directory / LOCK_FILE
 
     def acquire(self) -> DirectoryLock:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise DirectoryUnusable(f"{self.directory} is not a directory")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DirectoryUnusable(f"{self.directory} cannot be used as a data directory: {exc.strerror}"
+                                    f"{f' ({exc.filename})' if exc.filename else ''}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -38,8 +49,14 @@ class DirectoryLock:
             os.close(fd)
             raise DirectoryInUse(f"{self.directory} is in use by {holder}; stop it first, or use another "
                                  "directory") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} ({self.owner})\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"process {os.getpid()} ({self.owner})\n".encode(), 0)
+        except OSError as exc:  # a full volume: the lock holds, only the holder's name is missing
+            if exc.errno != errno.ENOSPC:
+                os.close(fd)
+                raise DirectoryUnusable(f"{self.directory} cannot be used as a data directory: {exc.strerror}") \
+                    from None
         self._fd = fd
         return self
 

@@ -63,6 +63,20 @@ def test_second_broker_on_a_data_directory_is_refused_and_a_dead_holder_is_no_ob
     third.stop()
 
 
+def test_a_data_directory_that_cannot_be_used_is_one_clear_line(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    for data, why in ((a_file, f"{a_file} is not a directory"),
+                      (a_file / "below", f"{a_file / 'below'} cannot be used as a data directory: Not a directory")):
+        broker = BrokerProcess(data)
+        broker.log_path = tmp_path / f"{data.name}.log"
+        with pytest.raises(RuntimeError) as refused:
+            broker.start()
+        assert broker.proc.returncode == 1
+        assert f"dm: cannot start dm broker 0: {why}" in str(refused.value), refused.value
+        assert "Traceback" not in str(refused.value), refused.value
+
+
 def test_second_dm_up_on_a_data_directory_is_refused_and_leaves_the_first_alone(tmp_path):
     data = tmp_path / "data"
     first = DmUp(data, 1, consecutive_free_ports(2), "--http-port", "-1", "--rest-port", "-1", "--controller-port",
