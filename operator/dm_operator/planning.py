@@ -19,6 +19,7 @@ class BrokerPod:
     ready: bool
     revision: str | None  # the pod's dm.dev/revision annotation
     deleting: bool = False
+    restart_for: str | None = None  # a restart it needs at the current revision (its volume's file system grows)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def next_roll_step(target: str, pods: list[BrokerPod], expected: int, topics: di
                    default_min_isr: int) -> RollStep:
     """One broker at a time: only when every broker pod exists, is Ready and is back in every ISR it
     belongs to, and only a broker whose restart keeps every partition at min.insync.replicas."""
-    outdated = sorted(p.id for p in pods if p.revision != target and not p.deleting)
+    outdated = sorted(p.id for p in pods if (p.revision != target or p.restart_for) and not p.deleting)
     if not outdated:
         return RollStep()
     by_id = {p.id: p for p in pods}

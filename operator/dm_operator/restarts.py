@@ -17,10 +17,11 @@ log = logging.getLogger(__name__)
 
 
 async def restart_broker(kube: Kube, recorder: EventRecorder, namespace: str, cluster: str, broker_id: int,
-                         target: str) -> None:
+                         target: str, why: str | None = None) -> None:
     pod = naming.pod(cluster, broker_id)
-    log.info("%s/%s: rolling restart of broker %d to revision %s", namespace, cluster, broker_id, target)
-    recorder.record("RollingRestart", f"restarting broker {broker_id} (pod {pod}) for revision {target}")
+    why = why or f"for revision {target}"
+    log.info("%s/%s: rolling restart of broker %d %s", namespace, cluster, broker_id, why)
+    recorder.record("RollingRestart", f"restarting broker {broker_id} (pod {pod}) {why}")
     await kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod}")
 
 

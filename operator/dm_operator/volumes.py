@@ -34,6 +34,7 @@ class VolumePlan:
     larger: list[str] = field(default_factory=list)  # requested above the spec: left as they are
     waiting: list[str] = field(default_factory=list)  # requested, not yet that large (or resizing)
     restart_needed: list[str] = field(default_factory=list)  # FileSystemResizePending: offline expansion
+    pending_since: dict[str, str] = field(default_factory=dict)  # claim -> when its file system began to wait
 
 
 def plan(size: str, claims: list[Obj]) -> VolumePlan:
@@ -46,7 +47,8 @@ def plan(size: str, claims: list[Obj]) -> VolumePlan:
             continue  # only a bound claim can grow; a new one is asked once its volume is there
         requested = _quantity(((claim.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage"))
         capacity = _quantity((status.get("capacity") or {}).get("storage"))
-        resizing = {c.get("type") for c in status.get("conditions") or []} & set(RESIZE_CONDITIONS)
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        resizing = set(conditions) & set(RESIZE_CONDITIONS)
         if requested is None or requested < desired:
             result.grow.append(name)
         elif requested > desired:
@@ -55,7 +57,21 @@ def plan(size: str, claims: list[Obj]) -> VolumePlan:
             result.waiting.append(name)
         if "FileSystemResizePending" in resizing:
             result.restart_needed.append(name)
+            result.pending_since[name] = conditions["FileSystemResizePending"].get("lastTransitionTime") or ""
     return result
+
+
+def restarts_for_file_systems(result: VolumePlan, claim_prefix: str, pods_created: dict[int, str]) -> set[int]:
+    """Brokers whose pod must restart for its volume's file system to grow (offline expansion): those whose
+    claim waits for it and whose pod was created before the wait began. A pod created since mounts the grown
+    volume and resizes it, so it is not restarted again while the kubelet is at it."""
+    brokers = set()
+    for name in result.restart_needed:
+        broker_id = int(name.removeprefix(claim_prefix))
+        created = pods_created.get(broker_id)
+        if created is not None and created < result.pending_since.get(name, ""):
+            brokers.add(broker_id)
+    return brokers
 
 
 def volumes_condition(result: VolumePlan, refused: dict[str, str]) -> Obj:
@@ -73,8 +89,8 @@ def volumes_condition(result: VolumePlan, refused: dict[str, str]) -> Obj:
     pending = [n for n in result.grow + result.waiting if n not in result.restart_needed]
     if result.restart_needed:
         return condition("VolumesExpanded", False, "FileSystemResizePending",
-                         f"claims {', '.join(result.restart_needed)} have grown; their file systems grow when "
-                         "their brokers' pods restart")
+                         f"claims {', '.join(result.restart_needed)} have grown; their file systems grow as their "
+                         "brokers' pods restart, one at a time (RollingRestart)")
     if pending:
         return condition("VolumesExpanded", False, "Expanding",
                          f"claims {', '.join(sorted(set(pending)))} asked for {result.size}; waiting for the "

@@ -339,3 +339,61 @@ def test_a_storage_class_without_expansion_is_reported_once(apiserver: Testbed, 
         assert events.count("VolumeExpansionRefused") == 1, events
 
     with_runtime(apiserver, namespace, uid, check)
+
+
+def test_a_file_system_that_grows_offline_restarts_its_broker_once(apiserver: Testbed, namespace: str):
+    """The control plane's StatefulSet controller makes the pods (no node runs them); they are marked Ready
+    as a kubelet would."""
+    _storage_class(apiserver, f"{namespace}-offline", True)
+    uid = create_cluster(apiserver, namespace, {"replicas": 2, "storage": {
+        "size": "1Gi", "storageClassName": f"{namespace}-offline"}})
+
+    def pod_uids(tb: Testbed, ns: str) -> dict[str, str]:
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in tb.kubectl_json("get", "pods", "-n", ns)["items"]}
+
+    def all_ready(tb: Testbed, ns: str, api) -> None:
+        deadline = time.monotonic() + 60
+        while sorted(pod_uids(tb, ns)) != ["c-broker-0", "c-broker-1"]:
+            assert time.monotonic() < deadline, "the StatefulSet controller made no pods"
+            time.sleep(0.2)
+        for name in pod_uids(tb, ns):
+            api.patch_namespaced_pod_status(name, ns, {"status": {
+                "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        from kubernetes import client
+
+        api = client.CoreV1Api(config.new_client_from_config(str(tb.kubeconfig)))
+        await runtime.reconcile()
+        try:
+            with _bound_claims(tb, ns, 2, "1Gi"):
+                all_ready(tb, ns, api)
+                await runtime.reconcile()
+                before = pod_uids(tb, ns)
+                await asyncio.sleep(1.1)  # the wait begins after the pods were made (the times have seconds)
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                api.patch_namespaced_persistent_volume_claim_status("data-c-broker-1", ns, {"status": {
+                    "conditions": [{"type": "FileSystemResizePending", "status": "True", "lastTransitionTime": now}]}})
+                await runtime.reconcile()
+                assert _volumes_condition(tb, ns)[:2] == ("False", "FileSystemResizePending")
+                deadline = time.monotonic() + 60
+                while pod_uids(tb, ns).get("c-broker-1", before["c-broker-1"]) == before["c-broker-1"]:
+                    assert time.monotonic() < deadline, "broker 1's pod was not replaced"
+                    await asyncio.sleep(0.2)
+                after = pod_uids(tb, ns)
+                assert after["c-broker-0"] == before["c-broker-0"]
+                # The new pod mounts the grown volume; until its kubelet clears the condition it is not
+                # restarted again.
+                for _ in range(2):
+                    await runtime.reconcile()
+                await asyncio.sleep(1)
+                assert pod_uids(tb, ns)["c-broker-1"] == after["c-broker-1"]
+                await runtime.recorder.flush()
+                restarts = [e["message"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]
+                            if e["reason"] == "RollingRestart"]
+                assert restarts == ["restarting broker 1 (pod c-broker-1) so that its volume's file system grows "
+                                    "(offline expansion)"], restarts
+        finally:
+            api.api_client.close()
+
+    with_runtime(apiserver, namespace, uid, check)

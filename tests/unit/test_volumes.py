@@ -42,3 +42,24 @@ def test_volumes_never_shrink_and_a_refusal_comes_first():
     assert volumes.plan("1Gi", [claim("a", "2Gi", "2Gi")]).grow == []
     refused = volumes.volumes_condition(volumes.plan("4Gi", [claim("a", "2Gi", "2Gi")]), {"a": "forbidden: no resize"})
     assert refused["reason"] == "ExpansionRefused" and "forbidden: no resize" in refused["message"]
+
+
+def test_a_broker_restarts_for_its_file_system_only_if_its_pod_is_older_than_the_wait():
+    waiting = claim("data-c-broker-1", "2Gi", "2Gi", conditions=("FileSystemResizePending",))
+    waiting["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-27T10:00:05Z"
+    plan = volumes.plan("2Gi", [claim("data-c-broker-0", "2Gi", "2Gi"), waiting])
+    older = {0: "2026-11-27T09:00:00Z", 1: "2026-11-27T09:00:00Z"}
+    assert volumes.restarts_for_file_systems(plan, "data-c-broker-", older) == {1}
+    newer = {0: "2026-11-27T09:00:00Z", 1: "2026-11-27T10:00:06Z"}  # made since: it resizes as it mounts
+    assert volumes.restarts_for_file_systems(plan, "data-c-broker-", newer) == set()
+    assert volumes.restarts_for_file_systems(plan, "data-c-broker-", {0: "2026-11-27T09:00:00Z"}) == set()
+
+
+def test_a_restart_for_a_file_system_is_one_step_of_the_roll():
+    from dm_operator.planning import BrokerPod, next_roll_step
+
+    pods = [BrokerPod(0, True, "r1"), BrokerPod(1, True, "r1", restart_for="grow")]
+    assert next_roll_step("r1", pods, 2, {}, 1).restart == 1
+    assert next_roll_step("r1", [BrokerPod(0, True, "r1"), BrokerPod(1, True, "r1")], 2, {}, 1).restart is None
+    assert next_roll_step("r1", [BrokerPod(0, False, "r1"), BrokerPod(1, True, "r1", restart_for="grow")], 2, {},
+                          1).restart is None  # one at a time: broker 0 is not Ready yet
