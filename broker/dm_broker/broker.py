@@ -53,6 +53,7 @@ from .groups.share_protocol import share_settings
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
 from .log import dir_failure, meta_properties
 from .log.checkpoints import atomic_write, read_offsets, write_offsets
+from .log.free_space import FreeSpaceGuard
 from .log.manager import LogManager
 from .log.meta_properties import IdentityError
 from .log.partition_log import PartitionLog
@@ -174,6 +175,7 @@ class Broker:
             expiration_check_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
         ), self.markers.write)
         self.txn_verifier = TxnVerifier(self, self.channels)
+        self.free_space = FreeSpaceGuard(lambda: self.dynamic("log.dir.min.free.bytes"))
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
         self.metadata_entries = TopicEntries()  # encoded Metadata topic entries (protocol/metadata_encoder.py)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])

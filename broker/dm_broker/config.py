@@ -257,6 +257,11 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "How long a broker waits for its data directory's lock when another process holds it "
                  "(0: refuse to start at once). The operator sets 30 s: a force-deleted pod's replacement "
                  "may start while the old process is still being killed.", minimum=0),
+        Property("log.dir.min.free.bytes", "int", -1,
+                 "Free space kept under each log directory: a client's produce request that would leave less is "
+                 "refused with the retriable KAFKA_STORAGE_ERROR until room is made, so a filling volume slows "
+                 "producers before it stops the broker (replication and internal writes go on). -1: 5 % of the "
+                 "file system, at most 1 GiB; 0: no floor. Not in Kafka.", minimum=-1, dynamic=True),
         Property("rack", "str", "", "Rack (failure domain) of this broker."),
         Property("num.partitions", "int", 1, "Partitions of auto-created topics.", minimum=1),
         Property("default.replication.factor", "int", 1, "Replication factor of auto-created topics.",

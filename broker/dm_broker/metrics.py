@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .log.free_space import floor_for
+
 if TYPE_CHECKING:
     from .broker import Broker
     from .replication.partition import Partition
@@ -49,7 +51,7 @@ class _State:
     under_min_isr: int = 0  # led here, with an ISR below the topic's min.insync.replicas
     offline: int = 0  # in the cluster (this broker's metadata): partitions without a leader
     controller_silent_s: float = 0.0  # how long the controller has not answered heartbeats (0: it answers)
-    log_dirs: list[tuple[str, int, int]] = field(default_factory=list)  # directory, free and total bytes
+    log_dirs: list[tuple[str, int, int, int]] = field(default_factory=list)  # directory, free, total, floor bytes
     certificates: list[tuple[str, float]] = field(default_factory=list)  # listener, seconds until expiry
 
 
@@ -113,7 +115,9 @@ class _StateCollector(Collector):
                 fs = os.statvfs(directory)
             except OSError:  # a failed or missing log directory: no figures rather than wrong ones
                 continue
-            state.log_dirs.append((str(directory), fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize))
+            total_bytes = fs.f_blocks * fs.f_frsize
+            floor = floor_for(broker.dynamic("log.dir.min.free.bytes"), total_bytes)
+            state.log_dirs.append((str(directory), fs.f_bavail * fs.f_frsize, total_bytes, floor))
         now_s = time.time()
         state.certificates = [(name, tls.not_after - now_s) for name, tls in broker.security.tls.items()
                               if tls.not_after is not None]
@@ -243,11 +247,15 @@ class _StateCollector(Collector):
                                  labels=["dir"])
         total = GaugeMetricFamily("dm_log_dir_total_bytes", "Size of a log directory's file system",
                                   labels=["dir"])
-        for directory, free_bytes, total_bytes in state.log_dirs:
+        floor = GaugeMetricFamily("dm_log_dir_min_free_bytes", "Free space below which produce requests to a log "
+                                  "directory are refused (log.dir.min.free.bytes; 0: no floor)", labels=["dir"])
+        for directory, free_bytes, total_bytes, floor_bytes in state.log_dirs:
             free.add_metric([directory], free_bytes)
             total.add_metric([directory], total_bytes)
+            floor.add_metric([directory], floor_bytes)
         yield free
         yield total
+        yield floor
         expiry = GaugeMetricFamily("dm_certificate_expiry_seconds", "Seconds until the certificate a TLS listener "
                                    "presents expires (negative: expired)", labels=["listener"])
         for listener, seconds in state.certificates:

@@ -1,6 +1,7 @@
 """A log directory that fills up (ADR 0041): the broker stops instead of acknowledging what it cannot keep,
 the partitions it led move to in-sync replicas, and once the volume has room again it starts, recovers and
-catches up. Every acknowledged record is still there, once, in order.
+catches up. Every acknowledged record is still there, once, in order. Before that, below the floor of
+free space (ADR 0043), producers wait and the broker serves on.
 
 The full volume is a real one: a tmpfs of a few MB, which answers ENOSPC as a full persistent volume does."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from chaos_tools import SequenceProducer, verify, wait_replicas_identical
-from clients import ConfluentClient
+from clients import ConfluentClient, Rec
 from group_clients import wait_for
 from harness import BrokerProcess, Cluster, SmallVolume, small_volumes_available
 
@@ -22,6 +23,7 @@ pytestmark = [
 ]
 
 PADDING = 1000  # bytes per record beyond the sequence number: a few MB fill in seconds
+NO_FLOOR = {"log.dir.min.free.bytes": 0}  # the volume fills to the last byte (ADR 0043's floor off)
 
 
 def _stopped_for_the_full_disk(broker: BrokerProcess, timeout: float = 120) -> None:
@@ -34,7 +36,7 @@ def _stopped_for_the_full_disk(broker: BrokerProcess, timeout: float = 120) -> N
 
 def test_a_full_volume_stops_the_broker_and_after_it_grows_nothing_acknowledged_is_lost(tmp_path: Path):
     with SmallVolume(tmp_path / "data", "4m") as volume:
-        broker = BrokerProcess(tmp_path / "data").start()
+        broker = BrokerProcess(tmp_path / "data", NO_FLOOR).start()
         topic = "fills-up"
         ConfluentClient(broker.bootstrap).create_topic(topic, 1)
         producer = SequenceProducer(broker.bootstrap, topic, 1, padding=PADDING)
@@ -64,7 +66,7 @@ def test_a_replica_whose_volume_fills_stops_and_the_others_go_on(tmp_path: Path)
     first. The other two keep the topic writable (min.insync.replicas=2) and lose nothing."""
     topic = "one-small-volume"
     with SmallVolume(tmp_path / "broker-2", "6m") as volume:
-        cluster = Cluster(tmp_path, 3).start()
+        cluster = Cluster(tmp_path, 3, NO_FLOOR).start()
         try:
             ConfluentClient(cluster.bootstrap).create_topic(topic, 3, {"min.insync.replicas": "2"},
                                                             replication_factor=3)
@@ -91,4 +93,45 @@ def test_a_replica_whose_volume_fills_stops_and_the_others_go_on(tmp_path: Path)
         finally:
             cluster.stop()
     assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
+    assert report == {**report, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}
+
+
+def test_below_the_floor_producers_wait_and_go_on_when_room_is_made(tmp_path: Path):
+    """A topic of ballast takes most of the volume; the sequence producer then reaches the floor and its
+    records wait (KAFKA_STORAGE_ERROR, retried) while the broker serves reads; deleting the ballast makes
+    room and every record waiting goes through."""
+    with SmallVolume(tmp_path / "data", "24m"):
+        broker = BrokerProcess(tmp_path / "data", {"log.dir.min.free.bytes": 4 << 20}).start()
+        client = ConfluentClient(broker.bootstrap)
+        client.create_topic("ballast", 1)
+        client.produce("ballast", [Rec(None, b"b" * 1000) for _ in range(14_000)], acks="1")
+        topic = "waits"
+        client.create_topic(topic, 1)
+        producer = SequenceProducer(broker.bootstrap, topic, 1, padding=PADDING)
+        producer.start()
+        try:
+            wait_for(lambda: broker.metric("dm_request_errors_total", api="produce", error="kafka_storage_error") > 0,
+                     timeout=60, interval=0.05, what="produce refused below the floor")
+            producer.stop.set()  # no new records: those sent wait for room (the thread flushes them)
+            time.sleep(1)
+            waiting_at = len(producer.acked)
+            assert broker.alive() and waiting_at > 1000
+            floor = broker.metric("dm_log_dir_min_free_bytes", dir=str(tmp_path / "data"))
+            free = broker.metric("dm_log_dir_free_bytes", dir=str(tmp_path / "data"))
+            assert floor == 4 << 20 and free < floor + (1 << 20), (free, floor)  # within a request of it
+            assert len(ConfluentClient(broker.bootstrap).consume(topic, waiting_at, timeout=30)) >= waiting_at
+            assert len(producer.acked) == waiting_at and producer.remaining == -1, "the floor held nothing back"
+            from confluent_kafka.admin import AdminClient
+
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.delete_topics(["ballast"])["ballast"].result(15)
+        finally:
+            producer.join(150)
+        assert producer.remaining == 0 and not producer.errors, producer.errors[:5]
+        assert len(producer.acked) > waiting_at, "nothing waited for room"
+        waited = len(producer.acked) - waiting_at
+        print(f"\nfloor: {waiting_at} acknowledged before the floor, {waited} waited for room")
+        report = verify(broker.bootstrap, topic, producer, 1)
+        assert broker.alive(), broker.log_tail()
+        broker.stop()
     assert report == {**report, "lost": 0, "duplicated": 0, "reordered": 0, "misplaced": 0}

@@ -59,3 +59,47 @@ def test_a_write_the_full_volume_refuses_leaves_the_log_as_it_was(tmp_path: Path
             reopened.close()
     finally:
         dir_failure.on_failure(None)
+
+
+# -- the floor of free space (ADR 0043) ------------------------------------------------------------------
+
+
+class _FileSystem:
+    """statvfs answers of a file system whose free space the test sets."""
+
+    def __init__(self, total: int, free: int) -> None:
+        self.total, self.free, self.calls = total, free, 0
+
+    def __call__(self, path):
+        import os
+
+        self.calls += 1
+        return os.statvfs_result((4096, 4096, self.total // 4096, self.free // 4096, self.free // 4096,
+                                  0, 0, 0, 0, 255))
+
+
+def test_the_floor_by_default_is_five_percent_and_at_most_a_gibibyte():
+    from dm_broker.log.free_space import floor_for
+
+    assert floor_for(-1, 10 << 30) == int((10 << 30) * 0.05)
+    assert floor_for(-1, 500 << 30) == 1 << 30
+    assert floor_for(0, 500 << 30) == 0 and floor_for(123, 1 << 30) == 123
+
+
+def test_below_the_floor_a_request_is_refused_and_room_made_lets_it_through():
+    from dm_broker.log.free_space import MEASURE_EVERY_S, FreeSpaceGuard
+
+    fs, now = _FileSystem(total=100 << 20, free=10 << 20), [0.0]
+    guard = FreeSpaceGuard(lambda: 8 << 20, clock=lambda: now[0], statvfs=fs)
+    directory = Path("/data")
+    assert guard.refusal(directory, 1 << 20) is None  # 10 MB free, 9 MB after it
+    refused = guard.refusal(directory, 2 << 20)  # accepted requests count until the next measure
+    assert refused is not None and "log.dir.min.free.bytes" in refused and "/data" in refused
+    assert fs.calls == 1
+    fs.free = 20 << 20  # retention ran
+    assert guard.refusal(directory, 2 << 20) is not None  # not measured again yet
+    now[0] += MEASURE_EVERY_S
+    assert guard.refusal(directory, 2 << 20) is None and fs.calls == 2
+    assert guard.floors() == {directory: 8 << 20}
+    off = FreeSpaceGuard(lambda: 0, statvfs=_FileSystem(total=100 << 20, free=0))
+    assert off.refusal(directory, 1 << 20) is None
