@@ -227,6 +227,17 @@ def _storage_class(tb: Testbed, name: str, expandable: bool) -> None:
 
 
 @contextlib.contextmanager
+def _cluster_with_its_class(tb: Testbed, ns: str, replicas: int, expandable: bool) -> str:
+    """A DMCluster of 1Gi volumes from a storage class of its own (classes belong to no namespace)."""
+    _storage_class(tb, f"{ns}-class", expandable)
+    return create_cluster(tb, ns, {"replicas": replicas, "storage": {"size": "1Gi", "storageClassName": f"{ns}-class"}})
+
+
+def _resize(tb: Testbed, ns: str, size: str) -> None:
+    tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
+               json.dumps({"spec": {"storage": {"size": size}}}))
+
+
 def _bound_claims(tb: Testbed, ns: str, count: int, capacity: str) -> Iterator[None]:
     """What the StatefulSet controller and a provisioner would make (no pods run here): a claim per broker
     from the template, and a volume of `capacity` made for it, which the control plane's volume binder
@@ -255,6 +266,15 @@ def _bound_claims(tb: Testbed, ns: str, count: int, capacity: str) -> Iterator[N
             tb.kubectl("delete", "pv", volume, "--wait=false", "--ignore-not-found")
 
 
+def _with_bound_claims(tb: Testbed, ns: str, uid: str, count: int, body: Check) -> None:
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()  # the StatefulSet, whose claim template the claims follow
+        with _bound_claims(tb, ns, count, "1Gi"):
+            await body(runtime, tb, ns)
+
+    with_runtime(tb, ns, uid, check)
+
+
 def _grown_by_the_provider(tb: Testbed, ns: str, count: int, capacity: str) -> None:
     from kubernetes import client
 
@@ -277,21 +297,13 @@ def _volumes_condition(tb: Testbed, ns: str) -> tuple[str, str, str]:
 
 
 def test_broker_volumes_grow_with_the_spec_where_the_storage_class_allows(apiserver: Testbed, namespace: str):
-    _storage_class(apiserver, f"{namespace}-grows", True)
-    uid = create_cluster(apiserver, namespace, {"replicas": 2, "storage": {
-        "size": "1Gi", "storageClassName": f"{namespace}-grows"}})
-
-    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
-        await runtime.reconcile()
-        with _bound_claims(tb, ns, 2, "1Gi"):
-            await grow(runtime, tb, ns)
+    uid = _cluster_with_its_class(apiserver, namespace, 2, expandable=True)
 
     async def grow(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
         await runtime.reconcile()
         assert _volumes_condition(tb, ns)[:2] == ("True", "AtSize")
 
-        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
-                   json.dumps({"spec": {"storage": {"size": "2Gi"}}}))
+        _resize(tb, ns, "2Gi")
         await runtime.reconcile()
         assert _claim_sizes(tb, ns) == {"data-c-broker-0": "2Gi", "data-c-broker-1": "2Gi"}
         status, reason, message = _volumes_condition(tb, ns)
@@ -303,8 +315,7 @@ def test_broker_volumes_grow_with_the_spec_where_the_storage_class_allows(apiser
         assert _volumes_condition(tb, ns)[:2] == ("True", "AtSize")
 
         # A smaller size is reported, never applied.
-        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
-                   json.dumps({"spec": {"storage": {"size": "1Gi"}}}))
+        _resize(tb, ns, "1Gi")
         await runtime.reconcile()
         assert _volumes_condition(tb, ns)[:2] == ("False", "ShrinkNotSupported")
         assert set(_claim_sizes(tb, ns).values()) == {"2Gi"}
@@ -312,22 +323,14 @@ def test_broker_volumes_grow_with_the_spec_where_the_storage_class_allows(apiser
         events = [e["reason"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]]
         assert events.count("VolumeExpansion") == 2, events
 
-    with_runtime(apiserver, namespace, uid, check)
+    _with_bound_claims(apiserver, namespace, uid, 2, grow)
 
 
 def test_a_storage_class_without_expansion_is_reported_once(apiserver: Testbed, namespace: str):
-    _storage_class(apiserver, f"{namespace}-fixed", False)
-    uid = create_cluster(apiserver, namespace, {"replicas": 1, "storage": {
-        "size": "1Gi", "storageClassName": f"{namespace}-fixed"}})
-
-    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
-        await runtime.reconcile()
-        with _bound_claims(tb, ns, 1, "1Gi"):
-            await refused(runtime, tb, ns)
+    uid = _cluster_with_its_class(apiserver, namespace, 1, expandable=False)
 
     async def refused(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
-        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
-                   json.dumps({"spec": {"storage": {"size": "5Gi"}}}))
+        _resize(tb, ns, "5Gi")
         for _ in range(3):
             await runtime.reconcile()
         status, reason, message = _volumes_condition(tb, ns)
@@ -338,15 +341,13 @@ def test_a_storage_class_without_expansion_is_reported_once(apiserver: Testbed, 
         events = [e["reason"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]]
         assert events.count("VolumeExpansionRefused") == 1, events
 
-    with_runtime(apiserver, namespace, uid, check)
+    _with_bound_claims(apiserver, namespace, uid, 1, refused)
 
 
 def test_a_file_system_that_grows_offline_restarts_its_broker_once(apiserver: Testbed, namespace: str):
     """The control plane's StatefulSet controller makes the pods (no node runs them); they are marked Ready
     as a kubelet would."""
-    _storage_class(apiserver, f"{namespace}-offline", True)
-    uid = create_cluster(apiserver, namespace, {"replicas": 2, "storage": {
-        "size": "1Gi", "storageClassName": f"{namespace}-offline"}})
+    uid = _cluster_with_its_class(apiserver, namespace, 2, expandable=True)
 
     def pod_uids(tb: Testbed, ns: str) -> dict[str, str]:
         return {p["metadata"]["name"]: p["metadata"]["uid"] for p in tb.kubectl_json("get", "pods", "-n", ns)["items"]}
