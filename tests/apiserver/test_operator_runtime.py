@@ -226,7 +226,6 @@ def _storage_class(tb: Testbed, name: str, expandable: bool) -> None:
          "provisioner": "example.com/none", "allowVolumeExpansion": expandable}))
 
 
-@contextlib.contextmanager
 def _cluster_with_its_class(tb: Testbed, ns: str, replicas: int, expandable: bool) -> str:
     """A DMCluster of 1Gi volumes from a storage class of its own (classes belong to no namespace)."""
     _storage_class(tb, f"{ns}-class", expandable)
@@ -238,6 +237,7 @@ def _resize(tb: Testbed, ns: str, size: str) -> None:
                json.dumps({"spec": {"storage": {"size": size}}}))
 
 
+@contextlib.contextmanager
 def _bound_claims(tb: Testbed, ns: str, count: int, capacity: str) -> Iterator[None]:
     """What the StatefulSet controller and a provisioner would make (no pods run here): a claim per broker
     from the template, and a volume of `capacity` made for it, which the control plane's volume binder
