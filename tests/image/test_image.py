@@ -1,7 +1,8 @@
 """The container image as built (scripts/kind/images.sh builds it from the Dockerfile), run by the
 container engine as a user runs it: its entrypoints, a broker on a read-only root file system with
 its data on a volume, produce and consume from the host through a published port, SIGTERM to PID 1
-for a clean shutdown, and a restart on the same volume that finds every record. Without a Docker
+for a clean shutdown, a restart on the same volume that finds every record, and a volume that fills up
+(the broker stops and says why where Kubernetes shows it). Without a Docker
 engine or the image the tests skip with the reason, unless DM_IMAGE_REQUIRED=1 (set by
 scripts/run-tests.sh once it has built the image): then that is a failure."""
 
@@ -59,11 +60,15 @@ def test_entrypoints_and_user(image: str) -> None:
 class Broker:
     """`dm broker` in a container: read-only root, /tmp a tmpfs, /var/lib/dm a named volume."""
 
-    def __init__(self, image: str, volume: str, port: int) -> None:
+    def __init__(self, image: str, volume: str, port: int, mounts: tuple[str, ...] = (),
+                 overrides: tuple[str, ...] = ()) -> None:
+        """`volume`: a named volume for /var/lib/dm, or "" when `mounts` (docker run options) provide it."""
         self.name = f"dm-image-test-{uuid.uuid4().hex[:8]}"
-        docker("run", "-d", "--name", self.name, "--read-only", "--tmpfs", "/tmp", "-v", f"{volume}:/var/lib/dm",
+        data = ("-v", f"{volume}:/var/lib/dm") if volume else ()
+        docker("run", "-d", "--name", self.name, "--read-only", "--tmpfs", "/tmp", *data, *mounts,
                "-p", f"127.0.0.1:{port}:{port}", image, "broker", "--host", "0.0.0.0", "--advertised-host",
-               "127.0.0.1", "--port", str(port), "--http-port", "-1", "--data-dir", "/var/lib/dm/data")
+               "127.0.0.1", "--port", str(port), "--http-port", "-1", "--data-dir", "/var/lib/dm/data",
+               *(arg for o in overrides for arg in ("--override", o)))
         deadline = time.monotonic() + 60
         while "ready:" not in self.logs():
             assert time.monotonic() < deadline, f"the broker did not start:\n{self.logs()}"
@@ -133,3 +138,37 @@ def test_a_broker_on_a_read_only_root_keeps_its_data_on_the_volume(image: str, v
         assert len(read_all(bootstrap, "image", 500)) == 500, "every record survives on the volume"
     finally:
         again.remove()
+
+
+def test_a_full_volume_stops_the_broker_with_its_reason_in_the_termination_log(image: str, tmp_path) -> None:
+    """The data volume is a 6 MB tmpfs owned by the image's user; /dev/termination-log is a file, as the
+    kubelet mounts one into every container (ADR 0041)."""
+    termination_log = tmp_path / "termination-log"
+    termination_log.write_text("")
+    termination_log.chmod(0o666)
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    broker = Broker(image, "", port, mounts=("--tmpfs", "/var/lib/dm:size=6m,uid=10001,gid=10001",
+                                             "-v", f"{termination_log}:/dev/termination-log"),
+                    overrides=("log.dir.min.free.bytes=0",))
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("fills", 1, 1)])["fills"].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": 5000})
+        deadline = time.monotonic() + 90
+        while docker("inspect", "-f", "{{.State.Running}}", broker.name).stdout.strip() == "true":
+            assert time.monotonic() < deadline, f"the broker did not stop:\n{broker.logs()}"
+            for _ in range(500):
+                try:
+                    producer.produce("fills", value=b"x" * 1000)
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0.05)
+        producer.purge()
+        assert int(docker("inspect", "-f", "{{.State.ExitCode}}", broker.name).stdout) == 1, broker.logs()
+        reason = termination_log.read_text()
+        assert "log directory /var/lib/dm/data failed" in reason and "No space left on device (ENOSPC)" in reason
+        assert "the broker stops" in reason and reason in broker.logs() + "\n", (reason, broker.logs())
+    finally:
+        broker.remove()
