@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from .controller.models import ClusterMetadata, HeldPartition, HeldTopic, TopicDoc
+from .log import dir_failure
 from .log.checkpoints import atomic_write
 from .log.partition_log import PartitionLog
 
@@ -127,7 +128,8 @@ class CacheWriter:
             md, self._pending = self._pending, None
             try:
                 await asyncio.to_thread(self._write, md)
-            except OSError as exc:  # the next change writes it again; the broker carries on
+            except OSError as exc:  # the next change writes it again; the broker carries on, unless the disk failed
+                dir_failure.check(exc, self.path.parent.parent)
                 log.warning("writing %s failed: %s", self.path, exc)
 
     def _write(self, md: ClusterMetadata) -> None:
