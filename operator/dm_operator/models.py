@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.6.0"
+SCHEMA_VERSION = "0.7.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
@@ -19,6 +19,7 @@ SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.4.0": {"dmclusters": "cad499040d82891a", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.5.0": {"dmclusters": "7ef4088c6cb0270d", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.6.0": {"dmclusters": "678b39146b6ff5f6", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
+    "0.7.0": {"dmclusters": "5d06f1d0dff6bc3e", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -271,6 +272,9 @@ class BrokerStatus(Model):
     node: str | None = Field(None, description="Node the pod runs on")
     certificate: str | None = Field(None, description="Fingerprint of the certificate its TLS listeners present "
                                     "(from its heartbeats; several, comma-separated, while they differ)")
+    lastFailure: str | None = Field(None, description="How the broker container last stopped with an error, from "
+                                    "its pod (time, exit code, reason and the termination message, e.g. a full "
+                                    "volume); none while it has not")
 
 
 class DeletedTopicStatus(Model):
@@ -328,7 +332,7 @@ class DMClusterStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, SpecValid, ConfigValid, "
                                         "Certificates, RollingRestart, ScaleDownBlocked, Rebalancing, StrayData, "
-                                        "ClusterIdentity, CrdVersion")
+                                        "ClusterIdentity, CrdVersion, StorageChangePending, VolumesExpanded")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")

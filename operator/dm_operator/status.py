@@ -53,8 +53,26 @@ def broker_statuses(controller: Controller, replicas: int, pods: dict[int, Obj],
                                 fenced=bool(info and info.fenced), registered=info is not None,
                                 strayLogs=list(info.stray_logs) if info else [], rack=info.rack if info else None,
                                 node=(pod or {}).get("spec", {}).get("nodeName"),
-                                certificate=presented_certificate(info)).model_dump())
+                                certificate=presented_certificate(info), lastFailure=last_failure(pod)).model_dump())
     return out
+
+
+LAST_FAILURE_CHARS = 500
+
+
+def last_failure(pod: Obj | None) -> str | None:
+    """How the pod's broker container last stopped with an error: a broker stopped by its full volume (ADR 0041)
+    writes why to /dev/termination-log, which Kubernetes keeps in the container's state."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") != "broker":
+            continue
+        stopped = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
+        if not stopped or not stopped.get("exitCode"):
+            return None
+        message = " ".join(str(stopped.get("message") or "").split())
+        text = f"{stopped.get('finishedAt', '?')}: exit {stopped['exitCode']} ({stopped.get('reason', '?')})"
+        return (f"{text}: {message}" if message else text)[:LAST_FAILURE_CHARS]
+    return None
 
 
 def presented_certificate(info: BrokerInfo | None) -> str | None:

@@ -344,6 +344,10 @@ def test_a_storage_class_without_expansion_is_reported_once(apiserver: Testbed, 
     _with_bound_claims(apiserver, namespace, uid, 1, refused)
 
 
+FULL = ("dm: log directory /var/lib/dm/data failed: No space left on device (ENOSPC); the broker stops so that "
+        "nothing it cannot keep is acknowledged.")
+
+
 def test_a_file_system_that_grows_offline_restarts_its_broker_once(apiserver: Testbed, namespace: str):
     """The control plane's StatefulSet controller makes the pods (no node runs them); they are marked Ready
     as a kubelet would."""
@@ -369,7 +373,17 @@ def test_a_file_system_that_grows_offline_restarts_its_broker_once(apiserver: Te
         try:
             with _bound_claims(tb, ns, 2, "1Gi"):
                 all_ready(tb, ns, api)
+                # Broker 0 stopped once for its full volume (ADR 0041): the status says so.
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                api.patch_namespaced_pod_status("c-broker-0", ns, {"status": {"containerStatuses": [{
+                    "name": "broker", "ready": True, "restartCount": 1, "image": "dm:test", "imageID": "",
+                    "state": {"running": {"startedAt": stamp}},
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": stamp,
+                                                 "finishedAt": stamp, "message": FULL}}}]}})
                 await runtime.reconcile()
+                brokers = tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]["brokers"]
+                assert brokers[0]["lastFailure"] == f"{stamp}: exit 1 (Error): {FULL}"
+                assert "lastFailure" not in brokers[1] or brokers[1]["lastFailure"] is None
                 before = pod_uids(tb, ns)
                 await asyncio.sleep(1.1)  # the wait begins after the pods were made (the times have seconds)
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -63,3 +63,18 @@ def test_a_restart_for_a_file_system_is_one_step_of_the_roll():
     assert next_roll_step("r1", [BrokerPod(0, True, "r1"), BrokerPod(1, True, "r1")], 2, {}, 1).restart is None
     assert next_roll_step("r1", [BrokerPod(0, False, "r1"), BrokerPod(1, True, "r1", restart_for="grow")], 2, {},
                           1).restart is None  # one at a time: broker 0 is not Ready yet
+
+
+def test_a_brokers_last_failure_comes_from_its_container_state():
+    from dm_operator.status import LAST_FAILURE_CHARS, last_failure
+
+    def pod(state: dict, last: dict) -> dict:
+        return {"status": {"containerStatuses": [{"name": "broker", "state": state, "lastState": last}]}}
+
+    stopped = {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "T", "message": "full\nvolume"}}
+    assert last_failure(pod({"waiting": {"reason": "CrashLoopBackOff"}}, stopped)) == "T: exit 1 (Error): full volume"
+    assert last_failure(pod(stopped, {})) == "T: exit 1 (Error): full volume"  # down right now
+    clean = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "T"}}
+    assert last_failure(pod({"running": {}}, clean)) is None and last_failure(None) is None
+    long = {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "T", "message": "x" * 2000}}
+    assert len(last_failure(pod({"running": {}}, long))) == LAST_FAILURE_CHARS
