@@ -95,6 +95,8 @@ class ClusterRuntime:
         self.spec: DMClusterSpec | None = None
         self._pdb_api: str | None = None
         self._refusal_reported: str | None = None  # the VolumeExpansionRefused Event last posted
+        # claim -> (size asked, its resourceVersion then, the API server's answer): not asked again every pass
+        self._refused_claims: dict[str, tuple[str, str, str]] = {}
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -337,10 +339,15 @@ class ClusterRuntime:
         by_name = {c["metadata"]["name"]: c for c in claims}
         for name in wanted.grow:
             claim = by_name[name]
+            version = claim["metadata"]["resourceVersion"]
+            earlier = self._refused_claims.get(name)
+            if earlier is not None and earlier[:2] == (size, version):
+                refused[name] = earlier[2]  # the same question to the same claim gets the same answer
+                continue
             try:
                 result = await self.kube.patch(
                     f"{collection_path('v1', 'persistentvolumeclaims', self.namespace)}/{name}",
-                    {"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                    {"metadata": {"resourceVersion": version},
                      "spec": {"resources": {"requests": {"storage": size}}}})
             except ApiError as exc:
                 if exc.status == 409:
@@ -348,6 +355,7 @@ class ClusterRuntime:
                 if exc.status not in (403, 422):
                     raise
                 refused[name] = str(exc.body.get("message", exc))
+                self._refused_claims[name] = (size, version, refused[name])
                 continue
             self.cache.observe({"apiVersion": "v1", "kind": "PersistentVolumeClaim", **result})
             self.recorder.record("VolumeExpansion", f"claim {name} asked to grow to {size}")
