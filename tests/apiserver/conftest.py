@@ -21,13 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 def _this_workers_settings() -> TestbedSettings:
     """Under pytest-xdist each worker that reaches these tests starts a control plane of its own, on ports
     and in a run directory of its own: two on the same ones would collide, and the first worker done would
-    stop the other's."""
+    stop the other's. No worker's run directory is a prefix of another's: a control plane starting cleans up
+    every process whose command line mentions its run directory (testbed/dm_testbed/cleanup.py)."""
     settings = TestbedSettings.from_env()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
-    if not worker.isdigit() or int(worker) == 0:
+    if not worker.isdigit():
         return settings
     offset = 10 * int(worker)  # each control plane takes two ports from each base
-    return settings.model_copy(update={"run_dir": Path(f"{settings.run_dir}-gw{worker}"),
+    return settings.model_copy(update={"run_dir": Path(f"{settings.run_dir}-gw{worker}.d"),
                                        "apiserver_port": settings.apiserver_port + offset,
                                        "etcd_port": settings.etcd_port + offset})
 
