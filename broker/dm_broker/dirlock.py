@@ -40,8 +40,7 @@ class DirectoryLock:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise DirectoryUnusable(f"{self.directory} cannot be used as a data directory: {exc.strerror}"
-                                    f"{f' ({exc.filename})' if exc.filename else ''}") from None
+            raise self._unusable(exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -55,10 +54,13 @@ class DirectoryLock:
         except OSError as exc:  # a full volume: the lock holds, only the holder's name is missing
             if exc.errno != errno.ENOSPC:
                 os.close(fd)
-                raise DirectoryUnusable(f"{self.directory} cannot be used as a data directory: {exc.strerror}") \
-                    from None
+                raise self._unusable(exc) from None
         self._fd = fd
         return self
+
+    def _unusable(self, exc: OSError) -> DirectoryUnusable:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return DirectoryUnusable(f"{self.directory} cannot be used as a data directory: {exc.strerror}{where}")
 
     def release(self) -> None:
         if self._fd is not None:

@@ -227,18 +227,18 @@ class ClusterRuntime:
         await self._forget_removed_brokers(replicas, pods)
         claims = await self._broker_claims()
         await self._claims_ownership(claims, spec.storage.deleteClaim)
-        grown = await self._grow_volumes(claims, spec.storage.size)
-        conditions.append(volumes.volumes_condition(*grown))
+        wanted, grown = await self._grow_volumes(claims, spec.storage.size)
+        conditions.append(grown)
         resize = volumes.restarts_for_file_systems(
-            grown[0], f"data-{naming.statefulset(name)}-",
+            wanted, f"data-{naming.statefulset(name)}-",
             {i: p["metadata"].get("creationTimestamp", "") for i, p in pods.items()})
         views = [BrokerPod(i, pod_ready(p), annotations_of(p).get("dm.dev/revision"), being_deleted(p),
                            FILE_SYSTEM_GROWS if i in resize else None)
                  for i, p in pods.items()]
         step = next_roll_step(target, views, replicas, topics, manifests.min_insync_default(spec.config))
         if step.restart is not None:
-            why = FILE_SYSTEM_GROWS if step.restart in resize and annotations_of(pods[step.restart]).get(
-                "dm.dev/revision") == target else None
+            view = next(v for v in views if v.id == step.restart)
+            why = view.restart_for if view.revision == target else None  # an outdated pod restarts for its revision
             await restart_broker(self.kube, self.recorder, ns, name, step.restart, target, why)
             self.cache.forget("Pod", ns, naming.pod(name, step.restart))
         conditions.append(roll_condition(step))
@@ -331,9 +331,9 @@ class ClusterRuntime:
                 and claim["metadata"]["name"].startswith(prefix)
                 and claim["metadata"]["name"].removeprefix(prefix).isdigit()]
 
-    async def _grow_volumes(self, claims: list[Obj], size: str) -> tuple[volumes.VolumePlan, dict[str, str]]:
+    async def _grow_volumes(self, claims: list[Obj], size: str) -> tuple[volumes.VolumePlan, Obj]:
         """Asks every bound claim smaller than spec.storage.size for that size (volumes.py); the plan, and the
-        claims the API server refused with its answers."""
+        VolumesExpanded condition."""
         wanted = volumes.plan(size, claims)
         refused: dict[str, str] = {}
         by_name = {c["metadata"]["name"]: c for c in claims}
@@ -363,7 +363,7 @@ class ClusterRuntime:
         if refused and result["message"] != self._refusal_reported:  # once, not at every pass
             self.recorder.record("VolumeExpansionRefused", result["message"], "Warning")
         self._refusal_reported = result["message"] if refused else None
-        return wanted, refused
+        return wanted, result
 
     async def _claims_ownership(self, claims: list[Obj], delete_with_cluster: bool) -> None:
         """PVCs of a StatefulSet outlive it; owned by the DMCluster they are deleted with it."""

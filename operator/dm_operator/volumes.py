@@ -33,8 +33,12 @@ class VolumePlan:
     grow: list[str] = field(default_factory=list)  # requested below the spec: patched to it
     larger: list[str] = field(default_factory=list)  # requested above the spec: left as they are
     waiting: list[str] = field(default_factory=list)  # requested, not yet that large (or resizing)
-    restart_needed: list[str] = field(default_factory=list)  # FileSystemResizePending: offline expansion
-    pending_since: dict[str, str] = field(default_factory=dict)  # claim -> when its file system began to wait
+    # FileSystemResizePending (offline expansion): claim -> when its file system began to wait for a restart
+    pending_since: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def restart_needed(self) -> list[str]:
+        return list(self.pending_since)
 
 
 def plan(size: str, claims: list[Obj]) -> VolumePlan:
@@ -56,7 +60,6 @@ def plan(size: str, claims: list[Obj]) -> VolumePlan:
         if capacity is None or capacity < min(desired, requested or desired) or resizing:
             result.waiting.append(name)
         if "FileSystemResizePending" in resizing:
-            result.restart_needed.append(name)
             result.pending_since[name] = conditions["FileSystemResizePending"].get("lastTransitionTime") or ""
     return result
 
@@ -66,7 +69,7 @@ def restarts_for_file_systems(result: VolumePlan, claim_prefix: str, pods_create
     claim waits for it and whose pod was created before the wait began. A pod created since mounts the grown
     volume and resizes it, so it is not restarted again while the kubelet is at it."""
     brokers = set()
-    for name in result.restart_needed:
+    for name in result.pending_since:
         broker_id = int(name.removeprefix(claim_prefix))
         created = pods_created.get(broker_id)
         if created is not None and created < result.pending_since.get(name, ""):

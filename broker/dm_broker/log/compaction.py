@@ -67,7 +67,7 @@ class LogCleaner:
                 try:
                     await self.clean(key, plog)
                 except Exception as exc:
-                    dir_failure.check(exc, plog.directory.parent)
+                    dir_failure.check(exc, plog.log_dir)
                     log.exception("compaction of %s-%d failed; the log is unchanged", *key)
 
     def needs_cleaning(self, key: tuple[str, int], plog: PartitionLog, now_ms: int | None = None) -> bool:

@@ -99,7 +99,7 @@ def guards_log_dir(method: F) -> F:
             except OSError as exc:
                 if exc.errno not in STORAGE_ERRNOS:
                     raise
-                raise report(self.directory.parent, exc) from exc
+                raise report(self.log_dir, exc) from exc
         return guarded_async  # type: ignore[return-value]
 
     @functools.wraps(method)
@@ -109,5 +109,5 @@ def guards_log_dir(method: F) -> F:
         except OSError as exc:
             if exc.errno not in STORAGE_ERRNOS:
                 raise
-            raise report(self.directory.parent, exc) from exc
+            raise report(self.log_dir, exc) from exc
     return guarded  # type: ignore[return-value]

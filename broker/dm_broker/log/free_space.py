@@ -64,7 +64,3 @@ class FreeSpaceGuard:
         return (f"log directory {log_dir} has {measure.free} bytes free, under its floor of {measure.floor} "
                 "(log.dir.min.free.bytes): produce requests wait until retention, a deleted topic or a larger "
                 "volume makes room")
-
-    def floors(self) -> dict[Path, int]:
-        """The floor last worked out for each log directory (for /metrics)."""
-        return {d: m.floor for d, m in self._measures.items()}

@@ -63,6 +63,7 @@ class PartitionLog:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.directory = directory
+        self.log_dir = directory.parent  # the log directory (log.dirs entry) holding this partition
         self.topic = topic
         self.partition = partition
         self.settings = settings

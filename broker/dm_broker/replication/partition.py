@@ -220,7 +220,7 @@ class Partition:
 
     def _epoch_written(self, future: asyncio.Future[None]) -> None:
         if not future.cancelled() and future.exception() is not None:
-            dir_failure.check(future.exception(), self.log.directory.parent)
+            dir_failure.check(future.exception(), self.log.log_dir)
             log.error("%s-%d: cannot write leader epoch %d: %s", self.topic, self.index, self.leader_epoch,
                       future.exception())
 

@@ -139,7 +139,7 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
                 raise KafkaError(ErrorCode.invalid_record, message, [(i, message) for i in keyless])
         if req.acks == -1:
             part.check_min_isr()
-        refused = broker.free_space.refusal(part.log.directory.parent, len(records))
+        refused = broker.free_space.refusal(part.log.log_dir, len(records))
         if refused is not None:  # ADR 0043: the producer retries until there is room again
             raise KafkaError(ErrorCode.kafka_storage_error, refused)
         result = await part.append_as_leader(records, headers)
