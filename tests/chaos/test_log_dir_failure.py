@@ -35,8 +35,8 @@ def _stopped_for_the_full_disk(broker: BrokerProcess, timeout: float = 120) -> N
 
 
 def test_a_full_volume_stops_the_broker_and_after_it_grows_nothing_acknowledged_is_lost(tmp_path: Path):
-    with SmallVolume(tmp_path / "data", "4m") as volume:
-        broker = BrokerProcess(tmp_path / "data", NO_FLOOR).start()
+    # the broker is stopped however the test ends (before its volume goes)
+    with SmallVolume(tmp_path / "data", "4m") as volume, BrokerProcess(tmp_path / "data", NO_FLOOR) as broker:
         topic = "fills-up"
         ConfluentClient(broker.bootstrap).create_topic(topic, 1)
         producer = SequenceProducer(broker.bootstrap, topic, 1, padding=PADDING)
@@ -100,8 +100,8 @@ def test_below_the_floor_producers_wait_and_go_on_when_room_is_made(tmp_path: Pa
     """A topic of ballast takes most of the volume; the sequence producer then reaches the floor and its
     records wait (KAFKA_STORAGE_ERROR, retried) while the broker serves reads; deleting the ballast makes
     room and every record waiting goes through."""
-    with SmallVolume(tmp_path / "data", "24m"):
-        broker = BrokerProcess(tmp_path / "data", {"log.dir.min.free.bytes": 4 << 20}).start()
+    with SmallVolume(tmp_path / "data", "24m"), \
+            BrokerProcess(tmp_path / "data", {"log.dir.min.free.bytes": 4 << 20}) as broker:
         client = ConfluentClient(broker.bootstrap)
         client.create_topic("ballast", 1)
         client.produce("ballast", [Rec(None, b"b" * 1000) for _ in range(14_000)], acks="1")
