@@ -64,6 +64,7 @@ from .protocol.channels import BrokerChannels
 from .protocol.dispatch import Dispatcher
 from .protocol.fetch_sessions import FetchSessionCache
 from .protocol.metadata_encoder import TopicEntries
+from .protocol.request_memory import RequestMemory
 from .quotas.entities import entity_key
 from .quotas.manager import QuotaManager
 from .replication.manager import ReplicaManager
@@ -141,6 +142,7 @@ class Broker:
         # Partitions are frozen out of the collector's way once hosted: at start, then after each
         # metadata step that hosts some (gc_tuning; the recovered logs are frozen by tune_gc).
         self.long_lived = LongLivedObjects(0)
+        self.request_memory = RequestMemory(config["queued.max.request.bytes"])  # every listener's (ADR 0044)
         self.metrics = BrokerMetrics(self)
         self.ready = False
         self.started = False

@@ -308,6 +308,11 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "102400).", minimum=-1),
         Property("socket.request.max.bytes", "int", 100 * 1024 * 1024,
                  "Largest request frame accepted; larger frames close the connection.", minimum=1024),
+        Property("queued.max.request.bytes", "int", -1,
+                 "Bytes the listeners' requests may hold at once, each counted at the size it declares from when it "
+                 "starts arriving until it is handled (an acks=all produce: appended). While they are used up no "
+                 "connection starts a new request (the clients wait; nothing is refused). 0 or -1: no limit. At "
+                 "least socket.request.max.bytes.", minimum=-1),
         Property("message.max.bytes", "int", 1048588, "Largest record batch accepted (after compression).",
                  minimum=64, topic_name="max.message.bytes"),
         Property("log.segment.bytes", "int", 1 << 30, "Roll a new segment at this size.", minimum=1024,
@@ -642,6 +647,7 @@ class BrokerConfig(BaseModel):
                 raise ConfigError(f"unknown broker property {name!r}")
             values[name] = prop.parse(value)
         _check_consumer_group_settings(values)
+        _check_request_memory(values)
         return cls(values=values, explicit=frozenset(raw), scoped=scoped)
 
     def for_listener(self, listener: str, name: str) -> Any:
@@ -663,6 +669,13 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 GROUP_PROTOCOLS = ("classic", "consumer")
+
+
+def _check_request_memory(values: Mapping[str, Any]) -> None:
+    queued, largest = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
+    if 0 < queued < largest:  # as Kafka refuses it
+        raise ConfigError(f"queued.max.request.bytes={queued} must be at least socket.request.max.bytes={largest} "
+                          f"(or -1: no limit)")
 
 
 def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .log.free_space import floor_for
+from .protocol.request_memory import RequestMemory
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -271,6 +272,36 @@ class _StateCollector(Collector):
         yield from (sessions, held)
 
 
+class _RequestMemoryCollector(Collector):
+    """The listeners' request memory (queued.max.request.bytes; Kafka's MemoryPool* figures)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        return self.families(self.broker.request_memory)
+
+    def describe(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
+        """Without a broker (registration, docs/metrics.md)."""
+        return list(self.families(RequestMemory(-1)))
+
+    @staticmethod
+    def families(memory: RequestMemory) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        for name, doc, value in (
+                ("dm_request_memory_used_bytes", "Bytes requests reserve, received or being handled (each at the "
+                 "size it declares)", memory.used),
+                ("dm_request_memory_limit_bytes", "queued.max.request.bytes (-1: no limit)", memory.limit),
+                ("dm_request_memory_waiting_connections", "Connections not read until request memory has room",
+                 memory.waiting)):
+            family = GaugeMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        depleted = CounterMetricFamily("dm_request_memory_depleted_seconds", "Time the request memory was used up "
+                                       "(no connection started a request meanwhile)")
+        depleted.add_metric([], memory.depleted_seconds())
+        yield depleted
+
+
 class BrokerMetrics:
     def __init__(self, broker: Broker) -> None:
         self.registry = CollectorRegistry()
@@ -321,6 +352,7 @@ class BrokerMetrics:
         ProcessCollector(registry=r)
         self.state = _StateCollector(broker)
         r.register(self.state)
+        r.register(_RequestMemoryCollector(broker))
         self._scrape_lock = asyncio.Lock()
 
     def count_isr_change(self, left: set[int], joined: set[int]) -> None:

@@ -23,6 +23,7 @@ from .log.segment import FileSlice
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
 from .protocol.framing import FrameProtocol, FrameSizeError
+from .protocol.request_memory import RequestMemory
 from .security.listeners import Listener
 from .security.session import Session
 from .security.setup import SecuritySetup
@@ -52,6 +53,10 @@ def _release(ordered: asyncio.Future[None], _: asyncio.Task[Any]) -> None:
         ordered.set_result(None)
 
 
+def _give_back(memory: RequestMemory, nbytes: int, _: asyncio.Future[None]) -> None:
+    memory.give_back(nbytes)
+
+
 class KafkaServer:
     """One Kafka listener."""
 
@@ -62,6 +67,7 @@ class KafkaServer:
         self.listener = listener
         self.security = security
         self.metrics = dispatcher.broker.metrics
+        self.memory = dispatcher.broker.request_memory
         self.max_request_bytes = max_request_bytes
         self.idle_seconds = idle_ms / 1000
         self._server: asyncio.base_events.Server | None = None
@@ -89,11 +95,12 @@ class KafkaServer:
         if self.listener.sasl:
             limit = min(limit, self.security.config.for_listener(self.listener.name, "sasl.server.max.receive.size"))
         if not self.listener.tls:
-            return FrameProtocol(MIN_FRAME, limit, on_connect=self._accepted)
+            return FrameProtocol(MIN_FRAME, limit, on_connect=self._accepted, memory=self.memory)
         # The TLS handshake runs before the protocol hears of the connection, and one that fails never
         # reaches it: it is counted when the protocol object is dropped without having connected.
         connected = [False]
-        conn = FrameProtocol(MIN_FRAME, limit, on_connect=functools.partial(self._accepted_tls, connected))
+        conn = FrameProtocol(MIN_FRAME, limit, on_connect=functools.partial(self._accepted_tls, connected),
+                             memory=self.memory)
         weakref.finalize(conn, _handshake_outcome, connected, self.listener.name, self.metrics)
         return conn
 
@@ -122,7 +129,8 @@ class KafkaServer:
             await asyncio.sleep(IDLE_SWEEP_SECONDS)
             now = time.monotonic()
             for conn, last in list(self._connections.items()):
-                if now - last > self.idle_seconds and conn.transport is not None:
+                # A connection waiting for request memory is held back by the broker, not idle.
+                if now - last > self.idle_seconds and conn.transport is not None and not conn.waiting_memory:
                     log.info("closing idle connection %s", conn.transport.get_extra_info("peername"))
                     conn.close()
 
@@ -180,10 +188,12 @@ class KafkaServer:
             self.metrics.connections_refused.labels(self.listener.name).inc()
             log.info("listener %s: refusing a connection from %s: %s", self.listener.name, host, refused)
             conn.abort()
+            conn.release()
             return
         try:
             await self._serve_counted(conn, transport, peer, host)
         finally:
+            conn.release()  # what it received and nobody read: given back to the request memory
             if self.quotas is not None:
                 self.quotas.release(self.listener.name, host)
 
@@ -220,6 +230,9 @@ class KafkaServer:
                 frame = await conn.read_frame()
                 self._connections[conn] = time.monotonic()
                 ordered = loop.create_future()
+                # Its memory is given back once its handler is through or says order no longer depends on
+                # it (an acks=all produce whose batches are appended), as Kafka releases a request's buffer.
+                ordered.add_done_callback(functools.partial(_give_back, self.memory, len(frame)))
                 task = loop.create_task(self.dispatcher.handle(frame, peer, session, ordered))
                 task.add_done_callback(functools.partial(_release, ordered))  # a finished request is ordered too
                 await answers.put(task)

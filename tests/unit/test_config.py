@@ -74,3 +74,19 @@ def test_kafkas_kraft_lines_are_accepted_and_the_controller_listener_left_out():
     with pytest.raises(ConfigError, match="every listener"):
         listener_setup(BrokerConfig.build({"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
                                            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"}, environ={}))
+
+
+def test_queued_max_request_bytes_as_kafka_checks_it():
+    from dm_broker.config import BrokerConfig, ConfigError
+
+    def queued(**values: str) -> int:
+        return BrokerConfig.build({k.replace("_", "."): v for k, v in values.items()},
+                                  environ={})["queued.max.request.bytes"]
+
+    assert queued() == -1  # Kafka's default: no limit
+    assert queued(queued_max_request_bytes="104857600") == 100 << 20
+    assert queued(queued_max_request_bytes="0") == 0  # no limit either
+    with pytest.raises(ConfigError, match=r"queued\.max\.request\.bytes=1048576 must be at least "
+                                          r"socket\.request\.max\.bytes=104857600"):
+        queued(queued_max_request_bytes="1048576")
+    assert queued(queued_max_request_bytes="1048576", socket_request_max_bytes="1048576") == 1 << 20

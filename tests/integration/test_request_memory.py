@@ -1,0 +1,121 @@
+"""What requests may make a broker hold in memory (ADR 0044).
+
+A frame's first four bytes used to make the broker allocate (and zero) a buffer of the size they
+declared: forty connections that each declared 100 MB and sent 8 KB took 4 GB. Now a buffer follows the
+bytes that arrived, and Kafka's `queued.max.request.bytes` bounds what requests reserve at once: while it
+is used up no connection starts a new request, and the clients' requests wait (nothing is refused or lost)
+until memory is given back."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from group_clients import wait_for
+from harness import BrokerProcess
+from test_fuzz_auth import rss_mb
+
+pytestmark = pytest.mark.timeout(180)
+MiB = 1 << 20
+
+
+@contextmanager
+def declared(port: int, count: int, size: int, sent: int) -> Iterator[list[socket.socket]]:
+    """count connections that each declare a request of `size` bytes and send `sent` bytes of it."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(struct.pack(">i", size) + b"\0" * sent)
+            socks.append(s)
+        yield socks
+    finally:
+        for s in socks:
+            s.close()
+
+
+def create(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def read_back(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_declared_sizes_cost_no_memory_until_their_bytes_arrive(tmp_path):
+    with BrokerProcess(tmp_path / "data") as broker:
+        before = rss_mb(broker.proc.pid)
+        with declared(broker.port, 40, 100 * MiB, 8192):
+            wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 40 * 100 * MiB, 30,
+                     what="forty requests reserved")
+            grown = rss_mb(broker.proc.pid) - before
+        # Before ADR 0044: 4,000 MB (a zeroed 100 MB buffer per connection); now at most 1 MiB each.
+        assert grown < 200, f"the broker grew by {grown:.0f} MB for 320 KB received"
+        wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 0, 30, what="memory given back")
+        assert broker.alive()
+
+
+def test_a_used_up_request_memory_holds_clients_back_until_it_is_given_back(tmp_path):
+    limits = {"socket.request.max.bytes": 4 * MiB, "queued.max.request.bytes": 4 * MiB}
+    with BrokerProcess(tmp_path / "data", limits) as broker:
+        create(broker.bootstrap, "held")
+        assert broker.metric("dm_request_memory_limit_bytes") == 4 * MiB
+        values = [f"{i:06d}".encode() * 1500 for i in range(200)]  # 9 KB each
+        with declared(broker.port, 3, 3 * MiB, MiB):
+            # Two requests are admitted (the pool is not strict: 3 MiB < 4, then 6 MiB), the third waits.
+            wait_for(lambda: broker.metric("dm_request_memory_waiting_connections") >= 1, 30,
+                     what="a connection waiting for memory")
+            assert broker.metric("dm_request_memory_used_bytes") == 6 * MiB
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": "all",
+                                 "message.timeout.ms": 120000})
+            delivered: list[bytes] = []
+            failed: list[str] = []
+
+            def report(err, msg) -> None:
+                (failed.append(str(err)) if err is not None else delivered.append(msg.value()))
+            for value in values:
+                producer.produce("held", value, on_delivery=report)
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                producer.poll(0.2)
+            assert delivered == [] and failed == []  # held back, not refused
+            assert broker.metric("dm_request_memory_waiting_connections") >= 2
+        # The connections that held the memory went: the producer's requests go through.
+        assert producer.flush(60) == 0
+        assert failed == [] and delivered == values
+        assert read_back(broker.bootstrap, "held", len(values)) == values
+        wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 0, 30, what="memory given back")
+        assert broker.metric("dm_request_memory_waiting_connections") == 0
+        assert broker.metric("dm_request_memory_depleted_seconds_total") > 2
+
+
+def test_a_request_larger_than_what_is_left_still_goes_through(tmp_path):
+    limits = {"socket.request.max.bytes": 4 * MiB, "queued.max.request.bytes": 4 * MiB}
+    with BrokerProcess(tmp_path / "data", limits) as broker:
+        create(broker.bootstrap, "large")
+        with declared(broker.port, 1, 3 * MiB + MiB // 2, 1024):
+            wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 3 * MiB + MiB // 2, 30,
+                     what="3.5 MiB reserved")
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+            value = b"v" * 900_000  # more than the 0.5 MiB left
+            producer.produce("large", value)
+            assert producer.flush(30) == 0
+            assert read_back(broker.bootstrap, "large", 1) == [value]
