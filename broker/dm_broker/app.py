@@ -180,7 +180,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         await site.start()
         http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    quotas = ConnectionQuotas(config, broker.security.listeners.inter_broker_listener.name)
+    quotas = ConnectionQuotas(config, broker.security.listeners.inter_broker_listener.name,
+                              broker.logs.connection_budget)
     servers = [KafkaServer(broker.dispatcher, listener, broker.security, config["socket.request.max.bytes"],
                            config["connections.max.idle.ms"], quotas)
                for listener in broker.security.listeners.listeners]

@@ -3,13 +3,19 @@
 `max.connections.per.ip.overrides` ("host:count,host:count"). A connection over a limit is closed as
 soon as it is accepted, before it is read (Kafka's acceptor waits for a free slot instead; closing
 keeps a flood from holding sockets open). The inter-broker listener is exempt from the broker-wide
-limit, as in Kafka, so brokers always reach each other."""
+limit, as in Kafka, so brokers always reach each other.
+
+Beyond Kafka's limits, connections never take the descriptors the logs need (open_files.py): a flood of
+idle connections up to the open-file limit made every segment roll fail with "Too many open files", and
+producers' records timed out while the broker stayed up."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from .config import BrokerConfig, ConfigError
+from .open_files import INTER_BROKER_SHARE
 
 UNLIMITED = 2**31 - 1
 
@@ -28,8 +34,10 @@ def parse_overrides(text: str) -> dict[str, int]:
 
 
 class ConnectionQuotas:
-    def __init__(self, config: BrokerConfig, inter_broker_listener: str) -> None:
+    def __init__(self, config: BrokerConfig, inter_broker_listener: str,
+                 descriptor_budget: Callable[[], int] = lambda: UNLIMITED) -> None:
         self.config = config
+        self.descriptor_budget = descriptor_budget  # connections the open-file limit leaves room for
         self.inter_broker = inter_broker_listener
         self.broker_limit: int = config["max.connections"]
         self.per_ip: int = config["max.connections.per.ip"]
@@ -48,6 +56,11 @@ class ConnectionQuotas:
             return f"{scoped} ({self.config.scoped[scoped]}) reached"
         if listener != self.inter_broker and self.total >= self.broker_limit:
             return f"max.connections ({self.broker_limit}) reached"
+        budget = self.descriptor_budget() + (INTER_BROKER_SHARE if listener == self.inter_broker else 0)
+        if self.total >= budget:
+            return (f"the open-file limit leaves no descriptor for connection {self.total + 1}: the rest are kept "
+                    f"for the logs' segments (raise it: ulimit -n, systemd LimitNOFILE, the container runtime's "
+                    f"nofile; or set max.connections below it)")
         self.total += 1
         self.by_listener[listener] += 1
         self.by_host[host] += 1

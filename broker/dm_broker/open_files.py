@@ -17,6 +17,10 @@ log = logging.getLogger(__name__)
 # descriptors a broker needs beside its segments: sockets, the controller session, checkpoint and
 # index writes in flight, the HTTP port
 HEADROOM = 1024
+# of those, what client connections may never take: new segments and their indexes, checkpoints, the
+# controller session, HTTP; the inter-broker listener may still take INTER_BROKER_SHARE of it
+RESERVED_FOR_LOGS = 512
+INTER_BROKER_SHARE = 256
 
 
 def raise_soft_limit() -> int:
@@ -41,3 +45,10 @@ def shortfall(limit: int, open_segments: int) -> str | None:
             f"need ({needed} with {HEADROOM} for connections and writes): new segments, flushes and "
             f"connections will fail once it is reached. Raise it (ulimit -n, systemd LimitNOFILE, the "
             f"container runtime's nofile) or use fewer or larger segments (segment.bytes, segment.ms)")
+
+
+def connection_budget(limit: int, open_segments: int) -> int:
+    """Connections the broker may hold before they would take descriptors its logs need (a roll that
+    cannot open its new segment fails the producer's request). Kafka has no such bound: its acceptor and
+    its log rolls meet "Too many open files" together, and the log directory goes offline."""
+    return max(0, limit - open_segments - RESERVED_FOR_LOGS)

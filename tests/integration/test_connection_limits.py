@@ -6,7 +6,10 @@ SCRAM producer keeps being answered. Its latency under the storm is measured in 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from dm_broker.protocol.client import KafkaConnection
@@ -136,3 +139,62 @@ async def test_a_storm_of_wrong_passwords_does_not_stop_an_authenticated_produce
         ok = ClientSecurity("SASL_PLAINTEXT", None, "SCRAM-SHA-512", "bob", "bob-pw")
         conn = await KafkaConnection.open("127.0.0.1", sasl, "bob-again", timeout=60, security=ok)
         await conn.close()
+
+
+def test_connections_never_take_the_descriptors_the_logs_need(tmp_path):
+    """A flood of idle connections up to the open-file limit made every segment roll fail with "Too many
+    open files" (records timed out while the broker stayed up). Connections past what the limit leaves
+    beside the logs' segments are now closed at once, and the producer already connected keeps rolling
+    segments and having its records acknowledged."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from dm_broker.open_files import INTER_BROKER_SHARE, RESERVED_FOR_LOGS
+    from group_clients import wait_for
+    from harness import BrokerProcess
+
+    limit = 1100
+    with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536},
+                       prefix=["prlimit", f"--nofile={limit}:{limit}"]) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all",
+                             "message.timeout.ms": 30000})
+        acked: list[int] = []
+        failed: list[str] = []
+
+        def report(err, msg) -> None:
+            (failed.append(str(err)) if err is not None else acked.append(msg.offset()))
+        producer.produce("t", b"first")
+        assert producer.flush(30) == 0
+        flood: list[socket.socket] = []
+        try:
+            for _ in range(limit):  # more than the limit: the broker would run out of descriptors
+                s = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+                flood.append(s)
+
+            def held() -> int:
+                return len(list(Path(f"/proc/{broker.proc.pid}/fd").iterdir()))
+            # Once the connections over the budget are closed (accepted, then closed at once). The listener
+            # is also the inter-broker one here, which may hold INTER_BROKER_SHARE more of the reserve.
+            free = RESERVED_FOR_LOGS - INTER_BROKER_SHARE - 64  # 64: the broker's own descriptors
+            wait_for(lambda: held() <= limit - free, 30, what="descriptors kept for the logs")
+            for i in range(1000):  # 1 MB: about 16 segment rolls
+                producer.produce("t", b"%04d" % i * 256, on_delivery=report)
+                producer.poll(0)
+            assert producer.flush(60) == 0
+            assert failed == [] and len(acked) == 1000
+            assert broker.metric("dm_connections_refused_total", listener="PLAINTEXT") > 0
+        finally:
+            for s in flood:
+                s.close()
+        assert "the open-file limit leaves no descriptor for connection" in broker.log_tail(200000)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+        consumer.subscribe(["t"])
+        values = []
+        deadline = time.monotonic() + 60
+        while len(values) < 1001 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+        consumer.close()
+        assert values == [b"first"] + [b"%04d" % i * 256 for i in range(1000)]

@@ -99,6 +99,7 @@ class LogManager:
         self._strays: list[strays.Stray] | None = None  # the last scan (strays())
         self.open_file_limit = open_files.raise_soft_limit()
         self._short_of_files = False  # warned that the limit is too low (once until it is enough again)
+        self.open_segments = 0  # counted with each stray rescan, and one more for each new log meanwhile
 
     def open_all(self, settings_for: Callable[[str], TopicSettings | None]) -> None:
         """Opens every partition directory (controller metadata later says which to keep)."""
@@ -160,11 +161,15 @@ class LogManager:
     def check_open_files(self) -> None:
         """Warns (once, until it is enough again) when the open-file limit is below what the open
         segments need. At start and with each stray rescan (every STRAY_RESCAN_S)."""
-        segments = sum(len(plog.segments) for plog in self.logs.values())
+        segments = self.open_segments = sum(len(plog.segments) for plog in self.logs.values())
         problem = open_files.shortfall(self.open_file_limit, segments)
         if problem is not None and not self._short_of_files:
             log.warning("%s", problem)
         self._short_of_files = problem is not None
+
+    def connection_budget(self) -> int:
+        """Connections the broker may hold without taking descriptors its logs need."""
+        return open_files.connection_budget(self.open_file_limit, self.open_segments)
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
@@ -202,6 +207,7 @@ class LogManager:
 
     def adopt(self, plog: PartitionLog) -> None:
         self.logs[(plog.topic, plog.partition)] = plog
+        self.open_segments += len(plog.segments)  # until the next count (thousands of new logs at once)
 
     def settle(self) -> None:
         """After a batch of removals (one metadata update may delete or set aside thousands of logs): the
