@@ -269,3 +269,28 @@ async def test_client_disconnecting_during_long_poll(broker, topic_name):
     await asyncio.sleep(0.8)
     await still_serving(broker)
     assert "unexpected error" not in broker.log_tail(50)
+
+
+async def test_a_compressed_batch_that_inflates_past_the_limit_is_refused(broker, topic_name):
+    """A 64 KB zstd batch holding 2 GB of zeros, to a compacted topic (whose records the broker decodes to
+    check their keys): before, the broker inflated all of it (4 GB of memory, 6.5 s on its event loop) and
+    stored it as one record; now INVALID_RECORD, nothing written, and the broker's memory stays small."""
+    import cramjam
+    from dm_broker.log.records import parse_header, with_payload
+    from test_fuzz_auth import rss_mb
+
+    conn = await connect(broker)
+    await create(conn, topic_name, **{"cleanup.policy": "compact"})
+    chunk = bytes(cramjam.zstd.compress(b"\0" * (16 << 20), level=19))
+    base = parse_header(batch([b"v"], codec=4))
+    bomb = with_payload(base, chunk * 128, base.attributes, 1)
+    before = rss_mb(broker.proc.pid)
+    resp = await conn.request(produce_request(topic_name, 0, bomb), timeout=60)
+    part = resp.responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.invalid_record
+    assert "decompress to more than" in part.error_message
+    assert rss_mb(broker.proc.pid) - before < 1000
+    fetched = await conn.request(fetch_request(topic_name, 0, 0))
+    assert fetched.responses[0].partitions[0].high_watermark == 0
+    await conn.close()
+    await still_serving(broker)

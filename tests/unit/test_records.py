@@ -111,3 +111,56 @@ def test_offset_deltas_past_the_varint_table_round_trip() -> None:
     decoded = decode_records(build_batch(records, timestamp_ms=5))
     assert [(r.offset, r.value) for r in decoded[16_370:16_400]] == [(i, b"%d" % i) for i in range(16_370, 16_400)]
     assert len(decoded) == 16_500
+
+
+def _with_body(body: bytes, codec: int, count: int) -> bytes:
+    """A batch of `count` records around an arbitrary (compressed) body, its CRC right."""
+    from dm_broker.log.records import with_payload
+
+    base = parse_header(build_batch([(b"k", b"v", [])], timestamp_ms=1, codec=codec))
+    return with_payload(base, body, base.attributes, count)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_decompression_stops_at_its_limit(codec):
+    import cramjam
+    from dm_broker.log.records import decompress
+
+    raw = b"\0" * (3 << 20)
+    name = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}[codec]
+    packed = bytes(cramjam.snappy.compress_raw(raw) if codec == 2 else getattr(cramjam, name).compress(raw))
+    assert decompress(codec, packed, limit=3 << 20) == raw  # grown to exactly what it holds
+    with pytest.raises(InvalidRecordError, match="decompress to more than 1048576 bytes"):
+        decompress(codec, packed, limit=1 << 20)
+    with pytest.raises(InvalidRecordError, match="do not decompress"):
+        decompress(codec, b"\x07" * 64)
+
+
+def test_a_zip_bomb_is_refused_without_inflating_it():
+    """64 KB of zstd that hold 2 GB of zeros: refused at MAX_DECOMPRESSED_BYTES (128 MiB); before, the
+    broker decompressed all of it (4 GB of memory with the copy) and took the batch as one record."""
+    import cramjam
+    from dm_broker.log.records import MAX_DECOMPRESSED_BYTES
+
+    chunk = bytes(cramjam.zstd.compress(b"\0" * (16 << 20), level=19))  # zstd frames concatenate
+    bomb = _with_body(chunk * ((2 << 30) // (16 << 20)), 4, 1)
+    assert len(bomb) < 200_000
+    with pytest.raises(InvalidRecordError, match=f"more than {MAX_DECOMPRESSED_BYTES} bytes"):
+        decode_records(bomb)
+
+
+def test_records_must_fill_their_declared_lengths_and_the_batch():
+    """As Kafka's DefaultRecord.readFrom and its batch iterator: a record whose fields run past its length,
+    bytes after the last record, a negative header count or field length are invalid."""
+    body = bytes(build_batch([(b"k", b"v", [])], timestamp_ms=1)[HEADER_SIZE:])
+    assert [r.key for r in decode_records(_with_body(body, 0, 1))] == [b"k"]
+    with pytest.raises(InvalidRecordError, match="bytes follow the batch's 1 records"):
+        decode_records(_with_body(body + b"\0\0", 0, 1))
+    with pytest.raises(InvalidRecordError, match=r"record 0 .* length of 0"):
+        decode_records(_with_body(b"\0" * 64, 0, 1))
+    overrun = bytes([body[0] - 2]) + body[1:]  # the declared length one byte short (zigzag: -2 is -1)
+    with pytest.raises(InvalidRecordError, match="declares"):
+        decode_records(_with_body(overrun, 0, 1))
+    negative_headers = body[:-1] + b"\x01"  # header count -1 (zigzag 1)
+    with pytest.raises(InvalidRecordError, match="-1 headers"):
+        decode_records(_with_body(negative_headers, 0, 1))

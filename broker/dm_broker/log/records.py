@@ -200,43 +200,65 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 def _read_varbytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     length, pos = _read_varint(buf, pos)
     if length < 0:
+        if length != -1:
+            raise InvalidRecordError(f"a record field has a length of {length}")
         return None, pos
     if pos + length > len(buf):
         raise InvalidRecordError("truncated record field")
     return bytes(buf[pos : pos + length]), pos + length
 
 
-def decompress(codec: int, data: bytes) -> bytes:
-    import cramjam
+# What one batch may decompress to. Far above a real batch (a 1 MB batch at 100:1); a "zip bomb" stops
+# here: a 64 KB zstd batch of zeros decompressed to 2 GB, 4 GB of broker memory with the copy.
+MAX_DECOMPRESSED_BYTES = 128 << 20
+_FIRST_GUESS = 64 << 10
 
+
+def decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """The batch's records, uncompressed; InvalidRecordError if they would exceed `limit` bytes or the data
+    is not valid for the codec."""
     if codec == 0:
         return data
-    if codec == 1:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == 2:
-        return _snappy_decompress(data)
-    if codec == 3:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.decompress(data))
-    raise InvalidRecordError(f"unknown compression codec {codec}")
+    if codec == 2 and data.startswith(_XERIAL_MAGIC):
+        return _xerial_decompress(data, limit)
+    if codec not in (1, 2, 3, 4):
+        raise InvalidRecordError(f"unknown compression codec {codec}")
+    return _bounded(codec, data, limit)
+
+
+def _bounded(codec: int, data: bytes | memoryview, limit: int) -> bytes:
+    """Decompresses into a buffer that grows (4x) up to `limit`, so the output is never larger than allowed
+    whatever the input claims or holds."""
+    import cramjam
+
+    into = {1: cramjam.gzip.decompress_into, 2: cramjam.snappy.decompress_raw_into,
+            3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}[codec]
+    size = min(limit, max(_FIRST_GUESS, 8 * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            written = into(data, out)
+        except cramjam.DecompressionError as exc:
+            if "buffer" not in str(exc):  # not "the output is too small": the data is corrupt
+                raise InvalidRecordError(f"the batch's records do not decompress: {exc}") from None
+            if size >= limit:
+                raise InvalidRecordError(f"the batch's records decompress to more than {limit} bytes") from None
+            size = min(limit, size * 4)
+            continue
+        return bytes(memoryview(out)[:written])
 
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _snappy_decompress(data: bytes) -> bytes:
-    """Java clients frame snappy with xerial's block format; librdkafka may send raw snappy."""
-    import cramjam
-
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
+def _xerial_decompress(data: bytes, limit: int) -> bytes:
+    """Java clients frame snappy with xerial's block format (librdkafka may send raw snappy)."""
     pos = 16  # magic (8) + version (4) + compatible version (4)
     out = bytearray()
     while pos + 4 <= len(data):
         (size,) = struct.unpack_from(">i", data, pos)
         pos += 4
-        out += cramjam.snappy.decompress_raw(data[pos : pos + size])
+        out += _bounded(2, memoryview(data)[pos : pos + size], limit - len(out))
         pos += size
     return bytes(out)
 
@@ -265,25 +287,31 @@ def decode_records(batch: bytes) -> list[Record]:
     data = decompress(header.compression, body)
     records: list[Record] = []
     pos = 0
-    for _ in range(header.records_count):
+    for i in range(header.records_count):
         length, pos = _read_varint(data, pos)
         end = pos + length
-        if end > len(data):
-            raise InvalidRecordError("truncated record")
+        if length <= 0 or end > len(data):
+            raise InvalidRecordError(f"record {i} of the batch is truncated or has a length of {length}")
         pos += 1  # record attributes (unused)
         ts_delta, pos = _read_varint(data, pos)
         off_delta, pos = _read_varint(data, pos)
         key, pos = _read_varbytes(data, pos)
         value, pos = _read_varbytes(data, pos)
         count, pos = _read_varint(data, pos)
+        if count < 0:
+            raise InvalidRecordError(f"record {i} of the batch has {count} headers")
         headers: list[tuple[str, bytes | None]] = []
         for _ in range(count):
             hkey, pos = _read_varbytes(data, pos)
             hval, pos = _read_varbytes(data, pos)
             headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+        if pos != end:  # as Kafka's DefaultRecord.readFrom: the fields fill the record's declared length
+            raise InvalidRecordError(f"record {i} of the batch declares {length} bytes but its fields take "
+                                     f"{length + pos - end}")
         timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + ts_delta
         records.append(Record(header.base_offset + off_delta, timestamp, key, value, headers))
-        pos = end
+    if pos != len(data):
+        raise InvalidRecordError(f"{len(data) - pos} bytes follow the batch's {header.records_count} records")
     return records
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -26,6 +27,8 @@ from ...security.acls import Operation, ResourceType
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
+
+T = TypeVar("T")
 
 TV2_PRODUCE = 12  # Produce from this version on: the client sends no AddPartitionsToTxn (KIP-890)
 
@@ -123,7 +126,8 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             await _verify(ctx, req.transactional_id, topic, part, header)
         limits = timestamps.window(settings)
         if limits is not None:
-            refused = timestamps.refused_records(records, limits, int(time.time() * 1000))
+            refused = await _off_loop_if_compressed(header, timestamps.refused_records, records, limits,
+                                                    int(time.time() * 1000))
             if refused:
                 raise KafkaError(ErrorCode.invalid_timestamp, refused[0][1], refused)
         stored_as = recompress.target(settings)
@@ -132,7 +136,8 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             headers = validate_batches(records, settings["max.message.bytes"])
             header = headers[0]
         if settings.compacted:
-            keyless = [i for i, r in enumerate(decode_records(records)) if r.key is None]
+            decoded = await _off_loop_if_compressed(header, decode_records, records)
+            keyless = [i for i, r in enumerate(decoded) if r.key is None]
             if keyless:
                 # KIP-467: which records were refused, so the client fails those and sends the others again.
                 message = f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}."
@@ -154,6 +159,14 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     except Exception as exc:
         _fail(ctx, outcome, exc, batch_error_cls)
     return outcome
+
+
+async def _off_loop_if_compressed(header: Any, check: Callable[..., T], records: Any, *args: Any) -> T:
+    """A check that decodes the batch's records: in a thread when they are compressed, since what they
+    decompress to (up to MAX_DECOMPRESSED_BYTES) is not known before, and would stall every connection."""
+    if header.compression == 0:
+        return check(records, *args)
+    return await asyncio.to_thread(check, bytes(records), *args)
 
 
 async def _verify(ctx: RequestContext, tid: str, topic: str, part: Partition, header: Any) -> None:
