@@ -407,6 +407,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Samples a client quota's rate is measured over (Kafka's quota window).", minimum=1),
         Property("quota.window.size.seconds", "int", 1,
                  "Length of one sample of a client quota's rate, in seconds.", minimum=1),
+        Property("fetch.max.bytes", "int", 57671680,
+                 "Largest answer to a Fetch, whatever its max_bytes asks for; a first batch larger than this is "
+                 "still sent whole (KIP-74).", minimum=1024),
         Property("max.incremental.fetch.session.cache.slots", "int", 1000,
                  "Incremental fetch sessions (KIP-227) a broker keeps for its followers and consumers; 0 turns "
                  "them off (every fetch then names and answers every partition).", minimum=0),

@@ -294,3 +294,24 @@ async def test_a_compressed_batch_that_inflates_past_the_limit_is_refused(broker
     assert fetched.responses[0].partitions[0].high_watermark == 0
     await conn.close()
     await still_serving(broker)
+
+
+async def test_fetch_answers_are_bounded_by_fetch_max_bytes(tmp_path, topic_name):
+    """Kafka's fetch.max.bytes caps an answer whatever max_bytes the client asks for (a TLS answer is read
+    into memory); a first batch larger than the cap still goes out whole (KIP-74)."""
+    from harness import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data", {"fetch.max.bytes": 65536}) as capped:
+        conn = await KafkaConnection.open("127.0.0.1", capped.port)
+        await create(conn, topic_name)
+        for i in range(10):
+            resp = await conn.request(produce_request(topic_name, 0, batch([b"%d" % i * 20_000])))
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+        fetched = await conn.request(fetch_request(topic_name, 0, 0))  # asks for 50 MiB, 10 MiB per partition
+        records = fetched.responses[0].partitions[0].records
+        assert 60_000 <= len(records) <= 65536 + 21_000  # three whole batches, and the fourth cut
+        big = await conn.request(produce_request(topic_name, 0, batch([b"x" * 100_000])))
+        assert big.responses[0].partition_responses[0].error_code == ErrorCode.none
+        first = await conn.request(fetch_request(topic_name, 0, 10))
+        assert len(first.responses[0].partitions[0].records) >= 100_000  # larger than the cap, whole
+        await conn.close()

@@ -136,7 +136,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         fetch.add_request(req, session)
         keys = set()
 
-    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    # Kafka's fetch.max.bytes: a client cannot ask for a larger answer (a TLS answer is read into memory);
+    # the first batch still goes out whole however large (KIP-74), so nothing is stuck.
+    max_bytes = min(req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF, broker.config["fetch.max.bytes"])
     # Throttling only matters under a rate limit: without one no partition is looked at for it.
     quota = broker.leader_quota if replica and not broker.leader_quota.unlimited() else None
     if replica:
