@@ -61,11 +61,16 @@ def render_config(config: dict[str, Any], managed: dict[str, str] | None = None)
             problems.append(f"{key} is not a dm broker property")
             continue
         try:
-            BrokerConfig.build({key: value}, environ={})
+            BROKER_PROPERTIES[key].parse(value)
         except ConfigError as exc:
             problems.append(str(exc))
             continue
         values[key] = value
+    if not problems:
+        try:  # what holds between properties (queued.max.request.bytes >= socket.request.max.bytes, ...)
+            BrokerConfig.build(values, environ={})
+        except ConfigError as exc:
+            problems.append(str(exc))
     if problems:
         raise ConfigError("; ".join(problems))
     values.update(managed or {})

@@ -128,6 +128,16 @@ def test_broker_config_is_validated_with_the_brokers_own_table():
     assert "num.partitions: expected a string, number or boolean" in message
 
 
+def test_broker_config_is_checked_as_a_whole():
+    """What holds between properties is checked on the whole set: a pair valid together is accepted (each
+    alone against the other's default was refused), a pair invalid together is refused before any broker
+    would crash-loop on it."""
+    together = {"socket.request.max.bytes": 50 << 20, "queued.max.request.bytes": 60 << 20}
+    assert "queued.max.request.bytes=62914560" in manifests.render_config(together)
+    with pytest.raises(ConfigError, match=r"must be at least socket\.request\.max\.bytes"):
+        manifests.render_config({"socket.request.max.bytes": 300 << 20, "queued.max.request.bytes": 256 << 20})
+
+
 def test_statefulset_manifest():
     spec = DMClusterSpec.model_validate({"replicas": 3, "storage": {"size": "5Gi", "storageClassName": "fast"}})
     owner = naming.owner_reference("demo", "uid-1")
