@@ -197,6 +197,7 @@ class Broker:
         self._cache_path = self._meta_dir / TOPICS_CACHE
         self._cache_writer = holdings.CacheWriter(self._cache_path)
         self.cluster_id_on_disk: str | None = None
+        self.new_log_dirs: list[str] = []
         self.registered_incarnation = ""  # the controller incarnation this broker registered with
         self._register_lock = asyncio.Lock()
         # Set when this broker must stop: its data belongs to another cluster than the controller's.
@@ -217,6 +218,8 @@ class Broker:
         """Before any log is touched: the directories belong to this broker (meta.properties), and
         to the cluster the controller serves; IdentityError otherwise (the broker must not start)."""
         self.cluster_id_on_disk = meta_properties.check(self.config.log_dirs, self.node_id)
+        # Told to the controller at registration: replicas it was in sync for are not on a new disk (ADR 0047).
+        self.new_log_dirs = [str(d) for d in meta_properties.new_directories(self.config.log_dirs)]
         while True:
             try:
                 info = await self.controller.cluster_info()
@@ -320,7 +323,7 @@ class Broker:
                                holdings=holdings.holdings(self.logs.logs),
                                topics={n: t for n, t in holdings.read_cache(self._cache_path).items() if t.topic_id},
                                producer_id_end=holdings.producer_id_end(self._meta_dir, self.logs.logs),
-                               stray_logs=self.stray_logs())
+                               stray_logs=self.stray_logs(), new_log_dirs=self.new_log_dirs)
 
     async def _register(self) -> None:
         async with self._register_lock:
@@ -336,10 +339,13 @@ class Broker:
                 except ControllerUnavailable as exc:
                     log.warning("cannot register with the controller yet: %s", exc)
                 await asyncio.sleep(0.5)
-            if self.cluster_id_on_disk is None:
+            if self.cluster_id_on_disk is None or self.new_log_dirs:
                 await asyncio.to_thread(meta_properties.record, self.config.log_dirs, resp.cluster_id, self.node_id)
                 self.cluster_id_on_disk = resp.cluster_id
                 log.info("this broker's log directories now belong to cluster %s (meta.properties)", resp.cluster_id)
+            # The controller has taken this broker out of the ISRs the new directories cannot hold: a later
+            # registration (a controller restart) must not take it out of those it has rejoined since.
+            self.new_log_dirs = []
             self.broker_epoch = resp.broker_epoch
             self.registered_incarnation = resp.incarnation
 

@@ -46,6 +46,7 @@ from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..security.scram import MIN_ITERATIONS as SCRAM_MIN_ITERATIONS
 from ..tasks import stop_tasks
 from ..topics import InvalidTopicError, validate_topic_name
+from .lost_replicas import lost_replicas, without_replica
 from .models import (
     NO_LEADER,
     AlterIsrRequest,
@@ -74,7 +75,7 @@ from .models import (
     TopicDoc,
 )
 from .placement import PlacementError, assign
-from .recovery import Reports, adopted_topics, recovered
+from .recovery import Reports, adopted_topics, most_advanced, recovered
 from .store import ConflictError, ControllerStore
 
 log = logging.getLogger(__name__)
@@ -319,6 +320,7 @@ class Controller:
             if old is not None and old.incarnation != req.incarnation and not old.fenced:
                 # A new process: whatever the old one led may have lost unflushed data.
                 await self._fence(req.node_id, "restarted")
+            await self._forget_lost_replicas(req)
             self.brokers[req.node_id] = BrokerInfo(node_id=req.node_id, host=req.host, port=req.port, rack=rack,
                                                    listeners=dict(req.listeners), incarnation=req.incarnation,
                                                    epoch=epoch, stray_logs=list(req.stray_logs))
@@ -338,6 +340,29 @@ class Controller:
             self._bump()
             return RegisterResponse(broker_epoch=epoch, cluster_id=self.cluster.cluster_id,
                                     incarnation=self.incarnation)
+
+    async def _forget_lost_replicas(self, req: RegisterRequest) -> None:
+        """A broker back with a new log directory and without logs it was in sync for leaves those ISRs
+        (ADR 0047): it must not lead them with nothing, nor make the others truncate to its empty log."""
+        lost = lost_replicas(req, self.topics)
+        if not lost:
+            return
+        shown = ", ".join(f"{name}-{index}" for name, index in lost[:5]) + (", ..." if len(lost) > 5 else "")
+        log.warning("broker %d came back with new log directories (%s) and without %d replicas it was in sync for "
+                    "(%s): it leaves their ISRs and catches up", req.node_id, ", ".join(req.new_log_dirs),
+                    len(lost), shown)
+        changed: dict[str, TopicDoc] = {}
+        for name, index in lost:
+            doc = changed.get(name, self.topics[name])
+            new = without_replica(doc.partitions[index], req.node_id)
+            if new.leader == NO_LEADER:
+                new = self._elected(doc, new, exclude=req.node_id, index=index)
+            if new.leader == NO_LEADER:
+                log.error("%s-%d has no in-sync replica left: broker %d held its last copy. It stays offline until "
+                          "an unclean election (dm topics elect-leaders --unclean) accepts losing what only that "
+                          "broker held", name, index, req.node_id)
+            changed[name] = self._replaced(doc, index, new)
+        await self._save_all(list(changed.values()))
 
     async def _establish(self, req: RegisterRequest) -> None:
         """The first registration of a controller with no cluster document: a broker that already
@@ -512,22 +537,23 @@ class Controller:
         changed = []
         for doc in self.topics.values():
             partitions = []
-            for p in doc.partitions:
+            for index, p in enumerate(doc.partitions):
                 new = p
                 if node_id in p.isr and len(p.isr) > 1:
                     new = new.model_copy(update={"isr": [r for r in p.isr if r != node_id],
                                                  "partition_epoch": p.partition_epoch + 1})
                 if new.leader == node_id:
-                    new = self._elected(doc, new, exclude=node_id)
+                    new = self._elected(doc, new, exclude=node_id, index=index)
                 partitions.append(new)
             if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
                 changed.append(doc.model_copy(update={"partitions": partitions}))
         await self._save_all(changed)
 
     def _elected(self, doc: TopicDoc, p: PartitionState, exclude: int = NO_LEADER,
-                 unclean: bool | None = None) -> PartitionState:
+                 unclean: bool | None = None, index: int | None = None) -> PartitionState:
         """A leader from the live ISR; with none, a live out-of-sync replica when unclean election is
-        allowed (`unclean`, or else the topic's unclean.leader.election.enable); else no leader."""
+        allowed (`unclean`, or else the topic's unclean.leader.election.enable): the one whose log was the
+        most advanced when it registered (partition `index`; else the first); else no leader."""
         live = self._live_ids() - {exclude}
         candidates = [r for r in p.replicas if r in p.isr and r in live]
         isr = p.isr
@@ -535,6 +561,9 @@ class Controller:
             unclean = doc.configs.get("unclean.leader.election.enable", str(self.unclean_default).lower()) == "true"
         if not candidates and unclean:
             candidates = [r for r in p.replicas if r in live]
+            if candidates and index is not None:
+                best = most_advanced(self.reports.holders(doc.name, doc.topic_id, index), candidates)
+                candidates = [best] if best is not None else candidates
             if candidates:
                 log.warning("%s: unclean election of broker %d (records may be lost)", doc.name, candidates[0])
                 isr = [candidates[0]]
@@ -553,11 +582,11 @@ class Controller:
         changed = []
         for doc in self.topics.values():
             partitions = []
-            for p in doc.partitions:
+            for index, p in enumerate(doc.partitions):
                 waiting_for_leader = grace and p.leader not in self.brokers
                 lost = p.leader == NO_LEADER or (p.leader not in live and not waiting_for_leader)
                 offline = lost and not p.recovering  # a recovering partition waits for its replicas
-                partitions.append(self._elected(doc, p) if offline else p)
+                partitions.append(self._elected(doc, p, index=index) if offline else p)
             if any(a is not b for a, b in zip(partitions, doc.partitions, strict=True)):
                 changed.append(doc.model_copy(update={"partitions": partitions}))
         await self._save_all(changed)
@@ -815,7 +844,7 @@ class Controller:
             if unclean:
                 if p.leader in live:
                     raise ControllerError("election_not_needed", f"broker {p.leader} leads and is live")
-                new = self._elected(doc, p, unclean=True)
+                new = self._elected(doc, p, unclean=True, index=wanted[i][1])
                 if new.leader == NO_LEADER:
                     raise ControllerError("eligible_leaders_not_available", "no replica of the partition is live")
                 return new

@@ -174,6 +174,8 @@ class RegisterRequest(BaseModel):
     topics: dict[str, HeldTopic] = Field(default_factory=dict)  # what the broker's metadata cache knew
     producer_id_end: int = 0  # above every producer id this broker was given or has seen
     stray_logs: list[str] = Field(default_factory=list)
+    # log directories without meta.properties when the broker started: new, wiped or replaced (ADR 0047)
+    new_log_dirs: list[str] = Field(default_factory=list)
 
 
 class RegisterResponse(BaseModel):

@@ -71,6 +71,11 @@ def check(directories: list[Path], node_id: int) -> str | None:
     return next(iter(clusters.values()), None)
 
 
+def new_directories(directories: list[Path]) -> list[Path]:
+    """The directories without meta.properties: new, or wiped or replaced since the broker last ran."""
+    return [directory for directory in directories if read(directory) is None]
+
+
 def record(directories: list[Path], cluster_id: str, node_id: int) -> None:
     """Writes meta.properties where it is missing (durably)."""
     for directory in directories:
