@@ -198,6 +198,7 @@ class Broker:
         self._cache_writer = holdings.CacheWriter(self._cache_path)
         self.cluster_id_on_disk: str | None = None
         self.new_log_dirs: list[str] = []
+        self.leaderless: set[tuple[str, int]] = set()  # hosted partitions without a leader (heartbeat reports)
         self.registered_incarnation = ""  # the controller incarnation this broker registered with
         self._register_lock = asyncio.Lock()
         # Set when this broker must stop: its data belongs to another cluster than the controller's.
@@ -374,7 +375,9 @@ class Broker:
             try:
                 resp = await self.controller.heartbeat(HeartbeatRequest(
                     node_id=self.node_id, broker_epoch=self.broker_epoch, stray_logs=self.stray_logs(),
-                    reassignment_lag=self.reassignment_lag(), tls=self.security.tls_report()))
+                    reassignment_lag=self.reassignment_lag(), tls=self.security.tls_report(),
+                    leaderless_holdings=[holdings.held(plog) for key in sorted(self.leaderless)
+                                         if (plog := self.logs.get(*key)) is not None]))
                 self._heartbeats_unreachable.succeeded()
                 if resp.reregister:
                     log.warning("the controller does not know this broker's epoch; registering again")
@@ -491,6 +494,7 @@ class Broker:
         self.security.set_acls(md.acls)
         self.quotas.update({q.key: q.values for q in md.quotas})
         hosted: set[tuple[str, int]] = set()
+        leaderless: set[tuple[str, int]] = set()
         changed = 0
         for name, topic in md.topics.items():
             # A topic whose document is the one applied last time (a delta keeps those objects) changed
@@ -502,6 +506,8 @@ class Broker:
                     continue
                 key = (name, index)
                 hosted.add(key)
+                if state.leader == NO_LEADER:
+                    leaderless.add(key)
                 part = self.partitions.get(key)
                 if unchanged and part is not None:
                     continue
@@ -540,6 +546,7 @@ class Broker:
                 else:  # same leader, same epoch: the replicas or the ISR changed (never to an older state)
                     part.set_replicas(state.replicas)
                     part.update_isr(state.isr, state.partition_epoch)
+        self.leaderless = leaderless
         for key in [k for k in self.partitions if k not in hosted]:
             self._retire(key, self.partitions[key].topic_id, md)
         for key in [k for k in self.logs.logs if k not in self.partitions]:  # on disk, hosted by no one

@@ -144,10 +144,13 @@ class CacheWriter:
 
 
 def holdings(logs: dict[tuple[str, int], PartitionLog]) -> list[HeldPartition]:
-    return [HeldPartition(topic=topic, partition=index, topic_id=disk_topic_id(plog),
-                          last_leader_epoch=plog.leader_epochs.latest_epoch, log_end_offset=plog.log_end_offset,
-                          log_start_offset=plog.log_start_offset)
-            for (topic, index), plog in sorted(logs.items())]
+    return [held(plog) for _, plog in sorted(logs.items())]
+
+
+def held(plog: PartitionLog) -> HeldPartition:
+    return HeldPartition(topic=plog.topic, partition=plog.partition, topic_id=disk_topic_id(plog),
+                         last_leader_epoch=plog.leader_epochs.latest_epoch, log_end_offset=plog.log_end_offset,
+                         log_start_offset=plog.log_start_offset)
 
 
 def read_producer_id_end(meta_dir: Path) -> int:

@@ -8,6 +8,7 @@ from dm_broker.controller.models import (
     NO_LEADER,
     AlterIsrRequest,
     CreateTopicRequest,
+    HeartbeatRequest,
     HeldPartition,
     PartitionState,
     RegisterRequest,
@@ -84,3 +85,28 @@ async def test_a_broker_restarted_on_its_own_disk_leads_again(tmp_path):
     c.brokers[0].fenced = False
     await c._elect_offline_partitions()
     assert [(p.leader, p.isr) for p in c.topics["t"].partitions] == [(0, [0])] * 2
+
+
+async def test_an_unclean_election_uses_what_heartbeats_last_said_of_leaderless_partitions(tmp_path):
+    """A follower keeps copying after it registered, so its registration's figures go stale: brokers
+    report their logs of leaderless partitions with every heartbeat, and the election uses those."""
+    c, _, epochs = await make(tmp_path)
+    doc = await c.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=3))
+    state = c.topics["t"].partitions[0]
+    leader = state.leader
+    a, b = [r for r in state.replicas if r != leader]
+    held = {a: 100, b: 50}
+    for node in (a, b):
+        epochs[node] = (await c.register(register(node, f"again-{node}", held=[HeldPartition(
+            topic="t", partition=0, topic_id=doc.topic_id, last_leader_epoch=0, log_end_offset=held[node])]))
+            ).broker_epoch
+    current = c.topics["t"].partitions[0]
+    await c.alter_isr(AlterIsrRequest(node_id=leader, broker_epoch=epochs[leader], topic="t", partition=0,
+                                      leader_epoch=current.leader_epoch, partition_epoch=current.partition_epoch,
+                                      new_isr=[leader]))
+    await c._fence(leader, "killed")
+    assert c.topics["t"].partitions[0].leader == NO_LEADER
+    await c.heartbeat(HeartbeatRequest(node_id=b, broker_epoch=epochs[b], leaderless_holdings=[HeldPartition(
+        topic="t", partition=0, topic_id=doc.topic_id, last_leader_epoch=0, log_end_offset=500)]))
+    [result] = await c.elect_leaders(unclean=True, partitions=[("t", 0)])
+    assert result.error is None and c.topics["t"].partitions[0].leader == b

@@ -412,6 +412,8 @@ class Controller:
             broker.stray_logs = list(req.stray_logs)
             self._bump()
         self._record_lag(req.node_id, req.reassignment_lag)
+        if req.leaderless_holdings:
+            self.reports.refresh(req.node_id, req.leaderless_holdings)
         broker.tls = dict(req.tls)  # for the operator's certificate rotation; not part of the metadata
         if broker.fenced and not broker.shutting_down:
             async with self._lock:

@@ -199,6 +199,9 @@ class HeartbeatRequest(BaseModel):
     # still lacks ("<topic>:<partition>" -> bytes), for the operator's progress report.
     reassignment_lag: dict[str, int] = Field(default_factory=dict)
     tls: dict[str, TlsReport] = Field(default_factory=dict)  # per TLS listener: what it serves and trusts
+    # Its logs of partitions without a leader, as they are now: an unclean election takes the most advanced
+    # (registration reports go stale while a follower copies).
+    leaderless_holdings: list[HeldPartition] = Field(default_factory=list)
 
 
 class HeartbeatResponse(BaseModel):

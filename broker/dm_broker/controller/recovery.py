@@ -25,6 +25,12 @@ class Reports:
         self.held[req.node_id] = {(h.topic, h.partition): h for h in req.holdings}
         self.cached[req.node_id] = dict(req.topics)
 
+    def refresh(self, node: int, held: list[HeldPartition]) -> None:
+        """Newer figures for some of a broker's logs (its heartbeat's leaderless partitions)."""
+        known = self.held.setdefault(node, {})
+        for h in held:
+            known[(h.topic, h.partition)] = h
+
     def holders(self, topic: str, topic_id: str, index: int) -> dict[int, HeldPartition]:
         """Broker -> its log of that partition (of that topic id)."""
         return {node: h[(topic, index)] for node, h in self.held.items()
