@@ -324,7 +324,8 @@ class Broker:
                                holdings=holdings.holdings(self.logs.logs),
                                topics={n: t for n, t in holdings.read_cache(self._cache_path).items() if t.topic_id},
                                producer_id_end=holdings.producer_id_end(self._meta_dir, self.logs.logs),
-                               stray_logs=self.stray_logs(), new_log_dirs=self.new_log_dirs)
+                               stray_logs=self.stray_logs(), new_log_dirs=self.new_log_dirs,
+                               open_file_limit=self.logs.open_file_limit)
 
     async def _register(self) -> None:
         async with self._register_lock:

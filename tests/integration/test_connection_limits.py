@@ -198,3 +198,21 @@ def test_connections_never_take_the_descriptors_the_logs_need(tmp_path):
                 values.append(msg.value())
         consumer.close()
         assert values == [b"first"] + [b"%04d" % i * 256 for i in range(1000)]
+
+
+def test_a_topic_the_open_file_limit_cannot_hold_is_refused(tmp_path):
+    """A topic of 4,000 partitions on a broker limited to 3,000 descriptors was created: the broker filled its
+    limit creating the logs ("Too many open files" for each one past it), and then every roll, new log and
+    connection failed. Now CreateTopics answers POLICY_VIOLATION naming the limit, and nothing is created."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from harness import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data", prefix=["prlimit", "--nofile=3000:3000"]) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        with pytest.raises(Exception, match="POLICY_VIOLATION") as refused:
+            admin.create_topics([NewTopic("big", 4000, 1)])["big"].result(60)
+        assert "open-file limit (3000)" in str(refused.value) and "ulimit -n" in str(refused.value)
+        admin.create_topics([NewTopic("fits", 1000, 1)])["fits"].result(60)
+        assert "big" not in admin.list_topics(timeout=30).topics
+        held = len(list(Path(f"/proc/{broker.proc.pid}/fd").iterdir()))
+        assert held < 3000 - 512, f"{held} descriptors open"

@@ -43,3 +43,37 @@ def test_connections_are_refused_before_they_take_the_logs_descriptors() -> None
     assert quotas.refusal("REPLICATION", "10.0.0.9") is None  # brokers may still take a share of the reserve
     budget[0] = 10  # segments deleted: room again
     assert quotas.refusal("CLIENTS", "10.0.0.2") is None
+
+
+def test_capacity_refusal_counts_what_a_broker_would_host():
+    from dm_broker.controller.placement import capacity_refusal
+
+    assert capacity_refusal({0: 400}, {0: 100}, {0: 1024}, 512) is None  # 500 <= 512
+    refused = capacity_refusal({0: 400}, {0: 113}, {0: 1024}, 512)
+    assert refused is not None and "broker 0 would host 513 partition replicas" in refused and "ulimit -n" in refused
+    assert capacity_refusal({0: 10**6}, {0: 1}, {}, 512) is None  # a limit not reported: not checked
+    assert capacity_refusal({1: 10**6}, {0: 1}, {0: 1024, 1: 1024}, 512) is None  # only brokers that gain
+
+
+async def test_topics_that_would_not_fit_a_brokers_open_file_limit_are_refused(tmp_path):
+    from dm_broker.controller.controller import ControllerError
+    from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, RegisterRequest
+    from test_controller import make
+
+    c, _, _ = await make(tmp_path, brokers=1)
+    await c.register(RegisterRequest(node_id=0, host="h", port=9000, incarnation="limited", open_file_limit=1536))
+    c.brokers[0].fenced = False
+    await c.create_topic(CreateTopicRequest(name="fits", partitions=1000, replication_factor=1))  # 1000 <= 1024
+    try:
+        await c.create_topic(CreateTopicRequest(name="big", partitions=100, replication_factor=1))
+        raise AssertionError("a topic past the limit was created")
+    except ControllerError as exc:
+        assert exc.error == "policy_violation" and "would host 1100" in exc.message
+    assert "big" not in c.topics
+    with_more = CreatePartitionsRequest(count=1100)
+    try:
+        await c.create_partitions("fits", with_more)
+        raise AssertionError("partitions past the limit were added")
+    except ControllerError as exc:
+        assert exc.error == "policy_violation"
+    await c.create_partitions("fits", CreatePartitionsRequest(count=1024))

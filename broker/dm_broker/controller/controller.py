@@ -25,10 +25,12 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
 
+from .. import open_files
 from ..config import (
     BROKER_PROPERTIES,
     DYNAMIC_BROKER_PROPERTIES,
@@ -74,7 +76,7 @@ from .models import (
     ScramResult,
     TopicDoc,
 )
-from .placement import PlacementError, assign
+from .placement import PlacementError, assign, capacity_refusal
 from .recovery import Reports, adopted_topics, most_advanced, recovered
 from .store import ConflictError, ControllerStore
 
@@ -142,6 +144,7 @@ class Controller:
         self.expected_brokers = expected_brokers
         self.recovery_timeout = recovery_timeout_ms / 1000
         self.reports = Reports()
+        self.open_file_limits: dict[int, int] = {}  # as brokers registered: new replicas must fit them
         self.topics: dict[str, TopicDoc] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.last_heartbeat: dict[int, float] = {}
@@ -311,6 +314,7 @@ class Controller:
                                       f"broker {req.node_id}'s data belongs to cluster {req.cluster_id}; this "
                                       f"controller serves cluster {self.cluster.cluster_id}")
             self.reports.record(req)
+            self.open_file_limits[req.node_id] = req.open_file_limit
             if not self.established:
                 await self._establish(req)
             elif req.producer_id_end > self.cluster.next_producer_id:
@@ -1198,6 +1202,20 @@ class Controller:
         refusal = self.store.refusal(doc)
         if refusal is not None:
             raise ControllerError("invalid_partitions", refusal)
+        # Each broker must have descriptors for the replicas it would host (a topic created past that
+        # filled a broker's open-file limit: its rolls, new logs and connections all failed).
+        hosted: Counter[int] = Counter()
+        for name, other in self.topics.items():
+            if name != doc.name:
+                hosted.update(r for p in other.partitions for r in p.replicas)
+        before = self.topics.get(doc.name)
+        old = Counter(r for p in before.partitions for r in p.replicas) if before is not None else Counter()
+        new = Counter(r for p in doc.partitions for r in p.replicas)
+        hosted.update(old)
+        added = {node: count - old[node] for node, count in new.items() if count > old[node]}
+        refusal = capacity_refusal(dict(hosted), added, self.open_file_limits, open_files.RESERVED_FOR_LOGS)
+        if refusal is not None:
+            raise ControllerError("policy_violation", refusal)
 
     async def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicDoc:
         async with self._lock:
@@ -1227,4 +1245,7 @@ class Controller:
         if req is None or req.name in self.topics or self.in_recovery_window():
             return  # recovering: a broker still to report may hold it
         req = req.model_copy(update={"replication_factor": min(req.replication_factor, len(self.live_brokers()))})
-        await self._create_topic(req)
+        try:
+            await self._create_topic(req)
+        except ControllerError as exc:  # a registration must not fail for it: the topic is asked for again later
+            log.error("cannot create %s: %s", req.name, exc.message)

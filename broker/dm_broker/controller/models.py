@@ -176,6 +176,7 @@ class RegisterRequest(BaseModel):
     stray_logs: list[str] = Field(default_factory=list)
     # log directories without meta.properties when the broker started: new, wiped or replaced (ADR 0047)
     new_log_dirs: list[str] = Field(default_factory=list)
+    open_file_limit: int = 0  # its RLIMIT_NOFILE (0: unknown): what it can host is bounded by it
 
 
 class RegisterResponse(BaseModel):

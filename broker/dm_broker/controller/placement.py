@@ -63,3 +63,22 @@ def assign(brokers: Sequence[tuple[int, str | None]], partitions: int, replicati
                 replicas.append(candidate)
         out.append(replicas)
     return out
+
+
+def capacity_refusal(hosted: dict[int, int], added: dict[int, int], file_limits: dict[int, int],
+                     headroom: int) -> str | None:
+    """Why adding `added` replicas per broker to the `hosted` ones is refused, or None. A partition log
+    keeps at least one file open, so a broker whose open-file limit is known (above 0) hosts at most
+    `limit - headroom` replicas; past that its segment rolls and connections fail together."""
+    for node in sorted(added):
+        limit = file_limits.get(node, 0)
+        if limit <= 0 or not added[node]:
+            continue
+        room = max(0, limit - headroom)
+        total = hosted.get(node, 0) + added[node]
+        if total > room:
+            return (f"broker {node} would host {total} partition replicas, and its open-file limit ({limit}) leaves "
+                    f"room for {room} ({headroom} descriptors kept for new segments, indexes and checkpoints; each "
+                    f"log keeps at least one file open): raise the limit (ulimit -n, systemd LimitNOFILE, the "
+                    f"container runtime's nofile), use more brokers, or fewer partitions")
+    return None
