@@ -199,6 +199,7 @@ class Broker:
         self.cluster_id_on_disk: str | None = None
         self.new_log_dirs: list[str] = []
         self.leaderless: set[tuple[str, int]] = set()  # hosted partitions without a leader (heartbeat reports)
+        self._leaderless_reported: dict[tuple[str, int], tuple[int, int, int]] = {}  # as the controller heard them
         self.registered_incarnation = ""  # the controller incarnation this broker registered with
         self._register_lock = asyncio.Lock()
         # Set when this broker must stop: its data belongs to another cluster than the controller's.
@@ -311,6 +312,23 @@ class Broker:
             lag[f"{topic}:{index}"] = max(behind, default=0)
         return lag
 
+    def _leaderless_changes(self) -> list[tuple[PartitionLog, tuple[int, int, int]]]:
+        """The logs of leaderless partitions whose figures changed since the controller last heard them
+        (usually none: without a leader nothing is copied), so a broker with thousands of offline partitions
+        does not send them all with every heartbeat."""
+        reported = self._leaderless_reported
+        for key in [k for k in reported if k not in self.leaderless]:
+            del reported[key]
+        changes = []
+        for key in sorted(self.leaderless):
+            plog = self.logs.get(*key)
+            if plog is None:
+                continue
+            figures = (plog.leader_epochs.latest_epoch, plog.log_end_offset, plog.log_start_offset)
+            if reported.get(key) != figures:
+                changes.append((plog, figures))
+        return changes
+
     def registration(self) -> RegisterRequest:
         """What this broker tells the controller it is and holds (ADR 0017)."""
         inter = self.security.listeners.inter_broker_listener
@@ -350,6 +368,7 @@ class Broker:
             self.new_log_dirs = []
             self.broker_epoch = resp.broker_epoch
             self.registered_incarnation = resp.incarnation
+            self._leaderless_reported = {}  # a new registration: its report replaced what heartbeats said
 
     def _fail(self, reason: str) -> None:
         log.critical("%s", reason)
@@ -374,11 +393,12 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
+                leaderless = self._leaderless_changes()
                 resp = await self.controller.heartbeat(HeartbeatRequest(
                     node_id=self.node_id, broker_epoch=self.broker_epoch, stray_logs=self.stray_logs(),
                     reassignment_lag=self.reassignment_lag(), tls=self.security.tls_report(),
-                    leaderless_holdings=[holdings.held(plog) for key in sorted(self.leaderless)
-                                         if (plog := self.logs.get(*key)) is not None]))
+                    leaderless_holdings=[holdings.held(plog) for plog, _ in leaderless]))
+                self._leaderless_reported.update({(p.topic, p.partition): figures for p, figures in leaderless})
                 self._heartbeats_unreachable.succeeded()
                 if resp.reregister:
                     log.warning("the controller does not know this broker's epoch; registering again")
