@@ -77,3 +77,18 @@ async def test_topics_that_would_not_fit_a_brokers_open_file_limit_are_refused(t
     except ControllerError as exc:
         assert exc.error == "policy_violation"
     await c.create_partitions("fits", CreatePartitionsRequest(count=1024))
+
+
+async def test_reassignments_that_would_not_fit_a_brokers_open_file_limit_are_refused(tmp_path):
+    from dm_broker.controller.models import CreateTopicRequest, ReassignmentRequest, RegisterRequest
+    from test_controller import make
+
+    c, _, _ = await make(tmp_path, brokers=2)
+    await c.register(RegisterRequest(node_id=1, host="h", port=9001, incarnation="limited", open_file_limit=515))
+    c.brokers[1].fenced = False
+    await c.create_topic(CreateTopicRequest(name="t", partitions=6, replication_factor=1, assignments=[[0]] * 6))
+    moves = [ReassignmentRequest(topic="t", partition=i, replicas=[1]) for i in range(6)]
+    results = await c.alter_reassignments(moves)
+    assert [r.error for r in results] == [None, None, None, "policy_violation", "policy_violation",
+                                          "policy_violation"]  # room for 3 on broker 1
+    assert "broker 1 would host 4 partition replicas" in (results[3].message or "")

@@ -753,13 +753,27 @@ class Controller:
         def change(i: int, doc: TopicDoc, p: PartitionState) -> PartitionState:
             r = requests[i]
             new = self._reassigned(doc, p, r.replicas)
+            added = Counter(new.replicas) - Counter(p.replicas)
+            refusal = capacity_refusal(dict(hosted), dict(added), self.open_file_limits, open_files.RESERVED_FOR_LOGS)
+            if refusal is not None:
+                raise ControllerError("policy_violation", refusal)
+            hosted.update(added)
             log.info("%s-%d: reassignment %s (replicas %s, adding %s, removing %s)", r.topic, r.partition,
                      "cancelled" if r.replicas is None else f"to {r.replicas}", new.replicas, new.adding_replicas,
                      new.removing_replicas)
             return new
 
         async with self._lock:
+            hosted = self._hosted_replicas()
             return await self._change_partitions([(r.topic, r.partition) for r in requests], change)
+
+    def _hosted_replicas(self, leaving_out: str | None = None) -> Counter[int]:
+        """Partition replicas per broker, over every topic but `leaving_out`."""
+        hosted: Counter[int] = Counter()
+        for name, doc in self.topics.items():
+            if name != leaving_out:
+                hosted.update(r for p in doc.partitions for r in p.replicas)
+        return hosted
 
     def _reassigned(self, doc: TopicDoc, p: PartitionState, target: list[int] | None) -> PartitionState:
         if p.recovering:
@@ -1204,10 +1218,7 @@ class Controller:
             raise ControllerError("invalid_partitions", refusal)
         # Each broker must have descriptors for the replicas it would host (a topic created past that
         # filled a broker's open-file limit: its rolls, new logs and connections all failed).
-        hosted: Counter[int] = Counter()
-        for name, other in self.topics.items():
-            if name != doc.name:
-                hosted.update(r for p in other.partitions for r in p.replicas)
+        hosted = self._hosted_replicas(leaving_out=doc.name)
         before = self.topics.get(doc.name)
         old = Counter(r for p in before.partitions for r in p.replicas) if before is not None else Counter()
         new = Counter(r for p in doc.partitions for r in p.replicas)
