@@ -119,3 +119,36 @@ def test_a_request_larger_than_what_is_left_still_goes_through(tmp_path):
             producer.produce("large", value)
             assert producer.flush(30) == 0
             assert read_back(broker.bootstrap, "large", 1) == [value]
+
+
+def test_a_tls_client_held_back_by_request_memory_goes_on_when_it_is_given_back(tmp_path):
+    """The same over TLS, whose transport hands the frames over differently (its own read buffer, paused
+    and resumed by the SSL protocol)."""
+    from secure import Pki, secure_broker
+
+    ca = Pki(tmp_path / "pki")
+    broker, ports = secure_broker(tmp_path / "data", {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}, {
+        "ssl.keystore.location": ca.server(), "socket.request.max.bytes": 4 * MiB,
+        "queued.max.request.bytes": 4 * MiB})
+    with broker:
+        create(broker.bootstrap, "tls-held")
+        values = [f"{i:06d}".encode() * 10_000 for i in range(40)]  # 60 KB each: frames with buffers of their own
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{ports['SSL']}", "security.protocol": "SSL",
+                             "ssl.ca.location": str(ca.ca_file), "linger.ms": 0, "acks": "all",
+                             "message.timeout.ms": 120000})
+        producer.produce("tls-held", b"first")
+        assert producer.flush(30) == 0  # connected and warm before the memory is taken
+        delivered: list[bytes] = []
+        with declared(broker.port, 3, 3 * MiB, MiB):
+            wait_for(lambda: broker.metric("dm_request_memory_waiting_connections") >= 1, 30,
+                     what="a connection waiting for memory")
+            for value in values:
+                producer.produce("tls-held", value, on_delivery=lambda err, msg: delivered.append(msg.value())
+                                 if err is None else None)
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                producer.poll(0.2)
+            assert delivered == []
+        assert producer.flush(60) == 0
+        assert delivered == values
+        assert read_back(broker.bootstrap, "tls-held", len(values) + 1) == [b"first", *values]
