@@ -25,6 +25,7 @@ from .controller.client import HttpControllerClient, LocalControllerClient
 from .dirlock import DirectoryInUse, DirectoryLock, DirectoryUnusable
 from .gc_tuning import freeze_as_it_grows, tune_gc
 from .http.app import make_app
+from .http.budgeted_site import BudgetedSite
 from .http.rest.server import RestProxy
 from .log import dir_failure
 from .log.checkpoints import atomic_write
@@ -171,17 +172,18 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         await client.close()
         raise SystemExit(f"dm: invalid configuration: {exc}") from None
 
+    quotas = ConnectionQuotas(config, broker.security.listeners.inter_broker_listener.name,
+                              broker.logs.connection_budget)
+    if rest is not None:
+        rest.quotas = quotas
     runner: web.AppRunner | None = None
     http_port = config["http.port"]
     if http_port >= 0:
         runner = web.AppRunner(make_app(broker), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, config["listener.host"], http_port)
+        site = BudgetedSite(runner, config["listener.host"], http_port, quotas, on_refused=None)  # counted only
         await site.start()
-        http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    quotas = ConnectionQuotas(config, broker.security.listeners.inter_broker_listener.name,
-                              broker.logs.connection_budget)
+        http_port = site.port
     servers = [KafkaServer(broker.dispatcher, listener, broker.security, config["socket.request.max.bytes"],
                            config["connections.max.idle.ms"], quotas)
                for listener in broker.security.listeners.listeners]

@@ -38,6 +38,7 @@ class ConnectionQuotas:
                  descriptor_budget: Callable[[], int] = lambda: UNLIMITED) -> None:
         self.config = config
         self.descriptor_budget = descriptor_budget  # connections the open-file limit leaves room for
+        self._also: list[Callable[[], int]] = []  # connections held elsewhere (the HTTP servers)
         self.inter_broker = inter_broker_listener
         self.broker_limit: int = config["max.connections"]
         self.per_ip: int = config["max.connections.per.ip"]
@@ -57,7 +58,7 @@ class ConnectionQuotas:
         if listener != self.inter_broker and self.total >= self.broker_limit:
             return f"max.connections ({self.broker_limit}) reached"
         budget = self.descriptor_budget() + (INTER_BROKER_SHARE if listener == self.inter_broker else 0)
-        if self.total >= budget:
+        if self.total + self.elsewhere() >= budget:
             return (f"the open-file limit leaves no descriptor for connection {self.total + 1}: the rest are kept "
                     f"for the logs' segments (raise it: ulimit -n, systemd LimitNOFILE, the container runtime's "
                     f"nofile; or set max.connections below it)")
@@ -65,6 +66,17 @@ class ConnectionQuotas:
         self.by_listener[listener] += 1
         self.by_host[host] += 1
         return None
+
+    def count_also(self, connections: Callable[[], int]) -> None:
+        """Connections another server holds (an HTTP site) draw on the same descriptors."""
+        self._also.append(connections)
+
+    def elsewhere(self) -> int:
+        return sum(count() for count in self._also)
+
+    def descriptors_left(self) -> bool:
+        """Whether one more connection of another server (HTTP) fits the descriptor budget."""
+        return self.total + self.elsewhere() < self.descriptor_budget()
 
     def release(self, listener: str, host: str) -> None:
         self.total -= 1

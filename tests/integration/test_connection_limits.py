@@ -216,3 +216,39 @@ def test_a_topic_the_open_file_limit_cannot_hold_is_refused(tmp_path):
         assert "big" not in admin.list_topics(timeout=30).topics
         held = len(list(Path(f"/proc/{broker.proc.pid}/fd").iterdir()))
         assert held < 3000 - 512, f"{held} descriptors open"
+
+
+def test_rest_proxy_connections_share_the_descriptor_budget(tmp_path):
+    """HTTP connections to the REST Proxy drew on the descriptors kept for the logs: past the budget they
+    are closed at once too, counted under their listener, and the producer already connected keeps
+    rolling segments. The health and metrics port stays reachable (its connections only count)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from dm_broker.open_files import RESERVED_FOR_LOGS
+    from group_clients import wait_for
+    from harness import BrokerProcess, free_port
+
+    limit, rest_port = 1100, free_port()
+    with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536, "http.listeners": f"HTTP://127.0.0.1:{rest_port}"},
+                       prefix=["prlimit", f"--nofile={limit}:{limit}"]) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "message.timeout.ms": 30000})
+        producer.produce("t", b"first")
+        assert producer.flush(30) == 0
+        flood: list[socket.socket] = []
+        try:
+            for _ in range(limit):
+                flood.append(socket.create_connection(("127.0.0.1", rest_port), timeout=5))
+
+            def held() -> int:
+                return len(list(Path(f"/proc/{broker.proc.pid}/fd").iterdir()))
+            wait_for(lambda: held() <= limit - (RESERVED_FOR_LOGS - 64), 30, what="descriptors kept for the logs")
+            for i in range(1000):
+                producer.produce("t", b"%04d" % i * 256)
+                producer.poll(0)
+            assert producer.flush(60) == 0
+            assert broker.metric("dm_connections_refused_total", listener="HTTP") > 0  # the port still answers
+        finally:
+            for s in flood:
+                s.close()

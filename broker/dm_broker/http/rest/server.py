@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ...config import BrokerConfig, ConfigError
+from ...connection_quotas import ConnectionQuotas
 from ...security.listeners import Listener, parse_endpoints
 from ...security.tls import ReloadingContext, TlsSettings
+from ..budgeted_site import BudgetedSite
 from .auth import HttpAuthenticator
 from .consumers import ConsumerRegistry
 from .kafka_calls import KafkaCalls
@@ -59,6 +61,7 @@ class RestProxy:
         self.consumers = ConsumerRegistry(broker)
         broker.metrics.rest_consumers.set_function(lambda: len(self.consumers.instances))  # read at scrapes
         self.runners: list[web.AppRunner] = []
+        self.quotas: ConnectionQuotas | None = None  # the broker's: HTTP connections share its descriptor budget
         self.bound: dict[str, str] = {}  # listener name -> its base URI
         self._tls_tasks: list[asyncio.Task[None]] = []
 
@@ -71,15 +74,18 @@ class RestProxy:
             runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=2)
             await runner.setup()
             tls = self.tls.get(listener.name)
-            site = web.TCPSite(runner, listener.host or None, listener.port,
-                               ssl_context=tls.context if tls is not None else None)
+            context = tls.context if tls is not None else None
+            site = web.TCPSite(runner, listener.host or None, listener.port, ssl_context=context) \
+                if self.quotas is None else \
+                BudgetedSite(runner, listener.host or None, listener.port, self.quotas,
+                             self.broker.metrics.connections_refused.labels(listener.name).inc, ssl_context=context)
             try:
                 await site.start()
             except OSError as exc:
                 await runner.cleanup()
                 raise ConfigError(f"http.listeners: {listener.name} cannot bind {listener.host or '*'}:"
                                   f"{listener.port}: {exc.strerror}") from None
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            port = site.port
             api.base_uri = base.format(port=listener.advertised_port or port)
             self.bound[listener.name] = api.base_uri
             self.runners.append(runner)
