@@ -57,12 +57,15 @@ def create_acls(bootstrap: str, acls: list, creds: Credentials | None = None) ->
 
 def produce(bootstrap: str, creds: Credentials, topic: str, value: bytes = b"x") -> str | None:
     """None when acknowledged, else the error."""
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     errors: list[str] = []
     p = Producer({"bootstrap.servers": bootstrap, **creds.librdkafka(), "message.timeout.ms": 5000,
                   "enable.idempotence": False})
-    p.produce(topic, value, on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+    try:
+        p.produce(topic, value, on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+    except KafkaException as exc:  # librdkafka refuses at once when its metadata already says the topic is denied
+        return str(exc)
     p.flush(10)
     return errors[0] if errors else None
 
