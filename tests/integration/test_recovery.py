@@ -45,7 +45,8 @@ class DmUp:
     def start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "dm_broker.cli", "up", "--brokers", str(self.brokers),
                                       "--data-dir", str(self.data), "--port", str(self.port), "--http-port",
-                                      str(self.http), "--controller-port", str(self.controller_port)],
+                                      str(self.http), "--controller-port", str(self.controller_port),
+                                      "--rest-port", "-1"],  # its default ports met another dm up's once
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = ""
         deadline = time.monotonic() + 90
