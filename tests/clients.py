@@ -27,6 +27,25 @@ class Got:
 
 
 @dataclass
+class Deliveries:
+    """A confluent-kafka producer's delivery reports (`on_delivery=deliveries`): what was acknowledged, in
+    the order the reports came, and the errors."""
+
+    acked: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, value)
+    failed: list[str] = field(default_factory=list)
+
+    def __call__(self, err, msg) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.acked.append((msg.offset(), msg.value()))
+
+    @property
+    def values(self) -> list[bytes]:
+        return [value for _, value in self.acked]
+
+
+@dataclass
 class Acked:
     offsets: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset) per record, -1 if unknown
 

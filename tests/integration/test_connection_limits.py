@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -156,8 +155,8 @@ def test_connections_never_take_the_descriptors_the_logs_need(tmp_path):
     open files" (records timed out while the broker stayed up). Connections past what the limit leaves
     beside the logs' segments are now closed at once, and the producer already connected keeps rolling
     segments and having its records acknowledged."""
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from clients import ConfluentClient, Deliveries
+    from confluent_kafka import Producer
     from dm_broker.open_files import INTER_BROKER_SHARE, RESERVED_FOR_LOGS
     from group_clients import wait_for
     from harness import BrokerProcess
@@ -165,15 +164,11 @@ def test_connections_never_take_the_descriptors_the_logs_need(tmp_path):
     limit = 1100
     with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536},
                        prefix=["prlimit", f"--nofile={limit}:{limit}"]) as broker:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
+        client = ConfluentClient(broker.bootstrap)
+        client.create_topic("t", 1)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all",
                              "message.timeout.ms": 30000})
-        acked: list[int] = []
-        failed: list[str] = []
-
-        def report(err, msg) -> None:
-            (failed.append(str(err)) if err is not None else acked.append(msg.offset()))
+        deliveries = Deliveries()
         producer.produce("t", b"first")
         assert producer.flush(30) == 0
         flood: list[socket.socket] = []
@@ -190,23 +185,15 @@ def test_connections_never_take_the_descriptors_the_logs_need(tmp_path):
             free = RESERVED_FOR_LOGS - INTER_BROKER_SHARE - 64  # 64: the broker's own descriptors
             wait_for(lambda: held() <= limit - free, 30, what="descriptors kept for the logs")
             for i in range(1000):  # 1 MB: about 16 segment rolls
-                producer.produce("t", b"%04d" % i * 256, on_delivery=report)
+                producer.produce("t", b"%04d" % i * 256, on_delivery=deliveries)
                 producer.poll(0)
             assert producer.flush(60) == 0
-            assert failed == [] and len(acked) == 1000
+            assert deliveries.failed == [] and len(deliveries.acked) == 1000
         finally:
             for s in flood:
                 s.close()
         assert "the open-file limit leaves no descriptor for connection" in broker.log_tail(200000)
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
-        consumer.subscribe(["t"])
-        values = []
-        deadline = time.monotonic() + 60
-        while len(values) < 1001 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-        consumer.close()
+        values = [got.value for got in client.consume("t", 1001, timeout=60)]
         assert values == [b"first"] + [b"%04d" % i * 256 for i in range(1000)]
 
 
@@ -232,8 +219,8 @@ def test_rest_proxy_connections_share_the_descriptor_budget(tmp_path):
     """HTTP connections to the REST Proxy drew on the descriptors kept for the logs: past the budget they
     are closed at once too, counted under their listener, and the producer already connected keeps
     rolling segments. The health and metrics port stays reachable (its connections only count)."""
+    from clients import ConfluentClient
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
     from dm_broker.open_files import RESERVED_FOR_LOGS
     from group_clients import wait_for
     from harness import BrokerProcess, free_port
@@ -241,8 +228,7 @@ def test_rest_proxy_connections_share_the_descriptor_budget(tmp_path):
     limit, rest_port = 1100, free_port()
     with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536, "http.listeners": f"HTTP://127.0.0.1:{rest_port}"},
                        prefix=["prlimit", f"--nofile={limit}:{limit}"]) as broker:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
+        ConfluentClient(broker.bootstrap).create_topic("t", 1)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "message.timeout.ms": 30000})
         producer.produce("t", b"first")
         assert producer.flush(30) == 0

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from clients import ConfluentClient, Deliveries
+from confluent_kafka import Producer
 from group_clients import wait_for
 from harness import BrokerProcess
 from test_fuzz_auth import rss_mb
@@ -40,24 +40,8 @@ def declared(port: int, count: int, size: int, sent: int) -> Iterator[list[socke
             s.close()
 
 
-def create(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-
-
 def read_back(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
+    return [got.value for got in ConfluentClient(bootstrap).consume(topic, count)]
 
 
 def test_declared_sizes_cost_no_memory_until_their_bytes_arrive(tmp_path):
@@ -76,7 +60,7 @@ def test_declared_sizes_cost_no_memory_until_their_bytes_arrive(tmp_path):
 def test_a_used_up_request_memory_holds_clients_back_until_it_is_given_back(tmp_path):
     limits = {"socket.request.max.bytes": 4 * MiB, "queued.max.request.bytes": 4 * MiB}
     with BrokerProcess(tmp_path / "data", limits) as broker:
-        create(broker.bootstrap, "held")
+        ConfluentClient(broker.bootstrap).create_topic("held", 1)
         assert broker.metric("dm_request_memory_limit_bytes") == 4 * MiB
         values = [f"{i:06d}".encode() * 1500 for i in range(200)]  # 9 KB each
         with declared(broker.port, 3, 3 * MiB, MiB):
@@ -86,21 +70,17 @@ def test_a_used_up_request_memory_holds_clients_back_until_it_is_given_back(tmp_
             assert broker.metric("dm_request_memory_used_bytes") == 6 * MiB
             producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": "all",
                                  "message.timeout.ms": 120000})
-            delivered: list[bytes] = []
-            failed: list[str] = []
-
-            def report(err, msg) -> None:
-                (failed.append(str(err)) if err is not None else delivered.append(msg.value()))
+            deliveries = Deliveries()
             for value in values:
-                producer.produce("held", value, on_delivery=report)
+                producer.produce("held", value, on_delivery=deliveries)
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
                 producer.poll(0.2)
-            assert delivered == [] and failed == []  # held back, not refused
+            assert deliveries.acked == [] and deliveries.failed == []  # held back, not refused
             assert broker.metric("dm_request_memory_waiting_connections") >= 2
         # The connections that held the memory went: the producer's requests go through.
         assert producer.flush(60) == 0
-        assert failed == [] and delivered == values
+        assert deliveries.failed == [] and deliveries.values == values
         assert read_back(broker.bootstrap, "held", len(values)) == values
         wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 0, 30, what="memory given back")
         assert broker.metric("dm_request_memory_waiting_connections") == 0
@@ -110,7 +90,7 @@ def test_a_used_up_request_memory_holds_clients_back_until_it_is_given_back(tmp_
 def test_a_request_larger_than_what_is_left_still_goes_through(tmp_path):
     limits = {"socket.request.max.bytes": 4 * MiB, "queued.max.request.bytes": 4 * MiB}
     with BrokerProcess(tmp_path / "data", limits) as broker:
-        create(broker.bootstrap, "large")
+        ConfluentClient(broker.bootstrap).create_topic("large", 1)
         with declared(broker.port, 1, 3 * MiB + MiB // 2, 1024):
             wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 3 * MiB + MiB // 2, 30,
                      what="3.5 MiB reserved")
@@ -131,24 +111,23 @@ def test_a_tls_client_held_back_by_request_memory_goes_on_when_it_is_given_back(
         "ssl.keystore.location": ca.server(), "socket.request.max.bytes": 4 * MiB,
         "queued.max.request.bytes": 4 * MiB})
     with broker:
-        create(broker.bootstrap, "tls-held")
+        ConfluentClient(broker.bootstrap).create_topic("tls-held", 1)
         values = [f"{i:06d}".encode() * 10_000 for i in range(40)]  # 60 KB each: frames with buffers of their own
         producer = Producer({"bootstrap.servers": f"127.0.0.1:{ports['SSL']}", "security.protocol": "SSL",
                              "ssl.ca.location": str(ca.ca_file), "linger.ms": 0, "acks": "all",
                              "message.timeout.ms": 120000})
         producer.produce("tls-held", b"first")
         assert producer.flush(30) == 0  # connected and warm before the memory is taken
-        delivered: list[bytes] = []
+        deliveries = Deliveries()
         with declared(broker.port, 3, 3 * MiB, MiB):
             wait_for(lambda: broker.metric("dm_request_memory_waiting_connections") >= 1, 30,
                      what="a connection waiting for memory")
             for value in values:
-                producer.produce("tls-held", value, on_delivery=lambda err, msg: delivered.append(msg.value())
-                                 if err is None else None)
+                producer.produce("tls-held", value, on_delivery=deliveries)
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
                 producer.poll(0.2)
-            assert delivered == []
+            assert deliveries.acked == []
         assert producer.flush(60) == 0
-        assert delivered == values
+        assert deliveries.failed == [] and deliveries.values == values
         assert read_back(broker.bootstrap, "tls-held", len(values) + 1) == [b"first", *values]

@@ -568,8 +568,7 @@ class Controller:
         if not candidates and unclean:
             candidates = [r for r in p.replicas if r in live]
             if candidates and index is not None:
-                best = most_advanced(self.reports.holders(doc.name, doc.topic_id, index), candidates)
-                candidates = [best] if best is not None else candidates
+                candidates = [most_advanced(self.reports.holders(doc.name, doc.topic_id, index), candidates)]
             if candidates:
                 log.warning("%s: unclean election of broker %d (records may be lost)", doc.name, candidates[0])
                 isr = [candidates[0]]
@@ -753,11 +752,10 @@ class Controller:
         def change(i: int, doc: TopicDoc, p: PartitionState) -> PartitionState:
             r = requests[i]
             new = self._reassigned(doc, p, r.replicas)
-            added = Counter(new.replicas) - Counter(p.replicas)
-            refusal = capacity_refusal(dict(hosted), dict(added), self.open_file_limits, open_files.RESERVED_FOR_LOGS)
-            if refusal is not None:
-                raise ControllerError("policy_violation", refusal)
-            hosted.update(added)
+            if hosted is not None:
+                added = Counter(new.replicas) - Counter(p.replicas)
+                self._refuse_past_capacity(hosted, added)
+                hosted.update(added)
             log.info("%s-%d: reassignment %s (replicas %s, adding %s, removing %s)", r.topic, r.partition,
                      "cancelled" if r.replicas is None else f"to {r.replicas}", new.replicas, new.adding_replicas,
                      new.removing_replicas)
@@ -765,7 +763,7 @@ class Controller:
 
         async with self._lock:
             gaining = {b for r in requests for b in (r.replicas or [])}
-            hosted = Counter() if self._surely_fits(gaining, 0) else self._hosted_replicas()
+            hosted = None if self._surely_fits(gaining, 0) else self._hosted_replicas()
             return await self._change_partitions([(r.topic, r.partition) for r in requests], change)
 
     def _surely_fits(self, brokers: Iterable[int], new_partitions: int) -> bool:
@@ -776,6 +774,11 @@ class Controller:
         if not limits:
             return True
         return min(limits) - open_files.RESERVED_FOR_LOGS >= self.partition_count() + new_partitions
+
+    def _refuse_past_capacity(self, hosted: Counter[int], added: Counter[int] | dict[int, int]) -> None:
+        refusal = capacity_refusal(hosted, added, self.open_file_limits, open_files.RESERVED_FOR_LOGS)
+        if refusal is not None:
+            raise ControllerError("policy_violation", refusal)
 
     def _hosted_replicas(self, leaving_out: str | None = None) -> Counter[int]:
         """Partition replicas per broker, over every topic but `leaving_out`."""
@@ -1233,13 +1236,10 @@ class Controller:
         new = Counter(r for p in doc.partitions for r in p.replicas)
         added = {node: count - old[node] for node, count in new.items() if count > old[node]}
         growth = len(doc.partitions) - (len(before.partitions) if before is not None else 0)
-        if self._surely_fits(added, growth):
-            return
-        hosted = self._hosted_replicas(leaving_out=doc.name)
-        hosted.update(old)
-        refusal = capacity_refusal(dict(hosted), added, self.open_file_limits, open_files.RESERVED_FOR_LOGS)
-        if refusal is not None:
-            raise ControllerError("policy_violation", refusal)
+        if not self._surely_fits(added, growth):
+            hosted = self._hosted_replicas(leaving_out=doc.name)
+            hosted.update(old)
+            self._refuse_past_capacity(hosted, added)
 
     async def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicDoc:
         async with self._lock:

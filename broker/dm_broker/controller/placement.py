@@ -8,7 +8,7 @@ evenly and, with racks, replicas of a partition land on different racks when the
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class PlacementError(ValueError):
@@ -65,7 +65,7 @@ def assign(brokers: Sequence[tuple[int, str | None]], partitions: int, replicati
     return out
 
 
-def capacity_refusal(hosted: dict[int, int], added: dict[int, int], file_limits: dict[int, int],
+def capacity_refusal(hosted: Mapping[int, int], added: Mapping[int, int], file_limits: Mapping[int, int],
                      headroom: int) -> str | None:
     """Why adding `added` replicas per broker to the `hosted` ones is refused, or None. A partition log
     keeps at least one file open, so a broker whose open-file limit is known (above 0) hosts at most

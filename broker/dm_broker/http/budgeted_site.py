@@ -11,15 +11,12 @@ reach it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from collections.abc import Callable
 
 from aiohttp import web
 
 from ..connection_quotas import ConnectionQuotas
-
-log = logging.getLogger(__name__)
 
 
 class _Refused(asyncio.Protocol):

@@ -8,9 +8,10 @@ hot path (timestamp lookups, compaction, tools).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -231,8 +232,7 @@ def _bounded(codec: int, data: bytes | memoryview, limit: int) -> bytes:
     whatever the input claims or holds."""
     import cramjam
 
-    into = {1: cramjam.gzip.decompress_into, 2: cramjam.snappy.decompress_raw_into,
-            3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}[codec]
+    into = _decompress_into()[codec]
     size = min(limit, max(_FIRST_GUESS, 8 * len(data)))
     while True:
         out = bytearray(size)
@@ -246,6 +246,14 @@ def _bounded(codec: int, data: bytes | memoryview, limit: int) -> bytes:
             size = min(limit, size * 4)
             continue
         return bytes(memoryview(out)[:written])
+
+
+@functools.cache
+def _decompress_into() -> dict[int, Callable[[bytes | memoryview, bytearray], int]]:
+    import cramjam
+
+    return {1: cramjam.gzip.decompress_into, 2: cramjam.snappy.decompress_raw_into,
+            3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}
 
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
