@@ -72,7 +72,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None  # a large frame being received in place
         self._frame_size = 0  # its declared size (its buffer grows to it)
         self._filled = 0
-        self._queued_bytes = 0  # of _frames, taken from memory and not handed out yet
         self._waiting_memory = False
         self._frames: collections.deque[memoryview] = collections.deque()
         self._error: BaseException | None = None
@@ -196,7 +195,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def _push(self, frame: memoryview) -> None:
         self._frames.append(frame)
-        self._queued_bytes += len(frame)
         if len(self._frames) >= QUEUED_FRAMES_LIMIT:
             self._pause_reading()
         self._wake()
@@ -222,9 +220,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
         it was receiving. For the server, once it reads no more of the connection."""
         if self.memory is None:
             return
-        held = self._queued_bytes + (self._frame_size if self._frame is not None else 0)
+        # the queued frames (taken from memory, not handed out) and the one being received
+        held = sum(map(len, self._frames)) + (self._frame_size if self._frame is not None else 0)
         self._frames.clear()
-        self._queued_bytes = 0
         self._frame = None
         self.memory.forget(self._memory_freed)
         self._waiting_memory = False
@@ -251,7 +249,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
             finally:
                 self._waiter = None
         frame = self._frames.popleft()
-        self._queued_bytes -= len(frame)
         if self._error is None and not self._waiting_memory and len(self._frames) < QUEUED_FRAMES_LIMIT:
             self._resume_reading()
         return frame
