@@ -296,6 +296,34 @@ async def test_a_compressed_batch_that_inflates_past_the_limit_is_refused(broker
     await still_serving(broker)
 
 
+@pytest.mark.parametrize("codec", [0, 3])
+async def test_a_batch_with_malformed_records_is_refused_and_consumers_read_on(broker, topic_name, codec):
+    """A batch whose CRC is right but whose first record declares two bytes more than its fields take
+    (ADR 0048): before, the broker stored it, and a librdkafka consumer stopped there silently, never
+    reading the records written after it. Now INVALID_RECORD, nothing stored, and the consumer reads on."""
+    from clients import ConfluentClient
+    from dm_broker.log.records import HEADER_SIZE, compress, parse_header, with_payload
+
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    for value in (b"before", b"after"):
+        if value == b"after":
+            good = batch([b"x" * 10, b"y" * 10])
+            records = bytearray(good[HEADER_SIZE:])
+            records[0] += 2  # the first record's length, zigzag: one more byte than its fields take
+            header = parse_header(batch([b"x", b"y"], codec=codec))
+            poison = with_payload(header, compress(codec, bytes(records) + b"\0"), header.attributes, 2)
+            resp = await conn.request(produce_request(topic_name, 0, poison))
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.invalid_record, part
+            assert "record payload" in part.error_message
+        resp = await conn.request(produce_request(topic_name, 0, batch([value], codec=codec)))
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+    await conn.close()
+    got = await asyncio.to_thread(ConfluentClient(f"127.0.0.1:{broker.port}").consume, topic_name, 2, 20)
+    assert [(g.offset, g.value) for g in got] == [(0, b"before"), (1, b"after")]
+
+
 async def test_fetch_answers_are_bounded_by_fetch_max_bytes(tmp_path, topic_name):
     """Kafka's fetch.max.bytes caps an answer whatever max_bytes the client asks for (a TLS answer is read
     into memory); a first batch larger than the cap still goes out whole (KIP-74)."""

@@ -2,8 +2,8 @@
 
 Batches are stored exactly as the client sent them; the broker only rewrites the fields that
 lie outside the CRC (base offset and partition leader epoch), plus the timestamp fields for
-LogAppendTime topics (then the CRC is recomputed). Record-level decoding is only used off the
-hot path (timestamp lookups, compaction, tools).
+LogAppendTime topics (then the CRC is recomputed). A producer's records are checked by
+record_check (ADR 0048); the decoder here serves compaction, timestamp lookups and windows, and tools.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> 
     is not valid for the codec."""
     if codec == 0:
         return data
-    if codec == 2 and data.startswith(_XERIAL_MAGIC):
+    if codec == 2 and data.startswith(XERIAL_MAGIC):
         return _xerial_decompress(data, limit)
     if codec not in (1, 2, 3, 4):
         raise InvalidRecordError(f"unknown compression codec {codec}")
@@ -230,22 +230,33 @@ def decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> 
 def _bounded(codec: int, data: bytes | memoryview, limit: int) -> bytes:
     """Decompresses into a buffer that grows (4x) up to `limit`, so the output is never larger than allowed
     whatever the input claims or holds."""
+    size = min(limit, max(_FIRST_GUESS, 8 * len(data)))
+    out, end = decompress_into(codec, data, bytearray(size), 0, 0, limit)
+    return bytes(memoryview(out)[:end])
+
+
+def decompress_into(codec: int, data: bytes | memoryview, out: bytearray, start: int, reserve: int,
+                    limit: int = MAX_DECOMPRESSED_BYTES) -> tuple[bytearray, int]:
+    """Decompresses a raw (not xerial-framed) codec's `data` into `out` from `start`, leaving its last `reserve`
+    bytes free, at most `limit` bytes of output. When it does not fit, into a new buffer with four times the
+    room (its first `start` bytes left zero). Returns the buffer written and where the output ends in it."""
     import cramjam
 
+    if codec not in (1, 2, 3, 4):
+        raise InvalidRecordError(f"unknown compression codec {codec}")
     into = _decompress_into()[codec]
-    size = min(limit, max(_FIRST_GUESS, 8 * len(data)))
     while True:
-        out = bytearray(size)
+        room = min(limit, len(out) - start - reserve)
         try:
-            written = into(data, out)
+            written = into(data, memoryview(out)[start : start + room])
         except cramjam.DecompressionError as exc:
             if "buffer" not in str(exc):  # not "the output is too small": the data is corrupt
                 raise InvalidRecordError(f"the batch's records do not decompress: {exc}") from None
-            if size >= limit:
+            if room >= limit:
                 raise InvalidRecordError(f"the batch's records decompress to more than {limit} bytes") from None
-            size = min(limit, size * 4)
+            out = bytearray(start + min(limit, room * 4) + reserve)
             continue
-        return bytes(memoryview(out)[:written])
+        return out, start + written
 
 
 @functools.cache
@@ -256,7 +267,7 @@ def _decompress_into() -> dict[int, Callable[[bytes | memoryview, bytearray], in
             3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}
 
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 def _xerial_decompress(data: bytes, limit: int) -> bytes:

@@ -14,6 +14,7 @@ from ...errors import KafkaError
 from ...log import recompress, timestamps
 from ...log.dir_failure import LogDirFailure
 from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from ...log.record_check import check_records
 from ...log.records import (
     CorruptRecordError,
     InvalidRecordError,
@@ -125,6 +126,8 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
                 raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
             await _verify(ctx, req.transactional_id, topic, part, header)
         limits = timestamps.window(settings)
+        if not settings.compacted and limits is None:  # otherwise decode_records reads every record below
+            await _off_loop_if_compressed(header, check_records, records)
         if limits is not None:
             refused = await _off_loop_if_compressed(header, timestamps.refused_records, records, limits,
                                                     int(time.time() * 1000))
