@@ -324,6 +324,25 @@ async def test_a_batch_with_malformed_records_is_refused_and_consumers_read_on(b
     assert [(g.offset, g.value) for g in got] == [(0, b"before"), (1, b"after")]
 
 
+async def test_a_batch_max_timestamp_is_its_records(broker, topic_name):
+    """A producer's batch whose header claims a max timestamp in the year 2100 while its records are from
+    now: stored with the records' largest timestamp, as Kafka's LogValidator does. Before, the header was
+    kept, and time retention and the time index went by the claim (the segment would never expire)."""
+    from dm_broker.log.records import parse_header, set_max_timestamp, validate_batches
+
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    claimed = bytearray(batch([b"a", b"b"]))
+    recorded = parse_header(claimed).max_timestamp
+    set_max_timestamp(claimed, 0, 4_102_444_800_000)
+    resp = await conn.request(produce_request(topic_name, 0, bytes(claimed)))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+    fetched = await conn.request(fetch_request(topic_name, 0, 0))
+    [stored] = validate_batches(fetched.responses[0].partitions[0].records, 1 << 20)  # its CRC is right
+    assert stored.max_timestamp == recorded
+    await conn.close()
+
+
 async def test_fetch_answers_are_bounded_by_fetch_max_bytes(tmp_path, topic_name):
     """Kafka's fetch.max.bytes caps an answer whatever max_bytes the client asks for (a TLS answer is read
     into memory); a first batch larger than the cap still goes out whole (KIP-74)."""

@@ -13,6 +13,8 @@ from dm_broker.log.records import (
     compress,
     decode_records,
     parse_header,
+    set_max_timestamp,
+    validate_batches,
     with_payload,
 )
 from hypothesis import given, settings
@@ -128,3 +130,14 @@ def test_random_damage_is_refused_or_decodable_never_a_crash():
             decode_records(batch)
         except InvalidRecordError as exc:
             assert "a record field has a length of -" in str(exc), exc
+
+
+def test_the_largest_record_timestamp_is_returned_whatever_the_header_says():
+    """Kafka writes the records' largest timestamp into the batch; the produce handler does the same with
+    what the check returns."""
+    batch = bytearray(build_batch([(b"k", b"v", [])] * 3, timestamp_ms=1_000))
+    assert check_records(bytes(batch)) == 1_000
+    set_max_timestamp(batch, 0, 4_102_444_800_000)  # a producer's header claiming the year 2100
+    [header] = validate_batches(batch, 1 << 20)  # the CRC was computed again
+    assert header.max_timestamp == 4_102_444_800_000
+    assert check_records(bytes(batch)) == 1_000

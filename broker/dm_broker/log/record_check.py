@@ -80,24 +80,30 @@ def _padded_copy(batch: bytes | bytearray | memoryview, size: int, compression: 
     return memoryview(padded)[:end]
 
 
-def check_records(batch: bytes | bytearray | memoryview) -> None:
+def check_records(batch: bytes | bytearray | memoryview) -> int:
     """Raises InvalidRecordError unless the batch's records (decompressed within the bound of
     MAX_DECOMPRESSED_BYTES) are exactly `records_count` well-formed records whose offset deltas run
-    0, 1, 2, … and that fill the batch, with no byte after them."""
+    0, 1, 2, … and that fill the batch, with no byte after them. Returns the records' largest timestamp,
+    which Kafka writes into the batch's max timestamp whatever the producer put there."""
     header = parse_header(batch)
     if _readable_in_place(batch, header.size, header.compression):
         records = memoryview(batch)
     else:
         records = _padded_copy(batch, header.size, header.compression, header.attributes)
+    largest = -1
     try:
         for i, record in enumerate(DefaultRecordBatch(records)):
             if record.offset - header.base_offset != i:
                 raise InvalidRecordError(f"record {i} of the batch has the offset delta "
                                          f"{record.offset - header.base_offset}, not {i}")
+            if record.timestamp > largest:
+                largest = record.timestamp
     except CorruptRecordException as exc:
         why = exc.args[0] if exc.args else type(exc).__name__
         raise InvalidRecordError(f"the batch's records are malformed: {why}") from None
     except InvalidRecordError:
         raise
     except Exception:  # e.g. a header key that is not UTF-8, which Kafka takes as it is
-        decode_records(bytes(batch))  # dm's own decoder decides (and raises InvalidRecordError)
+        # dm's own decoder decides (and raises InvalidRecordError)
+        return max(r.timestamp for r in decode_records(bytes(batch)))
+    return largest

@@ -162,10 +162,15 @@ def stamp_batch(
     if append_time_ms is not None:
         (attributes,) = struct.unpack_from(">h", buf, pos + 21)
         struct.pack_into(">h", buf, pos + 21, attributes | TIMESTAMP_TYPE_BIT)
-        struct.pack_into(">q", buf, pos + 35, append_time_ms)
-        (length,) = struct.unpack_from(">i", buf, pos + 8)
-        end = pos + LOG_OVERHEAD + length
-        struct.pack_into(">I", buf, pos + 17, crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]))
+        set_max_timestamp(buf, pos, append_time_ms)
+
+
+def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+    """Writes the batch's max timestamp in place and computes its CRC again."""
+    struct.pack_into(">q", buf, pos + 35, timestamp_ms)
+    (length,) = struct.unpack_from(">i", buf, pos + 8)
+    end = pos + LOG_OVERHEAD + length
+    struct.pack_into(">I", buf, pos + 17, crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ...log.records import (
     InvalidRecordError,
     RecordTooLargeError,
     decode_records,
+    set_max_timestamp,
     validate_batches,
 )
 from ...quotas.entities import PRODUCER_BYTE_RATE
@@ -125,9 +126,15 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             if header.producer_id < 0:
                 raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
             await _verify(ctx, req.transactional_id, topic, part, header)
+        largest = await _off_loop_if_compressed(header, check_records, records)  # ADR 0048
+        if largest != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
+            # As Kafka's LogValidator: the batch's max timestamp is its records' (the time index and time
+            # retention go by it), whatever the producer wrote there.
+            records = bytearray(records)
+            set_max_timestamp(records, 0, largest)
+            headers = validate_batches(records, settings["max.message.bytes"])
+            header = headers[0]
         limits = timestamps.window(settings)
-        if not settings.compacted and limits is None:  # otherwise decode_records reads every record below
-            await _off_loop_if_compressed(header, check_records, records)
         if limits is not None:
             refused = await _off_loop_if_compressed(header, timestamps.refused_records, records, limits,
                                                     int(time.time() * 1000))
