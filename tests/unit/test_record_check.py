@@ -141,3 +141,11 @@ def test_the_largest_record_timestamp_is_returned_whatever_the_header_says():
     [header] = validate_batches(batch, 1 << 20)  # the CRC was computed again
     assert header.max_timestamp == 4_102_444_800_000
     assert check_records(bytes(batch)) == 1_000
+
+
+def test_decompression_into_a_buffer_without_room_grows_it():
+    from dm_broker.log.records import decompress_into
+
+    data = compress(3, b"x" * 100_000)
+    out, end = decompress_into(3, data, bytearray(10), 8, 2)  # no room at all at first
+    assert bytes(out[8:end]) == b"x" * 100_000 and len(out) - end >= 2

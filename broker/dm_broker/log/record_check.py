@@ -2,9 +2,9 @@
 LogValidator reads them: a batch whose CRC is right but whose records are not well formed would be stored,
 and every consumer of the partition would stop at it (librdkafka stops there without an error).
 
-The walk is aiokafka's record reader, a C extension (0.1 µs per 1 KiB record, against about 1 µs for
-dm's own Python decoder); the batches dm decodes anyway (compacted topics, timestamp windows) go through
-`decode_records` instead, which checks the same and more."""
+The walk is aiokafka's record reader, a C extension (0.1 µs per 1 KiB record, against 3 µs for dm's own
+Python decoder). Compacted topics and timestamp windows read the records with `decode_records` as well,
+which checks the same and more."""
 
 from __future__ import annotations
 

@@ -259,7 +259,7 @@ def decompress_into(codec: int, data: bytes | memoryview, out: bytearray, start:
                 raise InvalidRecordError(f"the batch's records do not decompress: {exc}") from None
             if room >= limit:
                 raise InvalidRecordError(f"the batch's records decompress to more than {limit} bytes") from None
-            out = bytearray(start + min(limit, room * 4) + reserve)
+            out = bytearray(start + min(limit, max(room * 4, _FIRST_GUESS)) + reserve)
             continue
         return out, start + written
 
