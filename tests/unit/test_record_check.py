@@ -149,3 +149,14 @@ def test_decompression_into_a_buffer_without_room_grows_it():
     data = compress(3, b"x" * 100_000)
     out, end = decompress_into(3, data, bytearray(10), 8, 2)  # no room at all at first
     assert bytes(out[8:end]) == b"x" * 100_000 and len(out) - end >= 2
+
+
+def test_a_limit_stops_decompression_with_its_own_error():
+    """The produce handler checks a batch on the event loop within a small limit and, past it, in a thread
+    with the full bound: the two refusals must be told apart."""
+    from dm_broker.log.records import DecompressedTooLargeError
+
+    big = build_batch([(None, b"x" * 1024, [])] * 2048, timestamp_ms=1, codec=3)  # 2 MiB of records
+    with pytest.raises(DecompressedTooLargeError):
+        check_records(big, 1 << 20)
+    assert check_records(big) == 1

@@ -16,6 +16,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from .records import (
     COMPRESSION_MASK,
     HEADER_SIZE,
+    MAX_DECOMPRESSED_BYTES,
     XERIAL_MAGIC,
     InvalidRecordError,
     decode_records,
@@ -58,18 +59,19 @@ def _readable_in_place(batch: bytes | bytearray | memoryview, size: int, compres
     return not compression and type(batch) is bytes and len(batch) == size and not batch[-1] & 0x80
 
 
-def _padded_copy(batch: bytes | bytearray | memoryview, size: int, compression: int, attributes: int) -> memoryview:
+def _padded_copy(batch: bytes | bytearray | memoryview, size: int, compression: int, attributes: int,
+                 limit: int) -> memoryview:
     """The batch (its records decompressed) followed by _SLACK, in this thread's scratch buffer."""
     head, body = memoryview(batch)[:HEADER_SIZE], memoryview(batch)[HEADER_SIZE:size]
     slack = len(_SLACK)
     if compression and body[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
         # Straight into the scratch buffer: no output buffer of its own, no copy of the output.
         padded, end = decompress_into(compression, body, _scratch(HEADER_SIZE + len(body) + slack),
-                                      HEADER_SIZE, slack)
+                                      HEADER_SIZE, slack, limit)
         _keep(padded)
     else:
         if compression:  # xerial-framed snappy, decompressed chunk by chunk
-            body = memoryview(decompress(compression, bytes(body)))
+            body = memoryview(decompress(compression, bytes(body), limit))
         end = HEADER_SIZE + len(body)
         padded = _scratch(end + slack)
         padded[HEADER_SIZE:end] = body
@@ -80,16 +82,16 @@ def _padded_copy(batch: bytes | bytearray | memoryview, size: int, compression: 
     return memoryview(padded)[:end]
 
 
-def check_records(batch: bytes | bytearray | memoryview) -> int:
+def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMPRESSED_BYTES) -> int:
     """Raises InvalidRecordError unless the batch's records (decompressed within the bound of
-    MAX_DECOMPRESSED_BYTES) are exactly `records_count` well-formed records whose offset deltas run
+    `limit`, DecompressedTooLargeError past it) are exactly `records_count` well-formed records whose offset deltas run
     0, 1, 2, … and that fill the batch, with no byte after them. Returns the records' largest timestamp,
     which Kafka writes into the batch's max timestamp whatever the producer put there."""
     header = parse_header(batch)
     if _readable_in_place(batch, header.size, header.compression):
         records = memoryview(batch)
     else:
-        records = _padded_copy(batch, header.size, header.compression, header.attributes)
+        records = _padded_copy(batch, header.size, header.compression, header.attributes, limit)
     largest = -1
     try:
         for i, record in enumerate(DefaultRecordBatch(records)):

@@ -145,6 +145,10 @@ def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) 
     return headers
 
 
+class DecompressedTooLargeError(InvalidRecordError):
+    """A compressed batch holds more than the bound its reader was given."""
+
+
 class RecordTooLargeError(InvalidRecordError):
     """A batch is larger than max.message.bytes (maps to MESSAGE_TOO_LARGE)."""
 
@@ -258,7 +262,7 @@ def decompress_into(codec: int, data: bytes | memoryview, out: bytearray, start:
             if "buffer" not in str(exc):  # not "the output is too small": the data is corrupt
                 raise InvalidRecordError(f"the batch's records do not decompress: {exc}") from None
             if room >= limit:
-                raise InvalidRecordError(f"the batch's records decompress to more than {limit} bytes") from None
+                raise DecompressedTooLargeError(f"the batch's records decompress to more than {limit} bytes") from None
             out = bytearray(start + min(limit, max(room * 4, _FIRST_GUESS)) + reserve)
             continue
         return out, start + written

@@ -17,6 +17,7 @@ from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateErro
 from ...log.record_check import check_records
 from ...log.records import (
     CorruptRecordError,
+    DecompressedTooLargeError,
     InvalidRecordError,
     RecordTooLargeError,
     decode_records,
@@ -31,6 +32,10 @@ from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
 
 T = TypeVar("T")
+# What a batch compressed with snappy, lz4 or zstd may decompress to for its records to be checked on the
+# event loop (about 1 ms of lz4 at most); larger ones, zip bombs among them, and gzip go to a thread.
+INLINE_DECOMPRESSED_BYTES = 1 << 20
+GZIP = 1
 
 TV2_PRODUCE = 12  # Produce from this version on: the client sends no AddPartitionsToTxn (KIP-890)
 
@@ -126,7 +131,7 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             if header.producer_id < 0:
                 raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
             await _verify(ctx, req.transactional_id, topic, part, header)
-        largest = await _off_loop_if_compressed(header, check_records, records)  # ADR 0048
+        largest = await _checked(header, records)  # ADR 0048
         if largest != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
             # As Kafka's LogValidator: the batch's max timestamp is its records' (the time index and time
             # retention go by it), whatever the producer wrote there.
@@ -169,6 +174,21 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     except Exception as exc:
         _fail(ctx, outcome, exc, batch_error_cls)
     return outcome
+
+
+async def _checked(header: Any, records: Any) -> int:
+    """check_records on the loop when the batch is not compressed, or is compressed with a fast codec and
+    decompresses to at most INLINE_DECOMPRESSED_BYTES; in a thread otherwise. A hop costs 50-100 µs, and a
+    connection reads its next request only after the check: with every compressed batch checked in a
+    thread, lz4 produce ran 15 % slower than with this."""
+    if header.compression == 0:
+        return check_records(records)
+    if header.compression != GZIP:  # gzip inflates at a fifth of lz4's speed: 4 ms for a 1 MB batch
+        try:
+            return check_records(records, INLINE_DECOMPRESSED_BYTES)
+        except DecompressedTooLargeError:
+            pass
+    return await asyncio.to_thread(check_records, bytes(records))
 
 
 async def _off_loop_if_compressed(header: Any, check: Callable[..., T], records: Any, *args: Any) -> T:
