@@ -83,10 +83,11 @@ def _padded_copy(batch: bytes | bytearray | memoryview, size: int, compression: 
 
 
 def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMPRESSED_BYTES) -> int:
-    """Raises InvalidRecordError unless the batch's records (decompressed within the bound of
-    `limit`, DecompressedTooLargeError past it) are exactly `records_count` well-formed records whose offset deltas run
-    0, 1, 2, … and that fill the batch, with no byte after them. Returns the records' largest timestamp,
-    which Kafka writes into the batch's max timestamp whatever the producer put there."""
+    """Raises InvalidRecordError unless the batch's records are exactly `records_count` well-formed
+    records whose offset deltas run 0, 1, 2, … and that fill the batch, with no byte after them; a
+    compressed batch decompresses to at most `limit` bytes (DecompressedTooLargeError past it). Returns
+    the records' largest timestamp, which Kafka writes into the batch's max timestamp whatever the
+    producer put there."""
     header = parse_header(batch)
     if _readable_in_place(batch, header.size, header.compression):
         records = memoryview(batch)
