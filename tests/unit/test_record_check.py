@@ -136,11 +136,11 @@ def test_the_largest_record_timestamp_is_returned_whatever_the_header_says():
     """Kafka writes the records' largest timestamp into the batch; the produce handler does the same with
     what the check returns."""
     batch = bytearray(build_batch([(b"k", b"v", [])] * 3, timestamp_ms=1_000))
-    assert check_records(bytes(batch)) == 1_000
+    assert check_records(bytes(batch)).largest_timestamp == 1_000
     set_max_timestamp(batch, 0, 4_102_444_800_000)  # a producer's header claiming the year 2100
     [header] = validate_batches(batch, 1 << 20)  # the CRC was computed again
     assert header.max_timestamp == 4_102_444_800_000
-    assert check_records(bytes(batch)) == 1_000
+    assert check_records(bytes(batch)).largest_timestamp == 1_000
 
 
 def test_decompression_into_a_buffer_without_room_grows_it():
@@ -159,4 +159,13 @@ def test_a_limit_stops_decompression_with_its_own_error():
     big = build_batch([(None, b"x" * 1024, [])] * 2048, timestamp_ms=1, codec=3)  # 2 MiB of records
     with pytest.raises(DecompressedTooLargeError):
         check_records(big, 1 << 20)
-    assert check_records(big) == 1
+    assert check_records(big).largest_timestamp == 1
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_details_give_each_timestamp_and_the_keyless_records(codec):
+    """Compacted topics (keys) and timestamp windows take what they need from the same walk."""
+    batch = build_batch([(b"k", b"v", []), (None, b"w", []), (b"k", None, [])], timestamp_ms=5, codec=codec)
+    summary = check_records(batch, details=True)
+    assert (summary.largest_timestamp, summary.timestamps, summary.keyless) == (5, [5, 5, 5], [1])
+    assert check_records(batch).keyless == []  # not collected unless asked for

@@ -5,8 +5,9 @@ topics stamp the broker's time instead, so nothing is checked there."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..config import LONG_MAX
-from .records import decode_records
 
 
 def window(settings) -> tuple[int, int, int] | None:
@@ -18,16 +19,14 @@ def window(settings) -> tuple[int, int, int] | None:
     return None if all(limit >= LONG_MAX for limit in limits) else limits
 
 
-def refused_records(batch: bytes | memoryview, limits: tuple[int, int, int], now_ms: int) -> list[tuple[int, str]]:
-    """(index in the batch, why) for every record whose timestamp is outside the window."""
+def refused_records(timestamps: Sequence[int], base_offset: int, limits: tuple[int, int, int],
+                    now_ms: int) -> list[tuple[int, str]]:
+    """(index in the batch, why) for every record whose timestamp is outside the window. `timestamps` are
+    every record's (the produce check reads them all: the header's bound them only for well-behaved
+    producers, since a record's delta may be negative)."""
     before, after, difference = limits
     earliest = max(now_ms - before, now_ms - difference)
     latest = min(now_ms + after, now_ms + difference)
-    # Every record is read: the header's timestamps bound them only for well-behaved producers (a
-    # record's delta may be negative), and this runs only on topics that set a window.
-    out = []
-    for i, record in enumerate(decode_records(bytes(batch))):
-        if not earliest <= record.timestamp <= latest:
-            out.append((i, f"Timestamp {record.timestamp} of message with offset {record.offset} is out of range. "
-                           f"The timestamp should be within [{earliest}, {latest}]"))
-    return out
+    return [(i, f"Timestamp {timestamp} of message with offset {base_offset + i} is out of range. "
+                f"The timestamp should be within [{earliest}, {latest}]")
+            for i, timestamp in enumerate(timestamps) if not earliest <= timestamp <= latest]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -14,13 +13,14 @@ from ...errors import KafkaError
 from ...log import recompress, timestamps
 from ...log.dir_failure import LogDirFailure
 from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
-from ...log.record_check import check_records
+from ...log.record_check import RecordSummary, check_records
 from ...log.records import (
+    MAX_DECOMPRESSED_BYTES,
     CorruptRecordError,
     DecompressedTooLargeError,
     InvalidRecordError,
     RecordTooLargeError,
-    decode_records,
+    parse_header,
     set_max_timestamp,
     validate_batches,
 )
@@ -31,11 +31,9 @@ from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, ms_to_datetime, nested, nested_optional
 from ..dispatch import RequestContext
 
-T = TypeVar("T")
 # What a batch compressed with snappy, lz4 or zstd may decompress to for its records to be checked on the
 # event loop (about 1 ms of lz4 at most); larger ones, zip bombs among them, and gzip go to a thread.
 INLINE_DECOMPRESSED_BYTES = 1 << 20
-GZIP = 1
 
 TV2_PRODUCE = 12  # Produce from this version on: the client sends no AddPartitionsToTxn (KIP-890)
 
@@ -131,32 +129,29 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             if header.producer_id < 0:
                 raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id")
             await _verify(ctx, req.transactional_id, topic, part, header)
-        largest = await _checked(header, records)  # ADR 0048
-        if largest != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
+        limits = timestamps.window(settings)
+        summary = await _checked(header, records, details=settings.compacted or limits is not None)  # ADR 0048
+        if summary.largest_timestamp != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
             # As Kafka's LogValidator: the batch's max timestamp is its records' (the time index and time
             # retention go by it), whatever the producer wrote there.
             records = bytearray(records)
-            set_max_timestamp(records, 0, largest)
-            headers = validate_batches(records, settings["max.message.bytes"])
-            header = headers[0]
-        limits = timestamps.window(settings)
+            set_max_timestamp(records, 0, summary.largest_timestamp)
+            header = parse_header(records)
+            headers = [header]
         if limits is not None:
-            refused = await _off_loop_if_compressed(header, timestamps.refused_records, records, limits,
-                                                    int(time.time() * 1000))
+            refused = timestamps.refused_records(summary.timestamps, header.base_offset, limits,
+                                                 int(time.time() * 1000))
             if refused:
                 raise KafkaError(ErrorCode.invalid_timestamp, refused[0][1], refused)
+        if settings.compacted and summary.keyless:
+            # KIP-467: which records were refused, so the client fails those and sends the others again.
+            message = f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}."
+            raise KafkaError(ErrorCode.invalid_record, message, [(i, message) for i in summary.keyless])
         stored_as = recompress.target(settings)
         if stored_as is not None and header.compression != stored_as[0]:
             records = await recompress.recompress(records, *stored_as)
             headers = validate_batches(records, settings["max.message.bytes"])
             header = headers[0]
-        if settings.compacted:
-            decoded = await _off_loop_if_compressed(header, decode_records, records)
-            keyless = [i for i, r in enumerate(decoded) if r.key is None]
-            if keyless:
-                # KIP-467: which records were refused, so the client fails those and sends the others again.
-                message = f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}."
-                raise KafkaError(ErrorCode.invalid_record, message, [(i, message) for i in keyless])
         if req.acks == -1:
             part.check_min_isr()
         refused = broker.free_space.refusal(part.log.log_dir, len(records))
@@ -176,27 +171,21 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     return outcome
 
 
-async def _checked(header: Any, records: Any) -> int:
+async def _checked(header: Any, records: Any, details: bool) -> RecordSummary:
     """check_records on the loop when the batch is not compressed, or is compressed with a fast codec and
-    decompresses to at most INLINE_DECOMPRESSED_BYTES; in a thread otherwise. A hop costs 50-100 µs, and a
-    connection reads its next request only after the check: with every compressed batch checked in a
-    thread, lz4 produce ran 15 % slower than with this."""
+    decompresses to at most INLINE_DECOMPRESSED_BYTES; in a thread otherwise, since what a batch
+    decompresses to (up to MAX_DECOMPRESSED_BYTES) is not known before and would stall every connection.
+    A hop costs 50-100 µs, and a connection reads its next request only after the check: with every
+    compressed batch checked in a thread, lz4 produce ran 15 % slower than with this."""
     if header.compression == 0:
-        return check_records(records)
-    if header.compression != GZIP:  # gzip inflates at a fifth of lz4's speed: 4 ms for a 1 MB batch
+        return check_records(records, details=details)
+    # gzip inflates at a fifth of lz4's speed: 4 ms for a 1 MB batch
+    if header.compression != recompress.CODECS["gzip"]:
         try:
-            return check_records(records, INLINE_DECOMPRESSED_BYTES)
+            return check_records(records, INLINE_DECOMPRESSED_BYTES, details)
         except DecompressedTooLargeError:
             pass
-    return await asyncio.to_thread(check_records, bytes(records))
-
-
-async def _off_loop_if_compressed(header: Any, check: Callable[..., T], records: Any, *args: Any) -> T:
-    """A check that decodes the batch's records: in a thread when they are compressed, since what they
-    decompress to (up to MAX_DECOMPRESSED_BYTES) is not known before, and would stall every connection."""
-    if header.compression == 0:
-        return check(records, *args)
-    return await asyncio.to_thread(check, bytes(records), *args)
+    return await asyncio.to_thread(check_records, bytes(records), MAX_DECOMPRESSED_BYTES, details)
 
 
 async def _verify(ctx: RequestContext, tid: str, topic: str, part: Partition, header: Any) -> None:
