@@ -33,6 +33,7 @@ from .log.dir_failure import LogDirFailure
 from .log.manager import RecoveryAborted
 from .log.meta_properties import IdentityError
 from .loop_watchdog import LoopWatchdog
+from .malloc_tuning import tune_malloc
 from .metrics import watch_event_loop
 from .security.tls import TlsSettings, client_context, server_context
 from .server import KafkaServer
@@ -378,10 +379,12 @@ Press Ctrl-C to stop.
 
 
 def run(config: BrokerConfig, banner: bool = False) -> None:
+    tune_malloc()
     install_event_loop_policy()
     asyncio.run(serve(config, banner))
 
 
 def run_controller(config: BrokerConfig, port: int, token: str) -> None:
+    tune_malloc()
     install_event_loop_policy()
     asyncio.run(serve_controller(config, port, token))

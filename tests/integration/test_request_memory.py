@@ -8,6 +8,7 @@ until memory is given back."""
 
 from __future__ import annotations
 
+import platform
 import socket
 import struct
 import time
@@ -131,3 +132,46 @@ def test_a_tls_client_held_back_by_request_memory_goes_on_when_it_is_given_back(
         assert producer.flush(60) == 0
         assert deliveries.failed == [] and deliveries.values == values
         assert read_back(broker.bootstrap, "tls-held", len(values) + 1) == [b"first", *values]
+
+
+def minor_faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def produce_megabyte_batches(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "acks": "1", "max.in.flight.requests.per.connection": 5})
+    deliveries = Deliveries()
+    value = b"v" * 1024
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0, on_delivery=deliveries)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not deliveries.failed and len(deliveries.acked) == count, deliveries.failed[:3]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
+@pytest.mark.parametrize("environ, bound", [
+    # dm's own thresholds (ADR 0049): the heap keeps the request buffers once it has grown.
+    ({}, lambda per_record: per_record < 0.05),
+    # glibc's starting thresholds, fixed: every megabyte buffer is a fresh mmap, 256 faults per MiB.
+    ({"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}, lambda per_record: per_record > 0.15),
+], ids=["dm", "glibc-start-values"])
+def test_produced_megabyte_requests_reuse_the_heap(tmp_path, monkeypatch, environ, bound):
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with BrokerProcess(tmp_path / "data") as broker:
+        ConfluentClient(broker.bootstrap).create_topic("heap", 1)
+        produce_megabyte_batches(broker.bootstrap, "heap", 20_000)  # the heap grows to its working size
+        before = minor_faults(broker.proc.pid)
+        produce_megabyte_batches(broker.bootstrap, "heap", 40_000)
+        per_record = (minor_faults(broker.proc.pid) - before) / 40_000
+        assert bound(per_record), f"{per_record:.3f} minor faults per produced 1 KiB record"
+        expected = "left to the environment" if environ else "mmap threshold 16 MiB, trim threshold 64 MiB"
+        assert f"malloc: {expected}" in broker.log_path.read_text()
