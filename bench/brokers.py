@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -99,6 +100,19 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def drop_page_cache() -> bool:
+    """Writes back and drops the clean page cache (root only; False otherwise). With the page cache
+    filling the machine's memory, every new log page first reclaims an old one: on the benchmark's VM
+    a produce run then took 2-3x the kernel time (2026-11-27, docs/benchmarks.md, ADR 0049 section),
+    so runs depended on what earlier runs had left cached."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
 
 
 def warm_memory(gigabytes: float, settle_s: float = 0) -> None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .brokers import dm_bench, free_port, wait_port, warm_memory
+from .brokers import dm_bench, drop_page_cache, free_port, wait_port, warm_memory
 
 RESULTS = Path(__file__).parent / "results"
 FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
@@ -113,7 +113,10 @@ def create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, rf, config=config)])[topic].result(15)
 
 
-def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: int = 5, warm_gb: float = 0) -> dict:
+def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: int = 5, warm_gb: float = 0,
+          drop_caches: bool = False) -> dict:
+    if drop_caches and not drop_page_cache():
+        raise SystemExit("--drop-caches needs root (it writes /proc/sys/vm/drop_caches)")
     warm_memory(warm_gb)
     flags = ["--topic", topic, "--records", str(records), "--record-size", "1024", "--acks", "all",
              "--latency-sample", "4", "--linger-ms", str(linger_ms), "--warm-up"]
@@ -168,6 +171,9 @@ def main() -> None:
     parser.add_argument("--warm-memory", type=float, default=0, metavar="GB",
                         help="touch this much memory before each run, so that page-cache pages are not first-touch "
                         "host faults on a VM with free page reporting (see docs/benchmarks.md)")
+    parser.add_argument("--drop-caches", action="store_true",
+                        help="sync and drop the page cache before each run (root), so no run reclaims what an earlier "
+                        "one left cached (see docs/benchmarks.md)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the median is reported")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
@@ -177,8 +183,8 @@ def main() -> None:
         def median_run(topic: str, records: int, **kw: float) -> dict:
             """The run with the median throughput; paced runs (same throughput) report the median
             of each latency percentile instead. Every run's figures are kept."""
-            runs = [bench(cluster.bootstrap, topic, records, warm_gb=args.warm_memory, **kw)
-                    for _ in range(args.repeat)]
+            runs = [bench(cluster.bootstrap, topic, records, warm_gb=args.warm_memory,
+                          drop_caches=args.drop_caches, **kw) for _ in range(args.repeat)]
             by_rate = sorted(runs, key=lambda r: r["records_per_s"])
             row = by_rate[len(runs) // 2] | {"runs_records_per_s": [round(r["records_per_s"]) for r in runs],
                                              "runs_p99_ms": [r["latency_ms"]["p99"] for r in runs]}
@@ -193,7 +199,7 @@ def main() -> None:
         rf3_half = median_run("rf3", args.records // 2, rate=half, linger_ms=1)
         fo = [] if args.skip_failover else failover_times(cluster, args.failovers)
     row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "data_dir": args.data_dir or tempfile.gettempdir(),
-           "warm_memory_gb": args.warm_memory, "repeat": args.repeat,
+           "warm_memory_gb": args.warm_memory, "drop_caches": args.drop_caches, "repeat": args.repeat,
            "rf1": rf1, "rf3": rf3, "rf1_half": rf1_half, "rf3_half": rf3_half, "failover_s": fo}
     with (RESULTS / "replication.jsonl").open("a") as fh:
         fh.write(json.dumps(row) + "\n")

@@ -52,6 +52,13 @@ def render() -> str:
         "listener reads `listener.name.https.ssl.*`, HTTP Basic checks `listener.name.http.plain.sasl.jaas.config`",
         "(or `...https...`) and the cluster's SCRAM credentials ([HTTP](http.md)).",
         "",
+        "No Kafka property covers the C library's heap: a broker and the controller fix glibc's",
+        "`M_MMAP_THRESHOLD` (16 MiB) and `M_TRIM_THRESHOLD` (64 MiB) at start-up, so request buffers freed",
+        "together stay in the heap instead of being faulted in again",
+        "([ADR 0049](adr/0049-the-heap-keeps-request-sized-buffers.md)).",
+        "Setting `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or either in `GLIBC_TUNABLES` leaves",
+        "malloc to that choice; the broker's log says which applies (`malloc: ...`).",
+        "",
         "| broker property | topic override | default | meaning |",
         "|---|---|---|---|",
     ]
