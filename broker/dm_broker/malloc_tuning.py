@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import platform
 from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
@@ -40,13 +39,20 @@ def chosen_by_environment(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def is_glibc() -> bool:
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError):  # the name is unknown where the C library is not GNU's
+        return False
+
+
 def tune_malloc(environ: Mapping[str, str] = os.environ) -> str:
     """Fixes both thresholds (fixing either alone turns off glibc's adjustment of both, and with the
     other at its default the broker faults more than before). Returns what was done, for the log."""
     chosen = chosen_by_environment(environ)
     if chosen is not None:
         outcome = f"left to the environment ({chosen})"
-    elif platform.libc_ver()[0] != "glibc":
+    elif not is_glibc():
         outcome = "left alone: the C library is not glibc"
     else:
         libc = ctypes.CDLL(None)

@@ -8,7 +8,6 @@ until memory is given back."""
 
 from __future__ import annotations
 
-import platform
 import socket
 import struct
 import time
@@ -18,6 +17,7 @@ from contextlib import contextmanager
 import pytest
 from clients import ConfluentClient, Deliveries
 from confluent_kafka import Producer
+from dm_broker.malloc_tuning import is_glibc
 from group_clients import wait_for
 from harness import BrokerProcess
 from test_fuzz_auth import rss_mb
@@ -156,7 +156,7 @@ def produce_megabyte_batches(bootstrap: str, topic: str, count: int) -> None:
     assert not deliveries.failed and len(deliveries.acked) == count, deliveries.failed[:3]
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
+@pytest.mark.skipif(not is_glibc(), reason="the thresholds are glibc's")
 @pytest.mark.parametrize("environ, bound", [
     # dm's own thresholds (ADR 0049): the heap keeps the request buffers once it has grown.
     ({}, lambda per_record: per_record < 0.05),

@@ -4,14 +4,13 @@ they stay in the heap. Each case runs in a fresh interpreter, whose heap has no 
 
 from __future__ import annotations
 
-import platform
 import subprocess
 import sys
 
 import pytest
-from dm_broker.malloc_tuning import chosen_by_environment, tune_malloc
+from dm_broker.malloc_tuning import chosen_by_environment, is_glibc, tune_malloc
 
-glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+glibc_only = pytest.mark.skipif(not is_glibc(), reason="mallopt is glibc's")
 
 BURSTS = """
 import resource, sys
