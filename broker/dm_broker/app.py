@@ -177,7 +177,7 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
                               broker.logs.connection_budget)
     if rest is not None:
         rest.quotas = quotas
-    runner: web.AppRunner | None = None
+    site: BudgetedSite | None = None  # health, metrics
     http_port = config["http.port"]
     if http_port >= 0:
         runner = web.AppRunner(make_app(broker), access_log=None)
@@ -192,8 +192,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         # Whose data is this? Asked before a single log is read or written (ADR 0017).
         await until_stopped(broker.check_identity(), stop)
     except (Stopped, IdentityError) as exc:
-        if runner is not None:
-            await runner.cleanup()
+        if site is not None:
+            await site.cleanup()
         await broker.controller.close()
         if isinstance(exc, Stopped):
             log.info("broker %d stopped during start-up", broker.node_id)
@@ -230,8 +230,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         for server in servers:
             await server.close()
         await broker.close()
-        if runner is not None:
-            await runner.cleanup()
+        if site is not None:
+            await site.cleanup()
         if isinstance(exc, IdentityError):
             raise SystemExit(f"dm: broker {broker.node_id} cannot join: {exc}") from None
         log.info("broker %d stopped during start-up", broker.node_id)
@@ -265,9 +265,9 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     for server in servers:
         await server.close()
     await broker.close()
-    if runner is not None:
+    if site is not None:
         with contextlib.suppress(Exception):
-            await runner.cleanup()
+            await site.cleanup()
     if broker.fatal:
         raise SystemExit(f"dm: broker {broker.node_id} stopped: {broker.fatal}")
     log.info("broker %d stopped cleanly", broker.node_id)
@@ -329,7 +329,7 @@ async def serve_controller(config: BrokerConfig, port: int, token: str) -> None:
             await site.start()
         except OSError as exc:
             raise SystemExit(f"dm: cannot start dm controller: port {port}: {exc.strerror}") from None
-        actual = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        actual = runner.addresses[0][1]
         scheme = "https" if context is not None else "http"
         log.info("dm controller ready on %s://%s:%d (%d topics)", scheme, config["listener.host"], actual,
                  len(controller.topics))

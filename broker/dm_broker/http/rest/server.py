@@ -60,7 +60,7 @@ class RestProxy:
         self.producer = RestProducer(broker, self.calls)
         self.consumers = ConsumerRegistry(broker)
         broker.metrics.rest_consumers.set_function(lambda: len(self.consumers.instances))  # read at scrapes
-        self.runners: list[web.AppRunner] = []
+        self.sites: list[BudgetedSite] = []
         self.quotas: ConnectionQuotas | None = None  # the broker's: HTTP connections share its descriptor budget
         self.bound: dict[str, str] = {}  # listener name -> its base URI
         self._tls_tasks: list[asyncio.Task[None]] = []
@@ -75,20 +75,18 @@ class RestProxy:
             await runner.setup()
             tls = self.tls.get(listener.name)
             context = tls.context if tls is not None else None
-            site = web.TCPSite(runner, listener.host or None, listener.port, ssl_context=context) \
-                if self.quotas is None else \
-                BudgetedSite(runner, listener.host or None, listener.port, self.quotas,
-                             self.broker.metrics.connections_refused.labels(listener.name).inc, ssl_context=context)
+            site = BudgetedSite(runner, listener.host or None, listener.port, self.quotas,
+                                self.broker.metrics.connections_refused.labels(listener.name).inc, ssl_context=context)
             try:
                 await site.start()
             except OSError as exc:
-                await runner.cleanup()
+                await site.cleanup()
                 raise ConfigError(f"http.listeners: {listener.name} cannot bind {listener.host or '*'}:"
                                   f"{listener.port}: {exc.strerror}") from None
             port = site.port
             api.base_uri = base.format(port=listener.advertised_port or port)
             self.bound[listener.name] = api.base_uri
-            self.runners.append(runner)
+            self.sites.append(site)
             log.info("REST Proxy on %s (%s)", api.base_uri, self.broker.config["http.authentication.method"])
         # renewed certificates reach new connections (the contexts are updated in place)
         self._tls_tasks = [asyncio.get_running_loop().create_task(tls.keep_current()) for tls in self.tls.values()]
@@ -99,7 +97,7 @@ class RestProxy:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.consumers.close()
-        for runner in self.runners:
+        for site in self.sites:
             with contextlib.suppress(Exception):
-                await runner.cleanup()
+                await site.cleanup()
         await self.calls.close()
