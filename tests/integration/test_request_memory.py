@@ -18,6 +18,7 @@ import pytest
 from clients import ConfluentClient, Deliveries
 from confluent_kafka import Producer
 from dm_broker.malloc_tuning import is_glibc
+from dm_broker.tools.client import produce_waiting
 from group_clients import wait_for
 from harness import BrokerProcess
 from test_fuzz_auth import rss_mb
@@ -145,12 +146,7 @@ def produce_megabyte_batches(bootstrap: str, topic: str, count: int) -> None:
     deliveries = Deliveries()
     value = b"v" * 1024
     for _ in range(count):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0, on_delivery=deliveries)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, value, partition=0, on_delivery=deliveries)
         producer.poll(0)
     assert producer.flush(60) == 0
     assert not deliveries.failed and len(deliveries.acked) == count, deliveries.failed[:3]
