@@ -1,4 +1,4 @@
-"""The three Python Kafka clients (and kcat) over TLS and SASL: a round trip of records through each,
+"""The three Python Kafka clients, KafkaJS (and kcat) over TLS and SASL: a round trip of records through each,
 with Kafka's client settings only — what a user of that client writes."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kafkajs import kafkajs_round_trip
 
 
 @dataclass
@@ -149,7 +151,7 @@ def refused(bootstrap: str, creds: Credentials, timeout: float = 4) -> str:
 
 
 ROUND_TRIPS = {"confluent-kafka": confluent_round_trip, "kafka-python": kafka_python_round_trip,
-               "aiokafka": aiokafka_round_trip}
+               "aiokafka": aiokafka_round_trip, "kafkajs": kafkajs_round_trip}
 
 
 def kcat(bootstrap: str, creds: Credentials, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
