@@ -40,16 +40,30 @@ def security(creds: Credentials) -> dict[str, Any]:
     return spec
 
 
-def run(scenario: str, bootstrap: str, creds: Credentials | None = None, timeout: float = 120,
-        **inputs: Any) -> dict[str, Any]:
+def command(scenario: str, bootstrap: str, creds: Credentials | None, inputs: dict[str, Any]) -> list[str]:
+    """The node command line of a scenario; skips the test when Node.js or KafkaJS is missing."""
     node = shutil.which("node")
-    modules = install_dir() / "node_modules"
-    if node is None or not (modules / "kafkajs").is_dir():
+    if node is None or not (install_dir() / "node_modules" / "kafkajs").is_dir():
         pytest.skip(f"KafkaJS {KAFKAJS_VERSION} or Node.js is not installed (scripts/install-tools.sh puts it "
                     f"under {install_dir()})")
     spec = {"scenario": scenario, "brokers": bootstrap.split(","), **(security(creds) if creds else {}), **inputs}
-    done = subprocess.run([node, str(SCRIPT), json.dumps(spec)], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "NODE_PATH": str(modules)})
+    return [node, str(SCRIPT), json.dumps(spec)]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "NODE_PATH": str(install_dir() / "node_modules")}
+
+
+def start(scenario: str, bootstrap: str, creds: Credentials | None = None, **inputs: Any) -> subprocess.Popen[str]:
+    """A scenario left running, its stdout a pipe of JSON lines (produceUntilStopped)."""
+    return subprocess.Popen(command(scenario, bootstrap, creds, inputs), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environment())
+
+
+def run(scenario: str, bootstrap: str, creds: Credentials | None = None, timeout: float = 120,
+        **inputs: Any) -> dict[str, Any]:
+    done = subprocess.run(command(scenario, bootstrap, creds, inputs), capture_output=True, text=True,
+                          timeout=timeout, env=environment())
     if done.returncode != 0:
         raise KafkaJsFailed(done.stderr.strip()[-3000:])
     return json.loads(done.stdout)

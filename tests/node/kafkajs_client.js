@@ -116,7 +116,30 @@ async function refused () {
   return { error: null }
 }
 
-const scenarios = { roundTrip, features, refused }
+// One record at a time to explicit partitions in turn, each `p<partition>-<seq>`, until `stopFile` exists;
+// every acknowledgement is printed at once as a JSON line {partition, offset, value}, every failure as
+// {error, value}, so the caller knows what was acknowledged even if this process dies.
+async function produceUntilStopped () {
+  const producer = client().producer({ idempotent: true, maxInFlightRequests: 1,
+    retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 } })
+  await producer.connect()
+  let seq = 0
+  while (!fs.existsSync(spec.stopFile)) {
+    const partition = seq % spec.partitions
+    const value = `p${partition}-${seq}`
+    try {
+      const [answer] = await producer.send({ topic: spec.topic, acks: -1, timeout: 10000, messages: [{ value, partition }] })
+      process.stdout.write(JSON.stringify({ partition, offset: Number(answer.baseOffset), value }) + '\n')
+    } catch (e) {
+      process.stdout.write(JSON.stringify({ error: `${e.name}: ${e.message}`, value }) + '\n')
+    }
+    seq++
+  }
+  await producer.disconnect()
+  return { done: true }
+}
+
+const scenarios = { roundTrip, features, refused, produceUntilStopped }
 scenarios[spec.scenario]()
   .then(result => { process.stdout.write(JSON.stringify(result)); process.exit(0) })
   .catch(e => { process.stderr.write(`${e.name}: ${e.message}\n${e.stack}\n`); process.exit(1) })

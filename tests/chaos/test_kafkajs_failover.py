@@ -1,0 +1,78 @@
+"""A KafkaJS idempotent producer (acks=all, RF 3, min.insync.replicas=2) while partition leaders are
+SIGKILLed: KafkaJS's own retry and metadata refresh against dm's failover, and no record it was told is
+acknowledged is lost, duplicated or reordered (read back with librdkafka)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from chaos_tools import FAST_FAILURE, assert_nothing_lost, create_topic, fully_replicated, verify
+from group_clients import wait_for
+from harness import Cluster
+from kafkajs import start
+from measurements import note
+
+pytestmark = pytest.mark.timeout(600)
+ROUNDS = 6
+
+
+@dataclass
+class Acknowledged:
+    """What the KafkaJS producer printed, in verify()'s shape: (partition, offset, value, when)."""
+
+    acked: list[tuple[int, int, bytes, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    remaining: int = 0
+
+    def read(self, lines) -> None:
+        for line in lines:
+            answer = json.loads(line)
+            if "error" in answer:
+                self.errors.append(f"{answer['value']}: {answer['error']}")
+            elif "value" in answer:
+                self.acked.append((answer["partition"], answer["offset"], answer["value"].encode(), time.monotonic()))
+
+    def first_ack_after(self, partition: int, moment: float, timeout: float = 60) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            after = [at for p, _, _, at in self.acked[-2000:] if p == partition and at > moment]
+            if after:
+                return min(after) - moment
+            time.sleep(0.01)
+        raise AssertionError(f"no acknowledgement on partition {partition} within {timeout}s of the kill")
+
+
+def test_kafkajs_producer_loses_nothing_when_leaders_die(tmp_path: Path):
+    stop = tmp_path / "stop"
+    with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
+        create_topic(cluster, "js", 3)
+        producer = start("produceUntilStopped", cluster.bootstrap, topic="js", partitions=3, stopFile=str(stop))
+        acks = Acknowledged()
+        reader = threading.Thread(target=acks.read, args=(producer.stdout,), daemon=True)
+        reader.start()
+        try:
+            wait_for(lambda: len(acks.acked) > 200, 60, what="first acknowledgements")
+            failovers = []
+            for round_ in range(ROUNDS):
+                partition = round_ % 3
+                victim = cluster.leader("js", partition)
+                killed_at = time.monotonic()
+                cluster.brokers[victim].kill()
+                failovers.append(acks.first_ack_after(partition, killed_at))
+                cluster.brokers[victim].start()
+                wait_for(lambda: fully_replicated(cluster, "js", 3), timeout=60, what="the ISR back to 3")
+        finally:
+            stop.touch()
+            producer.wait(60)
+            reader.join(10)
+        assert producer.returncode == 0, producer.stderr.read()[-3000:]
+        result = verify(cluster.bootstrap, "js", acks, 3)
+        note(f"[KafkaJS leader SIGKILL] acknowledged {result['acked']}, lost {result['lost']}, duplicated "
+             f"{result['duplicated']}, reordered {result['reordered']}, misplaced {result['misplaced']}; "
+             f"kill→next ack {', '.join(f'{s:.2f}' for s in failovers)} s")
+        assert_nothing_lost(result, acks)
