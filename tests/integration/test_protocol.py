@@ -325,6 +325,31 @@ async def test_a_batch_with_malformed_records_is_refused_and_consumers_read_on(b
     assert [(g.offset, g.value) for g in got] == [(0, b"before"), (1, b"after")]
 
 
+@pytest.mark.parametrize("codec", [3, 1], ids=["lz4", "gzip"])
+async def test_inner_offsets_of_a_compressed_batch_are_renumbered(broker, topic_name, codec):
+    """A compressed batch whose records all carry the offset delta 0: Kafka's LogValidator renumbers such a
+    batch's records; an uncompressed one is refused (INVALID_RECORD). Consumers then find each record at
+    its own offset."""
+    from clients import ConfluentClient
+    from dm_broker.log.records import HEADER_SIZE, compress, parse_header, with_payload
+
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    body = b"".join(batch([value])[HEADER_SIZE:] for value in (b"a", b"b", b"c"))  # deltas 0, 0, 0
+    header = parse_header(batch([b"a", b"b", b"c"], codec=codec))
+    resp = await conn.request(produce_request(topic_name, 0, with_payload(header, body, header.attributes & ~7, 3)))
+    part = resp.responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.invalid_record and "offset delta 0, not 1" in part.error_message
+    resp = await conn.request(produce_request(topic_name, 0, with_payload(header, compress(codec, body),
+                                                                          header.attributes, 3)))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+    resp = await conn.request(produce_request(topic_name, 0, batch([b"d"], codec=codec)))
+    assert resp.responses[0].partition_responses[0].base_offset == 3
+    await conn.close()
+    got = await asyncio.to_thread(ConfluentClient(f"127.0.0.1:{broker.port}").consume, topic_name, 4, 20)
+    assert [(g.offset, g.value) for g in got] == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+
+
 async def test_a_batch_max_timestamp_is_its_records(broker, topic_name):
     """A producer's batch whose header claims a max timestamp in the year 2100 while its records are from
     now: stored with the records' largest timestamp, as Kafka's LogValidator does. Before, the header was

@@ -13,6 +13,7 @@ from dm_broker.log.records import (
     compress,
     decode_records,
     parse_header,
+    renumbered,
     set_max_timestamp,
     validate_batches,
     with_payload,
@@ -71,10 +72,32 @@ def test_malformed_records_are_refused(codec):
 
 def test_offset_deltas_run_from_zero():
     """A consumer takes a record's offset from its delta: deltas that do not run 0, 1, 2, … would show
-    offsets the log does not have."""
+    offsets the log does not have. Kafka refuses them in an uncompressed batch and renumbers a compressed
+    batch's records, so check_records says a compressed batch needs it."""
     first, second = _body([(b"a", b"1", [])]), _body([(b"b", b"2", [])])
     with pytest.raises(InvalidRecordError, match="offset delta 0, not 1"):
         check_records(_with_records(first + second, 2))  # both records say delta 0
+    for codec in CODECS[1:]:
+        assert check_records(_with_records(first + second, 2, codec)).renumber
+        assert not check_records(build_batch([(b"a", b"1", [])] * 2, timestamp_ms=1, codec=codec)).renumber
+
+
+@pytest.mark.parametrize("codec", CODECS[1:])
+def test_a_compressed_batch_is_renumbered_and_nothing_else_changes(codec):
+    records = [(b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)]) for i in range(3)]
+    good = build_batch(records, timestamp_ms=1_000, timestamp_deltas=[0, 5, 2], codec=codec, producer_id=9,
+                       producer_epoch=2, base_sequence=40)
+    body = b"".join(_body([r]) for r in records)  # three records whose deltas all say 0
+    bad = with_payload(parse_header(good), compress(codec, body), parse_header(good).attributes, 3)
+    fixed = renumbered(bad)
+    assert not check_records(fixed).renumber
+    got, want = parse_header(fixed), parse_header(bad)
+    assert (got.producer_id, got.producer_epoch, got.base_sequence, got.records_count, got.compression,
+            got.last_offset_delta) == (9, 2, 40, 3, codec, 2)
+    assert got.base_timestamp == want.base_timestamp and got.max_timestamp == want.max_timestamp
+    assert [(r.offset, r.key, r.value, r.headers) for r in decode_records(fixed)] == \
+        [(i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)]) for i in range(3)]
+    assert [r.timestamp for r in decode_records(fixed)] == [r.timestamp for r in decode_records(bad)]
 
 
 def test_a_header_key_that_is_not_utf8_is_taken_as_kafka_takes_it():

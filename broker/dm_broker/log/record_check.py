@@ -59,6 +59,9 @@ class RecordSummary:
     largest_timestamp: int
     timestamps: list[int] = field(default_factory=list)  # record i's, when details were asked for
     keyless: list[int] = field(default_factory=list)  # indices of the records without a key, likewise
+    # A compressed batch whose offset deltas do not run 0, 1, 2, …: Kafka renumbers such a batch's records
+    # (records.renumbered) where it refuses an uncompressed one.
+    renumber: bool = False
 
 
 def _readable_in_place(batch: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
@@ -95,8 +98,9 @@ def _padded_copy(batch: bytes | bytearray | memoryview, header: BatchHeader, lim
 def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMPRESSED_BYTES,
                   details: bool = False) -> RecordSummary:
     """Raises InvalidRecordError unless the batch's records are exactly `records_count` well-formed
-    records whose offset deltas run 0, 1, 2, … and that fill the batch, with no byte after them; a
-    compressed batch decompresses to at most `limit` bytes (DecompressedTooLargeError past it). Returns
+    records that fill the batch, with no byte after them, and whose offset deltas run 0, 1, 2, … (a
+    compressed batch's may not: `renumber` says so); a compressed batch decompresses to at most `limit`
+    bytes (DecompressedTooLargeError past it). Returns
     the records' largest timestamp, which Kafka writes into the batch's max timestamp whatever the
     producer put there, and with `details` every record's timestamp and which have no key."""
     header = parse_header(batch)
@@ -105,8 +109,10 @@ def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMP
     try:
         for i, record in enumerate(DefaultRecordBatch(records)):
             if record.offset - header.base_offset != i:
-                raise InvalidRecordError(f"record {i} of the batch has the offset delta "
-                                         f"{record.offset - header.base_offset}, not {i}")
+                if not header.compression:
+                    raise InvalidRecordError(f"record {i} of the batch has the offset delta "
+                                             f"{record.offset - header.base_offset}, not {i}")
+                summary.renumber = True
             if record.timestamp > summary.largest_timestamp:
                 summary.largest_timestamp = record.timestamp
             if details:
@@ -120,6 +126,11 @@ def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMP
         raise
     except Exception:  # e.g. a header key that is not UTF-8, which Kafka takes as it is
         decoded = decode_records(bytes(batch))  # dm's own decoder decides (and raises InvalidRecordError)
+        deltas = [r.offset - header.base_offset for r in decoded]
+        misplaced = next((i for i, delta in enumerate(deltas) if delta != i), None)
+        if misplaced is not None and not header.compression:
+            raise InvalidRecordError(f"record {misplaced} of the batch has the offset delta {deltas[misplaced]}, "
+                                     f"not {misplaced}") from None
         return RecordSummary(max(r.timestamp for r in decoded), [r.timestamp for r in decoded],
-                             [i for i, r in enumerate(decoded) if r.key is None])
+                             [i for i, r in enumerate(decoded) if r.key is None], misplaced is not None)
     return summary

@@ -21,6 +21,7 @@ from ...log.records import (
     InvalidRecordError,
     RecordTooLargeError,
     parse_header,
+    renumbered,
     set_max_timestamp,
     validate_batches,
 )
@@ -131,6 +132,11 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             await _verify(ctx, req.transactional_id, topic, part, header)
         limits = timestamps.window(settings)
         summary = await _checked(header, records, details=settings.compacted or limits is not None)  # ADR 0048
+        if summary.renumber:  # a compressed batch whose inner offsets do not run on: renumbered, as Kafka does
+            records = renumbered(bytes(records)) if len(records) < recompress.INLINE_BELOW else \
+                await asyncio.to_thread(renumbered, bytes(records))
+            headers = validate_batches(records, settings["max.message.bytes"])
+            header = headers[0]
         if summary.largest_timestamp != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
             # As Kafka's LogValidator: the batch's max timestamp is its records' (the time index and time
             # retention go by it), whatever the producer wrote there.
