@@ -32,7 +32,44 @@ def fully_replicated(cluster: Cluster, topic: str, partitions: int) -> bool:
     return all(len(md[p]["isr"]) == 3 and md[p]["leader"] >= 0 for p in range(partitions))
 
 
-class SequenceProducer(threading.Thread):
+class AckTimes:
+    """A producer's acknowledgements (partition, offset, value, ack time) and when each value was produced."""
+
+    acked: list[tuple[int, int, bytes, float]]
+    produced_at: dict[bytes, float]
+
+    def first_ack_after(self, partition: int, moment: float, timeout: float = 60) -> float:
+        """Seconds from `moment` (a failure) to the acknowledgement of the first record on
+        `partition` that was produced after it — the time to the next successful produce. (A
+        delivery report seen just after the failure may belong to an answer sent before it.)"""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            after = [at for p, _, v, at in self.acked[-20000:]
+                     if p == partition and self.produced_at.get(v, 0) > moment]
+            if after:
+                return min(after) - moment
+            time.sleep(0.05)
+        raise AssertionError(f"no record produced after the failure was acknowledged on partition {partition}")
+
+
+def kill_leaders_in_turn(cluster: Cluster, topic: str, partitions: int, rounds: int, load: AckTimes) -> list[float]:
+    """SIGKILLs the leader of partition 0, 1, … in turn, `rounds` times, restarting it and waiting for every
+    ISR to be whole again each time; the seconds from each kill to `load`'s next acknowledgement there."""
+    from group_clients import wait_for
+
+    failovers = []
+    for round_ in range(rounds):
+        partition = round_ % partitions
+        victim = cluster.leader(topic, partition)
+        killed_at = time.monotonic()
+        cluster.brokers[victim].kill()
+        failovers.append(load.first_ack_after(partition, killed_at))
+        cluster.brokers[victim].start()
+        wait_for(lambda: fully_replicated(cluster, topic, partitions), timeout=60, what="the ISR back to 3")
+    return failovers
+
+
+class SequenceProducer(threading.Thread, AckTimes):
     """Idempotent acks=all producer of "p<partition>-<seq>" values; records every ack with its time."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate_pause: float = 0.0005,
@@ -80,19 +117,6 @@ class SequenceProducer(threading.Thread):
                 pass
             self.producer.poll(self.pause if seq % 50 else 0.005)
         self.remaining = self.producer.flush(120)
-
-    def first_ack_after(self, partition: int, moment: float, timeout: float = 60) -> float:
-        """Seconds from `moment` (a failure) to the acknowledgement of the first record on
-        `partition` that was produced after it — the time to the next successful produce. (A
-        delivery report seen just after the failure may belong to an answer sent before it.)"""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            after = [at for p, _, v, at in self.acked[-20000:]
-                     if p == partition and self.produced_at.get(v, 0) > moment]
-            if after:
-                return min(after) - moment
-            time.sleep(0.05)
-        raise AssertionError(f"no record produced after the failure was acknowledged on partition {partition}")
 
 
 @contextlib.contextmanager

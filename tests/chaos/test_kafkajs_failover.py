@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from chaos_tools import FAST_FAILURE, assert_nothing_lost, create_topic, fully_replicated, verify
+from chaos_tools import FAST_FAILURE, AckTimes, assert_nothing_lost, create_topic, kill_leaders_in_turn, verify
 from group_clients import wait_for
 from harness import Cluster
 from kafkajs import start
@@ -22,29 +22,23 @@ ROUNDS = 6
 
 
 @dataclass
-class Acknowledged:
+class Acknowledged(AckTimes):
     """What the KafkaJS producer printed, in verify()'s shape: (partition, offset, value, when)."""
 
     acked: list[tuple[int, int, bytes, float]] = field(default_factory=list)
+    produced_at: dict[bytes, float] = field(default_factory=dict)  # when its send began
     errors: list[str] = field(default_factory=list)
     remaining: int = 0
 
     def read(self, lines) -> None:
         for line in lines:
             answer = json.loads(line)
-            if "error" in answer:
+            if "sending" in answer:
+                self.produced_at[answer["sending"].encode()] = time.monotonic()
+            elif "error" in answer:
                 self.errors.append(f"{answer['value']}: {answer['error']}")
             elif "value" in answer:
                 self.acked.append((answer["partition"], answer["offset"], answer["value"].encode(), time.monotonic()))
-
-    def first_ack_after(self, partition: int, moment: float, timeout: float = 60) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            after = [at for p, _, _, at in self.acked[-2000:] if p == partition and at > moment]
-            if after:
-                return min(after) - moment
-            time.sleep(0.01)
-        raise AssertionError(f"no acknowledgement on partition {partition} within {timeout}s of the kill")
 
 
 def test_kafkajs_producer_loses_nothing_when_leaders_die(tmp_path: Path):
@@ -57,15 +51,7 @@ def test_kafkajs_producer_loses_nothing_when_leaders_die(tmp_path: Path):
         reader.start()
         try:
             wait_for(lambda: len(acks.acked) > 200, 60, what="first acknowledgements")
-            failovers = []
-            for round_ in range(ROUNDS):
-                partition = round_ % 3
-                victim = cluster.leader("js", partition)
-                killed_at = time.monotonic()
-                cluster.brokers[victim].kill()
-                failovers.append(acks.first_ack_after(partition, killed_at))
-                cluster.brokers[victim].start()
-                wait_for(lambda: fully_replicated(cluster, "js", 3), timeout=60, what="the ISR back to 3")
+            failovers = kill_leaders_in_turn(cluster, "js", 3, ROUNDS, acks)
         finally:
             stop.touch()
             producer.wait(60)

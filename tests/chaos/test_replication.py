@@ -15,6 +15,7 @@ from chaos_tools import (
     assert_nothing_lost,
     create_topic,
     fully_replicated,
+    kill_leaders_in_turn,
     sequence_load,
     verify,
     wait_replicas_identical,
@@ -41,16 +42,8 @@ def report(name: str, result: dict, failovers: list[float]) -> None:
 def test_leader_sigkill_rounds(tmp_path: Path):
     with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
         create_topic(cluster, "ha", 3)
-        failovers = []
         with sequence_load(cluster.bootstrap, "ha", 3, warmup=500) as producer:
-            for round_ in range(ROUNDS):
-                partition = round_ % 3
-                victim = cluster.leader("ha", partition)
-                killed_at = time.monotonic()
-                cluster.brokers[victim].kill()
-                failovers.append(producer.first_ack_after(partition, killed_at))
-                cluster.brokers[victim].start()
-                wait_for(lambda: fully_replicated(cluster, "ha", 3), timeout=60, what="the ISR back to 3")
+            failovers = kill_leaders_in_turn(cluster, "ha", 3, ROUNDS, producer)
         result = verify(cluster.bootstrap, "ha", producer, 3)
         report("leader SIGKILL", result, failovers)
         assert_nothing_lost(result, producer)

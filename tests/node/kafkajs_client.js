@@ -116,9 +116,10 @@ async function refused () {
   return { error: null }
 }
 
-// One record at a time to explicit partitions in turn, each `p<partition>-<seq>`, until `stopFile` exists;
-// every acknowledgement is printed at once as a JSON line {partition, offset, value}, every failure as
-// {error, value}, so the caller knows what was acknowledged even if this process dies.
+// One record at a time to explicit partitions in turn, each `p<partition>-<seq>`, until `stopFile` exists.
+// Printed at once as JSON lines: {sending: value} before each send, {partition, offset, value} for each
+// acknowledgement, {error, value} for each failure, so the caller knows what was acknowledged even if this
+// process dies.
 async function produceUntilStopped () {
   const producer = client().producer({ idempotent: true, maxInFlightRequests: 1,
     retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 } })
@@ -127,6 +128,7 @@ async function produceUntilStopped () {
   while (!fs.existsSync(spec.stopFile)) {
     const partition = seq % spec.partitions
     const value = `p${partition}-${seq}`
+    process.stdout.write(JSON.stringify({ sending: value }) + '\n')
     try {
       const [answer] = await producer.send({ topic: spec.topic, acks: -1, timeout: 10000, messages: [{ value, partition }] })
       process.stdout.write(JSON.stringify({ partition, offset: Number(answer.baseOffset), value }) + '\n')
