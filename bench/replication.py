@@ -79,9 +79,13 @@ class LocalCluster:
         for o in self.overrides:
             cmd += ["--override", o]
         self.controller = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=_log_sink("controller"))
-        wait_port(self.cport)
-        for i in range(len(self.ports)):
-            self.start_broker(i)
+        try:
+            wait_port(self.cport)
+            for i in range(len(self.ports)):
+                self.start_broker(i)
+        except BaseException:
+            self.__exit__()  # what started must not outlive a failed start (it did once, holding ports)
+            raise
         time.sleep(1)
         return self
 
@@ -95,7 +99,10 @@ class LocalCluster:
         for p in self.procs.values():
             p.send_signal(signal.SIGTERM)
         for p in self.procs.values():
-            p.wait(30)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
         if self.controller:
             self.controller.terminate()
             try:
