@@ -9,7 +9,9 @@ windows need, so produce reads a batch's records once."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -105,32 +107,35 @@ def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMP
     producer put there, and with `details` every record's timestamp and which have no key."""
     header = parse_header(batch)
     records = memoryview(batch) if _readable_in_place(batch, header) else _padded_copy(batch, header, limit)
-    summary = RecordSummary(-1)
     try:
-        for i, record in enumerate(DefaultRecordBatch(records)):
-            if record.offset - header.base_offset != i:
-                if not header.compression:
-                    raise InvalidRecordError(f"record {i} of the batch has the offset delta "
-                                             f"{record.offset - header.base_offset}, not {i}")
-                summary.renumber = True
-            if record.timestamp > summary.largest_timestamp:
-                summary.largest_timestamp = record.timestamp
-            if details:
-                summary.timestamps.append(record.timestamp)
-                if record.key is None:
-                    summary.keyless.append(i)
+        return _summarise(DefaultRecordBatch(records), header, details)
     except CorruptRecordException as exc:
         why = exc.args[0] if exc.args else type(exc).__name__
         raise InvalidRecordError(f"the batch's records are malformed: {why}") from None
     except InvalidRecordError:
         raise
     except Exception:  # e.g. a header key that is not UTF-8, which Kafka takes as it is
-        decoded = decode_records(bytes(batch))  # dm's own decoder decides (and raises InvalidRecordError)
-        deltas = [r.offset - header.base_offset for r in decoded]
-        misplaced = next((i for i, delta in enumerate(deltas) if delta != i), None)
-        if misplaced is not None and not header.compression:
-            raise InvalidRecordError(f"record {misplaced} of the batch has the offset delta {deltas[misplaced]}, "
-                                     f"not {misplaced}") from None
-        return RecordSummary(max(r.timestamp for r in decoded), [r.timestamp for r in decoded],
-                             [i for i, r in enumerate(decoded) if r.key is None], misplaced is not None)
-    return summary
+        # dm's own decoder decides (and raises InvalidRecordError); its records read the same way
+        return _summarise(decode_records(bytes(batch)), header, details)
+
+
+def _summarise(records: Iterable[Any], header: BatchHeader, details: bool) -> RecordSummary:
+    """One pass over the batch's records (aiokafka's, or dm's decoder's: both have offset, timestamp and
+    key), with what it reads per record kept in locals: this runs for every produced record."""
+    base = expected = header.base_offset
+    largest, timestamps, keyless, renumber = -1, [], [], False
+    for record in records:
+        if record.offset != expected:
+            if not header.compression:
+                raise InvalidRecordError(f"record {expected - base} of the batch has the offset delta "
+                                         f"{record.offset - base}, not {expected - base}")
+            renumber = True
+        timestamp = record.timestamp
+        if timestamp > largest:
+            largest = timestamp
+        if details:
+            timestamps.append(timestamp)
+            if record.key is None:
+                keyless.append(expected - base)
+        expected += 1
+    return RecordSummary(largest, timestamps, keyless, renumber)
