@@ -8,6 +8,8 @@ idempotence and transactions see the same batch. Large batches are recompressed 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from .records import (
     COMPRESSION_MASK,
@@ -40,7 +42,13 @@ def recompress_batch(batch: bytes | bytearray | memoryview, codec: int, level: i
     return with_payload(header, compress(codec, raw, level), attributes, header.records_count)
 
 
-async def recompress(batch: bytes | bytearray | memoryview, codec: int, level: int | None) -> bytes:
+async def rewritten(rewrite: Callable[..., bytes], batch: bytes | bytearray | memoryview, *args: Any) -> bytes:
+    """`rewrite(batch, *args)` (a producer's batch re-encoded: recompressed, renumbered) inline when the batch
+    is small, since a thread hop costs more, and in a worker thread otherwise."""
     if len(batch) < INLINE_BELOW:
-        return recompress_batch(batch, codec, level)
-    return await asyncio.to_thread(recompress_batch, bytes(batch), codec, level)
+        return rewrite(batch, *args)
+    return await asyncio.to_thread(rewrite, bytes(batch), *args)
+
+
+async def recompress(batch: bytes | bytearray | memoryview, codec: int, level: int | None) -> bytes:
+    return await rewritten(recompress_batch, batch, codec, level)

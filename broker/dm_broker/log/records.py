@@ -444,7 +444,7 @@ def build_batch(
     return bytes(out)
 
 
-def renumbered(batch: bytes) -> bytes:
+def renumbered(batch: bytes | bytearray | memoryview) -> bytes:
     """The batch with its records' offset deltas set to 0, 1, 2, …, everything else as it was (Kafka's
     LogValidator does this to a compressed batch whose inner offsets do not run on; ADR 0048)."""
     header = parse_header(batch)
@@ -454,7 +454,7 @@ def renumbered(batch: bytes) -> bytes:
     return rebuild_batch(batch, records)
 
 
-def rebuild_batch(original: bytes, kept: list[Record]) -> bytes:
+def rebuild_batch(original: bytes | bytearray | memoryview, kept: list[Record]) -> bytes:
     """The same batch with only `kept` records (compaction): base offset, last offset delta,
     timestamps, producer fields and codec stay, so offsets and producer state are unchanged."""
     header = parse_header(original)

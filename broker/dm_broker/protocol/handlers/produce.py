@@ -133,8 +133,7 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
         limits = timestamps.window(settings)
         summary = await _checked(header, records, details=settings.compacted or limits is not None)  # ADR 0048
         if summary.renumber:  # a compressed batch whose inner offsets do not run on: renumbered, as Kafka does
-            records = renumbered(bytes(records)) if len(records) < recompress.INLINE_BELOW else \
-                await asyncio.to_thread(renumbered, bytes(records))
+            records = await recompress.rewritten(renumbered, records)
             headers = validate_batches(records, settings["max.message.bytes"])
             header = headers[0]
         if summary.largest_timestamp != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
