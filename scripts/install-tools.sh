@@ -26,17 +26,22 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "install-tools: cannot install ${need[*]} (needs root and apt-get); dependent tests will skip" >&2
   fi
 fi
-# KafkaJS from the npm registry, pinned (tests/kafkajs.py names the version), cached with the other test tools.
-kafkajs_version=$(sed -n 's/^KAFKAJS_VERSION = "\(.*\)".*/\1/p' tests/kafkajs.py)
-kafkajs_dir=${DM_KAFKAJS_DIR:-$HOME/.cache/dm-testbed/kafkajs}
-if command -v npm >/dev/null 2>&1 && \
-   ! grep -qs "\"version\": \"$kafkajs_version\"" "$kafkajs_dir/node_modules/kafkajs/package.json"; then
-  echo "install-tools: installing kafkajs@$kafkajs_version into $kafkajs_dir"
-  mkdir -p "$kafkajs_dir"
-  [ -f "$kafkajs_dir/package.json" ] || echo '{"name": "dm-test-tools", "private": true}' > "$kafkajs_dir/package.json"
-  (cd "$kafkajs_dir" && npm install --no-audit --no-fund --silent "kafkajs@$kafkajs_version" >/dev/null 2>&1) \
-    || echo "install-tools: npm install kafkajs failed; the KafkaJS tests will skip" >&2
-fi
+# Kafka clients written in JavaScript, from the npm registry, pinned (the test module named with each says
+# which version), cached with the other test tools: KafkaJS and @platformatic/kafka.
+install_npm_pinned() {  # package, version, directory
+  if command -v npm >/dev/null 2>&1 && \
+     ! grep -qs "\"version\": \"$2\"" "$3/node_modules/$1/package.json"; then
+    echo "install-tools: installing $1@$2 into $3"
+    mkdir -p "$3"
+    [ -f "$3/package.json" ] || echo '{"name": "dm-test-tools", "private": true}' > "$3/package.json"
+    (cd "$3" && npm install --no-audit --no-fund --silent --engine-strict=false "$1@$2" >/dev/null 2>&1) \
+      || echo "install-tools: npm install $1 failed; the tests with it will skip" >&2
+  fi
+}
+install_npm_pinned kafkajs "$(sed -n 's/^KAFKAJS_VERSION = "\(.*\)".*/\1/p' tests/kafkajs.py)" \
+  "${DM_KAFKAJS_DIR:-$HOME/.cache/dm-testbed/kafkajs}"
+install_npm_pinned @platformatic/kafka "$(sed -n 's/^PLATFORMATIC_VERSION = "\(.*\)".*/\1/p' tests/platformatic.py)" \
+  "${DM_PLATFORMATIC_DIR:-$HOME/.cache/dm-testbed/platformatic-kafka}"
 # promtool (Debian's prometheus package) unit-tests the alert rules in deploy/prometheus; its
 # recommendations (exporters, the web console) are not needed.
 if ! command -v promtool >/dev/null 2>&1; then

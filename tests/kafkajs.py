@@ -1,31 +1,16 @@
 """KafkaJS, a Kafka client implemented from the protocol in JavaScript (neither librdkafka nor the Java
-client), driven through tests/node/kafkajs_client.js. scripts/install-tools.sh installs Node.js and the
-pinned KafkaJS into the test tools' cache; without them these tests skip, saying so."""
+client), driven through tests/node/kafkajs_client.js (node_clients.py runs it)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
+from node_clients import NodeClient
 
 if TYPE_CHECKING:
     from secure_clients import Credentials
 
 KAFKAJS_VERSION = "2.2.4"  # scripts/install-tools.sh installs this one
-SCRIPT = Path(__file__).parent / "node" / "kafkajs_client.js"
-
-
-class KafkaJsFailed(Exception):
-    """The client's scenario threw: its message and stack."""
-
-
-def install_dir() -> Path:
-    return Path(os.environ.get("DM_KAFKAJS_DIR", Path.home() / ".cache" / "dm-testbed" / "kafkajs"))
 
 
 def security(creds: Credentials) -> dict[str, Any]:
@@ -40,33 +25,8 @@ def security(creds: Credentials) -> dict[str, Any]:
     return spec
 
 
-def command(scenario: str, bootstrap: str, creds: Credentials | None, inputs: dict[str, Any]) -> list[str]:
-    """The node command line of a scenario; skips the test when Node.js or KafkaJS is missing."""
-    node = shutil.which("node")
-    if node is None or not (install_dir() / "node_modules" / "kafkajs").is_dir():
-        pytest.skip(f"KafkaJS {KAFKAJS_VERSION} or Node.js is not installed (scripts/install-tools.sh puts it "
-                    f"under {install_dir()})")
-    spec = {"scenario": scenario, "brokers": bootstrap.split(","), **(security(creds) if creds else {}), **inputs}
-    return [node, str(SCRIPT), json.dumps(spec)]
-
-
-def environment() -> dict[str, str]:
-    return {**os.environ, "NODE_PATH": str(install_dir() / "node_modules")}
-
-
-def start(scenario: str, bootstrap: str, creds: Credentials | None = None, **inputs: Any) -> subprocess.Popen[str]:
-    """A scenario left running, its stdout a pipe of JSON lines (produceUntilStopped)."""
-    return subprocess.Popen(command(scenario, bootstrap, creds, inputs), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=environment())
-
-
-def run(scenario: str, bootstrap: str, creds: Credentials | None = None, timeout: float = 120,
-        **inputs: Any) -> dict[str, Any]:
-    done = subprocess.run(command(scenario, bootstrap, creds, inputs), capture_output=True, text=True,
-                          timeout=timeout, env=environment())
-    if done.returncode != 0:
-        raise KafkaJsFailed(done.stderr.strip()[-3000:])
-    return json.loads(done.stdout)
+KAFKAJS = NodeClient("kafkajs", KAFKAJS_VERSION, "kafkajs_client.js", "kafkajs", "DM_KAFKAJS_DIR", security)
+run = KAFKAJS.run
 
 
 def kafkajs_round_trip(bootstrap: str, creds: Credentials, topic: str, values: list[bytes]) -> list[bytes]:

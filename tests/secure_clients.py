@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafkajs import kafkajs_round_trip
+from platformatic import platformatic_round_trip
 
 
 @dataclass
@@ -151,7 +152,8 @@ def refused(bootstrap: str, creds: Credentials, timeout: float = 4) -> str:
 
 
 ROUND_TRIPS = {"confluent-kafka": confluent_round_trip, "kafka-python": kafka_python_round_trip,
-               "aiokafka": aiokafka_round_trip, "kafkajs": kafkajs_round_trip}
+               "aiokafka": aiokafka_round_trip, "kafkajs": kafkajs_round_trip,
+               "platformatic": platformatic_round_trip}
 
 
 def kcat(bootstrap: str, creds: Credentials, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -158,6 +158,46 @@ async def test_idempotent_retry_is_deduplicated(broker, topic_name):
     await conn.close()
 
 
+def init_producer_id(producer_id: int, epoch: int, transactional_id: str | None = None):
+    return make(request_class(22, 4), transactional_id=transactional_id,
+                transaction_timeout=datetime.timedelta(seconds=60), producer_id=producer_id, producer_epoch=epoch)
+
+
+async def test_an_idempotent_producer_naming_a_producer_id_gets_a_new_one(broker, topic_name):
+    """Without a transactional id, InitProducerId answers a new producer id whatever id and epoch the
+    request names, as Kafka does. @platformatic/kafka names producer 0 epoch 0 in every first request;
+    dm used to bump the named epoch, so two such producers shared producer 0, and the second one's first
+    batch (sequence 0, like the first one's) was acknowledged as a duplicate and never written."""
+    conn = await connect(broker)
+    await create(conn, topic_name)
+    answers = [await conn.request(init_producer_id(0, 0)) for _ in range(2)]
+    answers.append(await conn.request(init_producer_id(-1, -1)))
+    assert [a.error_code for a in answers] == [ErrorCode.none] * 3
+    assert len({a.producer_id for a in answers}) == 3 and {a.producer_epoch for a in answers} == {0}
+    offsets = []
+    for n, answer in enumerate(answers[:2]):
+        resp = await conn.request(produce_request(topic_name, 0, batch([b"%d" % n] * 3, answer.producer_id,
+                                                                        answer.producer_epoch, 0)))
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.none
+        offsets.append(part.base_offset)
+    assert offsets == [0, 3]
+    fetched = await conn.request(fetch_request(topic_name, 0, 0))
+    data = fetched.responses[0].partitions[0].records
+    values = [r.value for _, h in iter_batches(data) for r in decode_records(data[_ : _ + h.size])]
+    assert values == [b"0"] * 3 + [b"1"] * 3
+    await conn.close()
+
+
+@pytest.mark.parametrize("transactional_id", [None, "half-named"])
+async def test_init_producer_id_naming_an_id_without_an_epoch_is_invalid(broker, transactional_id):
+    conn = await connect(broker)
+    for producer_id, epoch in ((-1, 0), (7, -1)):
+        answer = await conn.request(init_producer_id(producer_id, epoch, transactional_id))
+        assert (answer.error_code, answer.producer_id) == (ErrorCode.invalid_request, -1)
+    await conn.close()
+
+
 async def test_fetch_long_poll_waits_for_data(broker, topic_name):
     conn = await connect(broker)
     await create(conn, topic_name)

@@ -486,22 +486,24 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> Any
 
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
+    pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
+    if (pid == -1) != (epoch == -1):  # Kafka's rule: a producer id and its epoch, or neither
+        return make(cls, throttle_time=ZERO, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
     if req.transactional_id is not None:
         if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
             return make(cls, throttle_time=ZERO, error_code=ErrorCode.transactional_id_authorization_failed,
                         producer_id=-1, producer_epoch=-1)
-        return await init_transactional_producer(ctx, req)
+        return await init_transactional_producer(ctx, req, None if pid == -1 else (pid, epoch))
     # Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
     if not ctx.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) and \
             not ctx.allowed_any(Operation.WRITE, ResourceType.TOPIC):
         ctx.broker.metrics.authorization_denials.labels(ctx.api).inc()
         return make(cls, throttle_time=ZERO, error_code=ErrorCode.cluster_authorization_failed, producer_id=-1,
                     producer_epoch=-1)
-    pid = getattr(req, "producer_id", -1)
-    epoch = getattr(req, "producer_epoch", -1)
-    if pid >= 0 and 0 <= epoch < 32766:
-        # KIP-360: an idempotent producer bumps its epoch after an unresolved sequence error.
-        return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch + 1)
+    # Without a transactional id nothing says whose a producer id is: an idempotent producer always gets a new
+    # one, whatever id and epoch it names (as Kafka answers; a producer bumping its epoch after a sequence
+    # error, KIP-360, takes the new id). Bumping the named one instead handed one id to two producers, and the
+    # second one's batches were acknowledged as duplicates of the first one's without being written.
     try:
         pid = await ctx.broker.allocate_producer_id()
     except Exception as exc:  # the controller is unreachable: the client retries

@@ -20,12 +20,9 @@ from ..dispatch import RequestContext
 END_TXN_TV2 = 5  # EndTxn from this version on: the epoch is bumped at every transaction end (KIP-890)
 
 
-async def init_transactional_producer(ctx: RequestContext, req: Any) -> Any:
-    """InitProducerId with a transactional id: the coordinator's answer."""
-    expected = None
-    pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
-    if pid >= 0:
-        expected = (pid, epoch)
+async def init_transactional_producer(ctx: RequestContext, req: Any, expected: tuple[int, int] | None) -> Any:
+    """InitProducerId with a transactional id: the coordinator's answer. `expected`: the producer id and epoch
+    the request names (KIP-360), if it names one."""
     timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
     error, pid, epoch = await ctx.broker.txn_coordinator.init_producer_id(req.transactional_id, timeout_ms, expected)
     if error == E.producer_fenced and ctx.version < 4:

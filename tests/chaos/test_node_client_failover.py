@@ -1,6 +1,7 @@
-"""A KafkaJS idempotent producer (acks=all, RF 3, min.insync.replicas=2) while partition leaders are
-SIGKILLed: KafkaJS's own retry and metadata refresh against dm's failover, and no record it was told is
-acknowledged is lost, duplicated or reordered (read back with librdkafka)."""
+"""An idempotent producer of each JavaScript client (KafkaJS, @platformatic/kafka; acks=all, RF 3,
+min.insync.replicas=2) while partition leaders are SIGKILLed: the client's own retry and metadata refresh
+against dm's failover, and no record it was told is acknowledged is lost, duplicated or reordered (read back
+with librdkafka)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from chaos_tools import FAST_FAILURE, AckTimes, assert_nothing_lost, create_topic, kill_leaders_in_turn, verify
 from group_clients import wait_for
 from harness import Cluster
-from kafkajs import start
+from kafkajs import KAFKAJS
 from measurements import note
+from node_clients import NodeClient
+from platformatic import PLATFORMATIC
 
 pytestmark = pytest.mark.timeout(600)
 ROUNDS = 6
@@ -23,7 +26,7 @@ ROUNDS = 6
 
 @dataclass
 class Acknowledged(AckTimes):
-    """What the KafkaJS producer printed, in verify()'s shape: (partition, offset, value, when)."""
+    """What the producer printed, in verify()'s shape: (partition, offset, value, when)."""
 
     acked: list[tuple[int, int, bytes, float]] = field(default_factory=list)
     produced_at: dict[bytes, float] = field(default_factory=dict)  # when its send began
@@ -41,11 +44,12 @@ class Acknowledged(AckTimes):
                 self.acked.append((answer["partition"], answer["offset"], answer["value"].encode(), time.monotonic()))
 
 
-def test_kafkajs_producer_loses_nothing_when_leaders_die(tmp_path: Path):
+@pytest.mark.parametrize("client", [KAFKAJS, PLATFORMATIC], ids=["kafkajs", "platformatic"])
+def test_a_javascript_producer_loses_nothing_when_leaders_die(tmp_path: Path, client: NodeClient):
     stop = tmp_path / "stop"
     with Cluster(tmp_path, 3, FAST_FAILURE) as cluster:
         create_topic(cluster, "js", 3)
-        producer = start("produceUntilStopped", cluster.bootstrap, topic="js", partitions=3, stopFile=str(stop))
+        producer = client.start("produceUntilStopped", cluster.bootstrap, topic="js", partitions=3, stopFile=str(stop))
         acks = Acknowledged()
         reader = threading.Thread(target=acks.read, args=(producer.stdout,), daemon=True)
         reader.start()
@@ -58,7 +62,7 @@ def test_kafkajs_producer_loses_nothing_when_leaders_die(tmp_path: Path):
             reader.join(10)
         assert producer.returncode == 0, producer.stderr.read()[-3000:]
         result = verify(cluster.bootstrap, "js", acks, 3)
-        note(f"[KafkaJS leader SIGKILL] acknowledged {result['acked']}, lost {result['lost']}, duplicated "
+        note(f"[{client.package} leader SIGKILL] acknowledged {result['acked']}, lost {result['lost']}, duplicated "
              f"{result['duplicated']}, reordered {result['reordered']}, misplaced {result['misplaced']}; "
              f"kill→next ack {', '.join(f'{s:.2f}' for s in failovers)} s")
         assert_nothing_lost(result, acks)
