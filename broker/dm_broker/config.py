@@ -90,7 +90,7 @@ class Property:
         if self.kind == "list":
             return ",".join(item.strip() for item in text.split(",") if item.strip())
         if self.kind == "choice" and text not in self.choices:
-            raise ConfigError(f"{self.name} must be one of {', '.join(self.choices)}, got {text!r}")
+            raise ConfigError(f"{self.name} must be one of {', '.join(map(repr, self.choices))}, got {text!r}")
         return text
 
     def render(self, value: Any) -> str:
