@@ -289,6 +289,33 @@ def test_bad_transactional_requests_get_kafkas_errors(broker: BrokerProcess, top
     asyncio.run(go())
 
 
+def test_a_retried_epoch_bump_is_answered_again_and_a_replaced_instance_is_fenced(broker: BrokerProcess,
+                                                                                  topic_name: str):
+    """KIP-360 over the wire: a producer names its epoch to have it bumped; asked again with the same epoch
+    (the first answer lost), the coordinator answers the bumped epoch again instead of fencing the producer,
+    as Kafka's does. Once a new instance initialised the id naming no epoch, neither epoch passes."""
+    create(broker.bootstrap, topic_name)
+    host, port = broker.bootstrap.split(":")
+
+    async def go() -> None:
+        txn = await RawTxnProducer.open(host, int(port), f"retry-{topic_name}", topic_name)
+        try:
+            pid, first = txn.producer_id, txn.epoch
+            answers = []
+            for _ in range(3):  # the bump, then two retries of it
+                resp = await txn.conn.request(init_producer_id(txn.txn_id, producer_id=pid, epoch=first))
+                answers.append((int(resp.error_code), resp.producer_id, resp.producer_epoch))
+            assert answers == [(0, pid, first + 1)] * 3
+            assert await txn.init() == 0 and txn.epoch == first + 2  # a new instance
+            for named in (first, first + 1):
+                resp = await txn.conn.request(init_producer_id(txn.txn_id, producer_id=pid, epoch=named))
+                assert int(resp.error_code) == 90, (named, resp)  # PRODUCER_FENCED
+        finally:
+            await txn.close()
+
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("version", ["classic", "kip-890"])
 def test_a_delayed_write_of_an_ended_transaction_never_lands(broker: BrokerProcess, topic_name: str, version: str):
     """The anomaly Jepsen found in Kafka-compatible systems: a Produce of transaction N held back by the

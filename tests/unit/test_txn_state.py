@@ -33,7 +33,8 @@ def test_a_new_id_gets_epoch_zero_and_every_init_bumps_it():
     meta = txn.prepare_init(fresh(), 30_000, None, now=1, new_producer_id=None)
     assert (meta.producer_id, meta.producer_epoch, meta.state, meta.timeout_ms) == (7, 0, TxnState.EMPTY, 30_000)
     again = txn.prepare_init(meta, 30_000, None, now=2, new_producer_id=None)
-    assert again.producer_epoch == 1 and again.last_producer_epoch == 0
+    # A new instance names no epoch: nothing of the old one's can pass for a retry afterwards.
+    assert again.producer_epoch == 1 and again.last_producer_epoch == txn.NO_EPOCH
 
 
 def test_init_during_an_open_transaction_aborts_it_with_a_bumped_epoch():
@@ -59,6 +60,38 @@ def test_kip_360_an_unknown_producer_is_fenced():
         txn.prepare_init(meta, 30_000, (123, 0), 2, None)
     assert refused.value.code == E.producer_fenced
     assert txn.prepare_init(meta, 30_000, (7, 0), 2, None).producer_epoch == 1
+
+
+def test_kip_360_a_retried_bump_is_answered_with_the_epoch_it_bumped_to():
+    """A producer names its epoch to have it bumped; when the answer is lost and it asks again naming the same
+    epoch, it gets the bumped epoch again instead of being fenced (Kafka's prepareIncrementProducerEpoch)."""
+    meta = txn.prepare_init(fresh(), 30_000, None, 1, None)
+    bumped = txn.prepare_init(meta, 30_000, (7, 0), 2, None)
+    assert (bumped.producer_epoch, bumped.last_producer_epoch) == (1, 0)
+    for now in (3, 4):
+        retried = txn.prepare_init(bumped, 30_000, (7, 0), now, None)
+        assert (retried.producer_id, retried.producer_epoch, retried.state) == (7, 1, TxnState.EMPTY)
+    again = txn.prepare_init(bumped, 30_000, (7, 1), 5, None)
+    assert (again.producer_epoch, again.last_producer_epoch) == (2, 1)
+    with pytest.raises(TxnError) as refused:  # two bumps back: another producer's epoch since
+        txn.prepare_init(again, 30_000, (7, 0), 6, None)
+    assert refused.value.code == E.producer_fenced
+    replaced = txn.prepare_init(again, 30_000, None, 7, None)  # a new instance
+    with pytest.raises(TxnError) as refused:
+        txn.prepare_init(replaced, 30_000, (7, 2), 8, None)
+    assert refused.value.code == E.producer_fenced
+
+
+@pytest.mark.parametrize("how", ["new instance", "timeout"])
+def test_a_fenced_producer_cannot_pass_for_a_retry(how):
+    meta = txn.prepare_add(txn.prepare_init(fresh(), 1_000, None, 0, None), 7, 0, {("a", 0)}, now=10)
+    fenced = txn.prepare_init(meta, 30_000, None, 20, None) if how == "new instance" else \
+        txn.prepare_timeout_abort(meta, now=1_011)
+    assert fenced.state == TxnState.PREPARE_ABORT and fenced.last_producer_epoch == txn.NO_EPOCH
+    aborted = txn.complete(fenced, now=1_020)
+    with pytest.raises(TxnError) as refused:  # the fenced producer's KIP-360 recovery
+        txn.prepare_init(aborted, 30_000, (7, 0), 1_030, None)
+    assert refused.value.code == E.producer_fenced
 
 
 def test_end_commit_then_a_retry_is_answered_as_then():

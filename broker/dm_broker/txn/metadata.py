@@ -94,16 +94,24 @@ def prepare_init(meta: TxnMetadata, timeout_ms: int, expected: tuple[int, int] |
         raise TxnError(E.unknown_server_error, f"{meta.transactional_id} is {meta.state.kafka_name}")
     if expected is not None and meta.producer_epoch != NO_EPOCH and expected[0] == meta.producer_id \
             and expected[1] != meta.producer_epoch:
-        raise TxnError(E.producer_fenced, f"epoch {expected[1]} is not the current epoch {meta.producer_epoch}")
+        if expected[1] != meta.last_producer_epoch or meta.last_producer_epoch == NO_EPOCH:
+            raise TxnError(E.producer_fenced, f"epoch {expected[1]} is not the current epoch {meta.producer_epoch}")
+        # The epoch before the last bump that a producer asked for: a retry of that InitProducerId (its answer
+        # was lost), answered with the epoch it bumped to, not fenced, as Kafka does. Only the producer that
+        # asked for the bump can name that epoch: an init naming no epoch, and a fence, forget it.
+        return meta.copy(timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=set(), start_ms=-1,
+                         last_update_ms=now, fenced=False)
     if meta.epoch_exhausted:
         if new_producer_id is None:
             raise TxnError(E.unknown_server_error, "no producer id to move to")
         return meta.copy(previous_producer_id=meta.producer_id, producer_id=new_producer_id, producer_epoch=0,
                          last_producer_epoch=NO_EPOCH, timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=set(),
                          start_ms=-1, last_update_ms=now, fenced=False)
-    return meta.copy(last_producer_epoch=meta.producer_epoch, producer_epoch=meta.producer_epoch + 1,
-                     timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=set(), start_ms=-1, last_update_ms=now,
-                     fenced=False)
+    # A bump a producer asked for naming its epoch remembers that epoch (a retry of it is recognised above); a
+    # new instance naming none leaves nothing to retry (Kafka's prepareIncrementProducerEpoch).
+    return meta.copy(last_producer_epoch=NO_EPOCH if expected is None else meta.producer_epoch,
+                     producer_epoch=meta.producer_epoch + 1, timeout_ms=timeout_ms, state=TxnState.EMPTY,
+                     partitions=set(), start_ms=-1, last_update_ms=now, fenced=False)
 
 
 def _known_producer(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
@@ -117,7 +125,9 @@ def _fenced_abort(meta: TxnMetadata, now: int) -> TxnMetadata:
     """An ongoing transaction aborted by the coordinator (a new instance of the producer, or its
     timeout): the epoch is bumped, so the old instance's next write is fenced."""
     epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
-    return meta.copy(last_producer_epoch=meta.producer_epoch, producer_epoch=epoch, state=TxnState.PREPARE_ABORT,
+    # The fenced epoch is not remembered as the last one: its producer must not pass for a retry of a bump
+    # (Kafka's prepareFenceProducerEpoch).
+    return meta.copy(last_producer_epoch=NO_EPOCH, producer_epoch=epoch, state=TxnState.PREPARE_ABORT,
                      last_update_ms=now, fenced=True)
 
 
