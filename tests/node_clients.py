@@ -32,7 +32,19 @@ class NodeClient:
     script: str  # under tests/node
     cache_name: str  # under ~/.cache/dm-testbed, unless `dir_variable` names another directory
     dir_variable: str
-    security: Callable[[Credentials], dict[str, Any]]  # the credentials in the client's spelling
+    tls_option: str  # what the client calls its TLS settings ("ssl", "tls")
+    mechanism: Callable[[str], str] = str  # a SASL mechanism's name as the client spells it
+
+    def security(self, creds: Credentials) -> dict[str, Any]:
+        """The credentials in the client's spelling: TLS files by path (the script reads them), SASL."""
+        spec: dict[str, Any] = {}
+        if creds.protocol in ("SSL", "SASL_SSL"):
+            spec[self.tls_option] = {"ca": str(creds.ca), "cert": str(creds.cert) if creds.cert else None,
+                                     "key": str(creds.key) if creds.key else None}
+        if creds.mechanism:
+            spec["sasl"] = {"mechanism": self.mechanism(creds.mechanism), "username": creds.username,
+                            "password": creds.password}
+        return spec
 
     def install_dir(self) -> Path:
         return Path(os.environ.get(self.dir_variable, Path.home() / ".cache" / "dm-testbed" / self.cache_name))
@@ -64,3 +76,9 @@ class NodeClient:
         if done.returncode != 0:
             raise NodeClientFailed(done.stderr.strip()[-3000:])
         return json.loads(done.stdout)
+
+    def round_trip(self, bootstrap: str, creds: Credentials, topic: str, values: list[bytes]) -> list[bytes]:
+        """secure_clients.ROUND_TRIPS's shape: produce `values` (acks=all), read them back in a group (the
+        script's roundTrip scenario)."""
+        got = self.run("roundTrip", bootstrap, creds, topic=topic, values=[v.decode() for v in values])
+        return [v.encode() for v in got["values"]]

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkajs import kafkajs_round_trip
-from platformatic import platformatic_round_trip
+from kafkajs import KAFKAJS
+from platformatic import PLATFORMATIC
 
 
 @dataclass
@@ -152,8 +152,8 @@ def refused(bootstrap: str, creds: Credentials, timeout: float = 4) -> str:
 
 
 ROUND_TRIPS = {"confluent-kafka": confluent_round_trip, "kafka-python": kafka_python_round_trip,
-               "aiokafka": aiokafka_round_trip, "kafkajs": kafkajs_round_trip,
-               "platformatic": platformatic_round_trip}
+               "aiokafka": aiokafka_round_trip, "kafkajs": KAFKAJS.round_trip,
+               "platformatic": PLATFORMATIC.round_trip}
 
 
 def kcat(bootstrap: str, creds: Credentials, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
