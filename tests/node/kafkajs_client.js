@@ -116,27 +116,16 @@ async function refused () {
   return { error: null }
 }
 
-// One record at a time to explicit partitions in turn, each `p<partition>-<seq>`, until `stopFile` exists.
-// Printed at once as JSON lines: {sending: value} before each send, {partition, offset, value} for each
-// acknowledgement, {error, value} for each failure, so the caller knows what was acknowledged even if this
-// process dies.
+// tests/node/produce_until_stopped.mjs's loop, with KafkaJS's idempotent producer.
 async function produceUntilStopped () {
+  const { produceUntilStopped: loop } = await import('./produce_until_stopped.mjs')
   const producer = client().producer({ idempotent: true, maxInFlightRequests: 1,
     retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 } })
   await producer.connect()
-  let seq = 0
-  while (!fs.existsSync(spec.stopFile)) {
-    const partition = seq % spec.partitions
-    const value = `p${partition}-${seq}`
-    process.stdout.write(JSON.stringify({ sending: value }) + '\n')
-    try {
-      const [answer] = await producer.send({ topic: spec.topic, acks: -1, timeout: 10000, messages: [{ value, partition }] })
-      process.stdout.write(JSON.stringify({ partition, offset: Number(answer.baseOffset), value }) + '\n')
-    } catch (e) {
-      process.stdout.write(JSON.stringify({ error: `${e.name}: ${e.message}`, value }) + '\n')
-    }
-    seq++
-  }
+  await loop(spec.stopFile, spec.partitions, async (partition, value) => {
+    const [answer] = await producer.send({ topic: spec.topic, acks: -1, timeout: 10000, messages: [{ value, partition }] })
+    return Number(answer.baseOffset)
+  })
   await producer.disconnect()
   return { done: true }
 }

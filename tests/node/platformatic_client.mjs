@@ -5,6 +5,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
+import { produceUntilStopped as loop } from './produce_until_stopped.mjs'
 
 const spec = JSON.parse(process.argv[2])
 
@@ -164,23 +165,13 @@ async function features () {
   return out
 }
 
-// One record at a time, round robin over the partitions, until the stop file appears; one JSON line per
-// attempt and per answer (tests/chaos/test_node_client_failover.py reads them).
+// tests/node/produce_until_stopped.mjs's loop, with an idempotent producer of this client.
 async function produceUntilStopped () {
   const p = producer('dm-tests-chaos', { retries: 20, retryDelay: 100 })
-  let seq = 0
-  while (!fs.existsSync(spec.stopFile)) {
-    const partition = seq % spec.partitions
-    const value = `p${partition}-${seq}`
-    process.stdout.write(JSON.stringify({ sending: value }) + '\n')
-    try {
-      const answer = await p.send({ messages: [{ topic: spec.topic, partition, value }] })
-      process.stdout.write(JSON.stringify({ partition, offset: Number(answer.offsets[0].offset), value }) + '\n')
-    } catch (e) {
-      process.stdout.write(JSON.stringify({ error: `${e.name}: ${e.message} ${JSON.stringify(codes(e))}`, value }) + '\n')
-    }
-    seq++
-  }
+  await loop(spec.stopFile, spec.partitions, async (partition, value) => {
+    const answer = await p.send({ messages: [{ topic: spec.topic, partition, value }] })
+    return Number(answer.offsets[0].offset)
+  }, e => `${e.name}: ${e.message} ${JSON.stringify(codes(e))}`)
   await p.close()
   return { done: true }
 }
