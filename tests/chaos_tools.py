@@ -65,7 +65,7 @@ def kill_leaders_in_turn(cluster: Cluster, topic: str, partitions: int, rounds: 
         cluster.brokers[victim].kill()
         failovers.append(load.first_ack_after(partition, killed_at))
         cluster.brokers[victim].start()
-        wait_for(lambda: fully_replicated(cluster, topic, partitions), timeout=60, what="the ISR back to 3")
+        wait_for(lambda: fully_replicated(cluster, topic, partitions), timeout=60, what="every ISR whole again")
     return failovers
 
 

@@ -4,8 +4,10 @@ processing, record what they saw and what they own."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 
@@ -182,4 +184,16 @@ def wait_for(predicate, timeout: float = 60, *, interval: float = 0.2, what: str
         if predicate():
             return
         time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def wait_for_async(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 60, *,
+                         interval: float = 0.2, what: str = "condition") -> None:
+    """wait_for inside an event loop: `predicate` may be a coroutine function, and the loop keeps running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if await result if inspect.isawaitable(result) else result:
+            return
+        await asyncio.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")

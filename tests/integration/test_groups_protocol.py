@@ -13,7 +13,7 @@ from clients import ConfluentClient, Rec
 from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
-from group_clients import wait_for
+from group_clients import wait_for, wait_for_async
 from harness import run_dm, running_broker
 from kio.schema.errors import ErrorCode
 
@@ -83,16 +83,9 @@ def gbroker(tmp_path_factory):
         yield proc
 
 
-async def group_state_reached(conn, group: str, state: str, within_s: float = 10) -> None:
-    """Waits until DescribeGroups shows the group in `state` (a fixed pause is too short on a loaded machine)."""
-    deadline = asyncio.get_running_loop().time() + within_s
-    while True:
-        described = await conn.request(make(request_class(15, 5), groups=(group,),
-                                            include_authorized_operations=False))
-        if described.groups[0].group_state == state:
-            return
-        assert asyncio.get_running_loop().time() < deadline, described.groups[0]
-        await asyncio.sleep(0.05)
+async def in_state(conn, group: str, state: str) -> bool:
+    described = await conn.request(make(request_class(15, 5), groups=(group,), include_authorized_operations=False))
+    return described.groups[0].group_state == state
 
 
 async def test_commits_from_unknown_members_and_stale_generations_are_refused(gbroker, topic_name):
@@ -137,7 +130,8 @@ async def test_rebalance_in_progress_and_offsets_only_group(gbroker, topic_name)
     # a second member starts a rebalance: the first one's heartbeat says so
     second = await b.request(join_req(group))
     pending = asyncio.create_task(b.request(join_req(group, second.member_id)))
-    await group_state_reached(a, group, "PreparingRebalance")
+    await wait_for_async(lambda: in_state(a, group, "PreparingRebalance"), 10, interval=0.05,
+                         what="the rebalance the second join starts")
     hb = await a.request(make(request_class(12, 3), group_id=group, generation_id=joined.generation_id,
                               member_id=joined.member_id, group_instance_id=None))
     assert hb.error_code == ErrorCode.rebalance_in_progress
@@ -216,7 +210,8 @@ async def test_group_max_size_refuses_one_member_too_many(tmp_path, topic_name):
         assert first.error_code == ErrorCode.none
         # the second member's join waits for the rebalance it starts; the first rejoins to finish it
         second = asyncio.create_task(conns[1].request(join_req(group, instance_id="b")))
-        await group_state_reached(conns[2], group, "PreparingRebalance")  # the second join has arrived
+        await wait_for_async(lambda: in_state(conns[2], group, "PreparingRebalance"), 10, interval=0.05,
+                             what="the second join")
         rejoined = await conns[0].request(join_req(group, member_id=first.member_id, instance_id="a"))
         assert rejoined.error_code == ErrorCode.none and len(rejoined.members) == 2
         assert (await second).error_code == ErrorCode.none

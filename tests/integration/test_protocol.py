@@ -12,6 +12,7 @@ from dm_broker.protocol.build import make
 from dm_broker.protocol.client import KafkaConnection, decode_response
 from dm_broker.protocol.codec import request_class
 from kio.schema.errors import ErrorCode
+from txn_wire import init_producer_id
 from wire import batch, create_topics_request, fetch_request, produce_request, raw_frame
 
 pytestmark = pytest.mark.timeout(60)
@@ -158,11 +159,6 @@ async def test_idempotent_retry_is_deduplicated(broker, topic_name):
     await conn.close()
 
 
-def init_producer_id(producer_id: int, epoch: int, transactional_id: str | None = None):
-    return make(request_class(22, 4), transactional_id=transactional_id,
-                transaction_timeout=datetime.timedelta(seconds=60), producer_id=producer_id, producer_epoch=epoch)
-
-
 async def test_an_idempotent_producer_naming_a_producer_id_gets_a_new_one(broker, topic_name):
     """Without a transactional id, InitProducerId answers a new producer id whatever id and epoch the
     request names, as Kafka does. @platformatic/kafka names producer 0 epoch 0 in every first request;
@@ -170,8 +166,8 @@ async def test_an_idempotent_producer_naming_a_producer_id_gets_a_new_one(broker
     batch (sequence 0, like the first one's) was acknowledged as a duplicate and never written."""
     conn = await connect(broker)
     await create(conn, topic_name)
-    answers = [await conn.request(init_producer_id(0, 0)) for _ in range(2)]
-    answers.append(await conn.request(init_producer_id(-1, -1)))
+    answers = [await conn.request(init_producer_id(None, producer_id=0, epoch=0)) for _ in range(2)]
+    answers.append(await conn.request(init_producer_id(None)))
     assert [a.error_code for a in answers] == [ErrorCode.none] * 3
     assert len({a.producer_id for a in answers}) == 3 and {a.producer_epoch for a in answers} == {0}
     offsets = []
@@ -193,7 +189,7 @@ async def test_an_idempotent_producer_naming_a_producer_id_gets_a_new_one(broker
 async def test_init_producer_id_naming_an_id_without_an_epoch_is_invalid(broker, transactional_id):
     conn = await connect(broker)
     for producer_id, epoch in ((-1, 0), (7, -1)):
-        answer = await conn.request(init_producer_id(producer_id, epoch, transactional_id))
+        answer = await conn.request(init_producer_id(transactional_id, producer_id=producer_id, epoch=epoch))
         assert (answer.error_code, answer.producer_id) == (ErrorCode.invalid_request, -1)
     await conn.close()
 

@@ -16,6 +16,7 @@ from dm_broker.controller.models import AlterIsrRequest, AlterIsrResponse, Parti
 from dm_broker.log.partition_log import PartitionLog
 from dm_broker.replication.manager import ReplicaManager
 from dm_broker.replication.partition import Partition
+from group_clients import wait_for_async
 
 
 class RefusingController:
@@ -63,14 +64,6 @@ async def test_a_refusal_that_brings_a_newer_partition_epoch_is_retried_with_it(
     assert await expansions_asked(tmp_path, controller_partition_epoch=10, fetches=2) == [9, 10]
 
 
-async def wait_until_appended(plog: PartitionLog, log_end_offset: int) -> None:
-    for _ in range(500):
-        if plog.log_end_offset >= log_end_offset:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"the log end offset stayed at {plog.log_end_offset}, not {log_end_offset}")
-
-
 async def test_acks_all_appends_refuse_below_min_insync_replicas(tmp_path: Path) -> None:
     """Coordinator writes (append_internal) as produce with acks=all: nothing is written while the ISR
     is below min.insync.replicas, and a write whose ISR shrank below it while waiting is reported as
@@ -92,12 +85,12 @@ async def test_acks_all_appends_refuse_below_min_insync_replicas(tmp_path: Path)
         waiting = asyncio.ensure_future(part.append_internal(bytearray(batch)))
         # The append waits for the new partition epoch's file write (a worker thread) first, which
         # on a loaded machine takes longer than any fixed sleep.
-        await wait_until_appended(plog, 1)
+        await wait_for_async(lambda: plog.log_end_offset >= 1, 5, interval=0.01, what="the append")
         assert not waiting.done()  # the follower has not fetched it
         part.update_follower(0, plog.log_end_offset)
         await asyncio.wait_for(waiting, 5)  # committed by both
         waiting = asyncio.ensure_future(part.append_internal(bytearray(batch)))
-        await wait_until_appended(plog, 2)
+        await wait_for_async(lambda: plog.log_end_offset >= 2, 5, interval=0.01, what="the append")
         part.isr = [1]  # the controller removed the follower meanwhile: the leader alone advances the HW
         part.maybe_advance_hw()
         with pytest.raises(NotEnoughReplicasError) as after:
