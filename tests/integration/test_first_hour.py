@@ -4,10 +4,12 @@ stay read-only, clear refusals, prompt exits on SIGTERM and Ctrl-C, and a CLI th
 from __future__ import annotations
 
 import argparse
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -152,6 +154,27 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _wait_until_reading(proc: subprocess.Popen, topic: str, bootstrap: str, timeout_s: float = 60) -> None:
+    """Returns once `dm consume` has printed a record: it is then past start-up (imports, signal set-up,
+    assignment) and waiting in its poll loop, however slow the machine. A record written before its
+    position is set is not read (it starts at the end), so one is written every half second until it is."""
+    from confluent_kafka import Producer
+
+    printed: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [printed.put(line) for line in proc.stdout], daemon=True).start()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"ping")
+        producer.flush(10)
+        try:
+            printed.get(timeout=0.5)
+            return
+        except queue.Empty:
+            assert proc.poll() is None, f"dm consume exited with {proc.returncode}"
+    raise AssertionError(f"dm consume printed nothing in {timeout_s} s")
+
+
 @pytest.mark.parametrize("started", ["from a terminal", "as a background job (SIGINT ignored by inheritance)"])
 def test_ctrl_c_on_a_waiting_consumer_exits_without_a_traceback(broker, topic_name, started):
     assert dm("topics", "create", topic_name, "--bootstrap", broker.bootstrap).returncode == 0
@@ -159,9 +182,10 @@ def test_ctrl_c_on_a_waiting_consumer_exits_without_a_traceback(broker, topic_na
                              broker.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_ignore_sigint if "background" in started else None)
     try:
-        time.sleep(3)  # subscribed and waiting for records
+        _wait_until_reading(proc, topic_name, broker.bootstrap)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)  # stdout is the reading thread's; stderr holds a few lines at most
+        err = proc.stderr.read()
     finally:
         proc.kill()  # never left behind, whatever happened above
         proc.wait()
