@@ -92,23 +92,31 @@ class ConfluentClient:
         assert not errors, errors
         return Acked([res if res is not None else (-1, -1) for res in results])
 
-    def consume(self, topic: str, count: int, timeout: float = 30) -> list[Got]:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    def consume(self, topic: str, count: int, timeout: float = 30, to_end: bool = False) -> list[Got]:
+        """Up to `count` records from the beginning, or (to_end) every record up to each partition's end."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
         consumer = Consumer({**self.config, "bootstrap.servers": self.bootstrap, "group.id": "unused",
-                             "enable.auto.commit": False, "fetch.message.max.bytes": 4 << 20})
+                             "enable.auto.commit": False, "fetch.message.max.bytes": 4 << 20,
+                             "enable.partition.eof": to_end})
         md = consumer.list_topics(topic, timeout=10).topics[topic]
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
         out: list[Got] = []
+        at_end: set[int] = set()
         deadline = time.monotonic() + timeout
         try:
-            while len(out) < count and time.monotonic() < deadline:
+            while (len(out) < count and time.monotonic() < deadline
+                   and not (to_end and len(at_end) == len(md.partitions))):
                 for msg in consumer.consume(1000, 0.5):
+                    if to_end and msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add(msg.partition())
+                        continue
                     assert msg.error() is None, msg.error()
                     out.append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(),
                                    tuple(msg.headers() or ()), msg.timestamp()[1]))
         finally:
             consumer.close()
+        assert not to_end or len(at_end) == len(md.partitions), f"{topic} not read to its end in {timeout} s"
         return out
 
 
@@ -249,3 +257,26 @@ class AioKafkaClient:
 
 
 CLIENTS = [ConfluentClient, KafkaPythonClient, AioKafkaClient]
+
+
+def no_open_transactions(bootstrap: str, topic: str, partitions: int) -> bool:
+    """Every partition's last stable offset has reached its high watermark: no transaction hangs there (a
+    read_committed offset query answers the last stable offset, a read_uncommitted one the high watermark)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    # What a partition answers while its leadership moves: librdkafka's offset query leaves the retry to its
+    # caller, so the next call asks again.
+    moving_leader = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                     KafkaError._TIMED_OUT}
+    committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    try:
+        return all(committed.get_watermark_offsets(TopicPartition(topic, p), 10)[1] ==
+                   uncommitted.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(partitions))
+    except KafkaException as exc:
+        if exc.args[0].code() in moving_leader:
+            return False
+        raise
+    finally:
+        committed.close()
+        uncommitted.close()

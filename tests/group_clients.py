@@ -168,6 +168,18 @@ class AioKafkaGroupConsumer(GroupConsumer):
 GROUP_CONSUMERS = [ConfluentGroupConsumer, KafkaPythonGroupConsumer, AioKafkaGroupConsumer]
 
 
+def share_group_reads_from_earliest(bootstrap: str, group: str) -> None:
+    """Sets the share group's share.auto.offset.reset to earliest before any member joins, so records written
+    right after its members start are theirs however late their first fetch comes (at the default, latest,
+    the share session opens at the log end of that first fetch: a test would have to guess how long to wait)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: its futures die with it
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
 def stop_all(consumers) -> None:
     """Stops consumer threads (anything with stop_event, join and error) and fails on their errors."""
     for c in consumers:

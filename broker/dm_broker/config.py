@@ -414,7 +414,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Incremental fetch sessions (KIP-227) a broker keeps for its followers and consumers; 0 turns "
                  "them off (every fetch then names and answers every partition).", minimum=0),
         Property("replica.lag.time.max.ms", "int", 10_000,
-                 "A follower that has not caught up with the leader for this long leaves the ISR.", minimum=10),
+                 "A follower that has not caught up with the leader for this long leaves the ISR (caught up: a "
+                 "fetch from the leader's log end, or one that has all the leader had at the previous fetch, as "
+                 "in Kafka).", minimum=10),
         Property("offsets.topic.num.partitions", "int", 50,
                  "Partitions of __consumer_offsets (fixed once the topic exists).", minimum=1),
         Property("offsets.topic.replication.factor", "int", 3,

@@ -25,10 +25,12 @@ from kubernetes import config
 async def two_controllers(tb: Testbed, ns: str, cluster_uid: str) -> None:
     kube = Kube(config.new_client_from_config(str(tb.kubeconfig)), threads=2)
     try:
-        old = await Controller.open(CrdStatusStore(kube, ns, "solo", cluster_uid), session_timeout_ms=2000)
+        old = await Controller.open(CrdStatusStore(kube, ns, "solo", cluster_uid),
+                                   session_timeout_ms=600_000)  # its broker never heartbeats
         await old.register(RegisterRequest(node_id=0, host="h", port=9092, incarnation="a"))
         await old.create_topic(CreateTopicRequest(name="t", partitions=1, replication_factor=1))
-        new = await Controller.open(CrdStatusStore(kube, ns, "solo", cluster_uid), session_timeout_ms=2000)
+        new = await Controller.open(CrdStatusStore(kube, ns, "solo", cluster_uid),
+                                   session_timeout_ms=600_000)  # its broker never heartbeats
         await old.alter_configs("t", {"retention.ms": "1000"})
         first_block = (await old.allocate_producer_ids()).first
 

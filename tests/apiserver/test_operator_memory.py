@@ -16,7 +16,7 @@ from dm_operator.operator import RELEASE_AFTER_S, Operator
 from dm_operator.settings import OperatorSettings
 from dm_testbed.client import Testbed
 from kubernetes import config
-from test_operator_runtime import create_cluster, register
+from test_operator_runtime import NO_FENCING, create_cluster, register
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def unfrozen_afterwards() -> Iterator[None]:
 
 
 def test_a_cluster_the_operator_stops_hosting_is_freed(apiserver: Testbed, namespace: str) -> None:
-    uid = create_cluster(apiserver, namespace, {"replicas": 3})
+    uid = create_cluster(apiserver, namespace, {"replicas": 3, "config": NO_FENCING})
 
     async def go() -> tuple[weakref.ref, int]:
         kube = Kube(config.new_client_from_config(str(apiserver.kubeconfig)), threads=4)

@@ -139,6 +139,11 @@ def test_controller_settings_follow_spec_config_at_the_next_reconcile(apiserver:
     with_runtime(apiserver, namespace, uid, check)
 
 
+# Brokers registered in-process never heartbeat: a session as long as the test keeps them from being fenced
+# when a loaded machine makes the test slow (under make test it was: "fencing broker 0: session timed out").
+NO_FENCING = {"broker.session.timeout.ms": 600_000}
+
+
 async def register(runtime: ClusterRuntime, node: int) -> int:
     resp = await runtime.controller.register(RegisterRequest(node_id=node, host=f"b{node}", port=9092,
                                                              incarnation=f"i{node}"))
@@ -146,7 +151,8 @@ async def register(runtime: ClusterRuntime, node: int) -> int:
 
 
 def test_moves_after_a_scale_up_run_throttled_and_the_throttle_goes_when_done(apiserver: Testbed, namespace: str):
-    uid = create_cluster(apiserver, namespace, {"replicas": 2, "rebalance": {"throttle": 7_000_000}})
+    uid = create_cluster(apiserver, namespace, {"replicas": 2, "rebalance": {"throttle": 7_000_000},
+                                                "config": NO_FENCING})
 
     async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
         controller = runtime.controller
@@ -187,7 +193,7 @@ def test_moves_after_a_scale_up_run_throttled_and_the_throttle_goes_when_done(ap
 
 
 def test_a_throttle_someone_else_set_is_left_alone(apiserver: Testbed, namespace: str):
-    uid = create_cluster(apiserver, namespace, {"replicas": 2})
+    uid = create_cluster(apiserver, namespace, {"replicas": 2, "config": NO_FENCING})
 
     async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
         controller = runtime.controller
@@ -204,9 +210,7 @@ def test_a_throttle_someone_else_set_is_left_alone(apiserver: Testbed, namespace
 
 def test_a_topic_of_ten_thousand_partitions_fits_its_status_and_a_larger_one_is_refused(apiserver: Testbed,
                                                                                          namespace: str):
-    # The brokers registered here never heartbeat: a session as long as the test keeps them from being
-    # fenced when a loaded machine makes it slow (it was, once, under make test: "0 available brokers").
-    uid = create_cluster(apiserver, namespace, {"replicas": 3, "config": {"broker.session.timeout.ms": 600_000}})
+    uid = create_cluster(apiserver, namespace, {"replicas": 3, "config": NO_FENCING})
 
     async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
         for n in range(12):

@@ -141,6 +141,9 @@ def test_a_locked_down_cluster_replicates_over_mtls_and_loses_nothing_when_a_lea
         producer.start()
         try:
             wait_for(lambda: len(producer.acked) > 500, timeout=60, what="acknowledged writes")
+            # the leader dies with two in-sync followers, one of which takes over
+            wait_for(lambda: len(cluster.metadata()["topics"]["orders"]["partitions"][0]["isr"]) == 3,
+                     timeout=60, what="orders-0's ISR of three under load")
             victim = cluster.metadata()["topics"]["orders"]["partitions"][0]["leader"]
             killed_at = time.monotonic()
             cluster.brokers[victim].kill()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from chaos_tools import FAST_FAILURE, create_topic, fully_replicated
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from group_clients import wait_for
+from group_clients import share_group_reads_from_earliest, wait_for
 from harness import Cluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,13 +63,13 @@ def test_share_group_keeps_acknowledgements_across_a_leader_sigkill(tmp_path: Pa
     with Cluster(tmp_path, overrides=OVERRIDES) as cluster:
         create_topic(cluster, topic, 1)
         wait_for(lambda: fully_replicated(cluster, topic, 1), 30, what="the topic fully replicated")
+        share_group_reads_from_earliest(cluster.bootstrap, group)
         accepted: list[bytes] = []
         lock = threading.Lock()
         consumers = [Acker(cluster.bootstrap, group, topic, f"c{i}", accepted, lock) for i in range(4)]
         for c in consumers:
             c.start()
         wait_for(lambda: all(c.polled.is_set() for c in consumers), 60, what="four share consumers polling")
-        time.sleep(2)  # share sessions open at the log end (share.auto.offset.reset=latest)
 
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
                              "linger.ms": 5})

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from chaos_tools import FAST_FAILURE, create_topic, fully_replicated
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from clients import no_open_transactions
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from dm_broker.partitioners import murmur2_partition
 from group_clients import wait_for
 from harness import Cluster
@@ -116,29 +117,6 @@ def read_committed(bootstrap: str, topic: str) -> list[bytes]:
     return got
 
 
-# What a partition answers while its leadership moves (librdkafka leaves the retry to its caller here).
-MOVING_LEADER = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                 KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
-
-
-def stable(bootstrap: str, topic: str) -> bool:
-    """Every partition's last stable offset has reached its high watermark: no transaction hangs."""
-    committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
-    uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
-    try:
-        return all(committed.get_watermark_offsets(TopicPartition(topic, p), 10)[1] ==
-                   uncommitted.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(PARTITIONS))
-    except KafkaException as exc:
-        # A leader moving back to its preferred broker answers NOT_LEADER to a client whose metadata
-        # predates the move; librdkafka's offset query does not retry that, so the next poll asks again.
-        if exc.args[0].code() in MOVING_LEADER:
-            return False
-        raise
-    finally:
-        committed.close()
-        uncommitted.close()
-
-
 def test_transactions_survive_sigkilled_coordinators_and_leaders(tmp_path: Path):
     with Cluster(tmp_path, 3, {**FAST_FAILURE, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000}
                  ) as cluster:
@@ -160,7 +138,8 @@ def test_transactions_survive_sigkilled_coordinators_and_leaders(tmp_path: Path)
         load.stop_flag.set()
         load.join(120)
         assert not load.is_alive()
-        wait_for(lambda: stable(cluster.bootstrap, "txn"), timeout=60, what="no transaction left hanging")
+        wait_for(lambda: no_open_transactions(cluster.bootstrap, "txn", PARTITIONS), timeout=60,
+                 what="no transaction left hanging")
         rows = read_committed(cluster.bootstrap, "txn")
 
     counts = Counter(value for _, value in rows)

@@ -309,7 +309,7 @@ def test_compacted_topic_keeps_latest_value_per_key(gbroker, topic_name):
     for start in range(0, len(records), 10):  # several batches, so several segments
         client.produce(topic_name, records[start : start + 10])
     wait_for(lambda: "compacted " + topic_name in gbroker.log_tail(2000), timeout=30, what="a compaction pass")
-    got = client.consume(topic_name, 10_000, timeout=5)  # everything there is
+    got = client.consume(topic_name, 10_000, to_end=True)  # everything there is
     latest: dict[bytes, bytes | None] = {}
     for g in got:
         latest[g.key] = g.value
@@ -357,4 +357,4 @@ def test_librdkafka_fails_only_the_keyless_records_of_a_batch(gbroker, topic_nam
         assert producer.flush(15) == 0
     assert {i for i, code in errors.items() if code == CKError.INVALID_RECORD} == {0, 5, 10, 15}, errors
     assert all(code == CKError._INVALID_DIFFERENT_RECORD for i, code in errors.items() if i % 5), errors
-    assert ConfluentClient(gbroker.bootstrap).consume(topic_name, 1, timeout=2) == []
+    assert ConfluentClient(gbroker.bootstrap).consume(topic_name, 1, to_end=True) == []

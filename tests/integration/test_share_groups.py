@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
-from group_clients import stop_all, wait_for
+from group_clients import share_group_reads_from_earliest, stop_all, wait_for
 from harness import BrokerProcess, running_broker
 from kio.schema.errors import ErrorCode
 from wire import find_group_coordinator
@@ -94,12 +94,12 @@ class Sharer(threading.Thread):
 
 def joined(sharers, timeout: float = 60) -> None:
     wait_for(lambda: all(s.joined.is_set() for s in sharers), timeout, what="the share consumers polling")
-    time.sleep(1)  # a member's first fetch opens its share session at the log end (share.auto.offset.reset=latest)
 
 
 def test_more_consumers_than_partitions_each_record_once(sbroker):
     topic, group = unique("queue"), unique("sg")
     ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+    share_group_reads_from_earliest(sbroker.bootstrap, group)
     seen: list = []
     sharers = [Sharer(sbroker.bootstrap, group, topic, f"s{i}", seen) for i in range(4)]
     for s in sharers:
@@ -131,6 +131,7 @@ def test_more_consumers_than_partitions_each_record_once(sbroker):
 def test_released_records_come_back_and_rejected_ones_never(sbroker):
     topic, group = unique("release"), unique("sg")
     ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+    share_group_reads_from_earliest(sbroker.bootstrap, group)
     seen: list = []
 
     def decide(value: bytes) -> AcknowledgeType:
@@ -157,12 +158,12 @@ def test_released_records_come_back_and_rejected_ones_never(sbroker):
 def test_locks_of_a_killed_consumer_expire_and_another_gets_the_records(sbroker):
     topic, group = unique("killed"), unique("sg")
     ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+    share_group_reads_from_earliest(sbroker.bootstrap, group)
     holder = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), sbroker.bootstrap, group, topic],
                               stdout=subprocess.PIPE, text=True)
     seen: list = []
     other = Sharer(sbroker.bootstrap, group, topic, "other", seen)
     try:
-        time.sleep(4)  # the holder's session is open at the log end
         produce(sbroker.bootstrap, topic, 20)
         held = set()
         line = holder.stdout.readline()
@@ -190,6 +191,7 @@ def test_locks_of_a_killed_consumer_expire_and_another_gets_the_records(sbroker)
 def test_the_delivery_limit_archives_a_record_released_every_time(sbroker):
     topic, group = unique("limit"), unique("sg")
     ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+    share_group_reads_from_earliest(sbroker.bootstrap, group)
     seen: list = []
     sharer = Sharer(sbroker.bootstrap, group, topic, "releaser", seen, lambda _v: AcknowledgeType.RELEASE)
     sharer.start()
@@ -210,6 +212,7 @@ def test_acknowledged_records_are_not_redelivered_after_a_broker_sigkill(tmp_pat
     seen: list = []
     try:
         ConfluentClient(broker.bootstrap).create_topic(topic, 1)
+        share_group_reads_from_earliest(broker.bootstrap, group)
         first = Sharer(broker.bootstrap, group, topic, "before", seen, lambda _v: AcknowledgeType.ACCEPT)
         first.start()
         joined([first])
@@ -341,6 +344,7 @@ def test_share_auto_offset_reset_earliest_as_a_group_config(sbroker):
 def test_share_group_offsets_described_altered_deleted_and_the_group_deleted(sbroker):
     topic, group = unique("offsets"), unique("sg")
     ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+    share_group_reads_from_earliest(sbroker.bootstrap, group)
     seen: list = []
     sharer = Sharer(sbroker.bootstrap, group, topic, "first", seen, lambda _v: AcknowledgeType.ACCEPT)
     sharer.start()

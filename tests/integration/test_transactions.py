@@ -12,8 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from clients import no_open_transactions
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from group_clients import wait_for
 from harness import BrokerProcess
 from txn_wire import RawTxnProducer, add_partitions, end_txn, init_producer_id, produce, produce_error, txn_records
 
@@ -243,7 +245,7 @@ def test_a_hung_transaction_is_aborted_at_its_timeout(tmp_path: Path):
         assert 'dm_transactions{state="Ongoing"} 1.0' in metrics
         assert 'dm_unstable_offsets{partition="0",topic="hung"} 2.0' in metrics
         assert metric_value(metrics, "dm_transaction_oldest_open_seconds") > 0
-        time.sleep(3.5)  # the coordinator aborts it: the last stable offset moves past it
+        wait_for(lambda: no_open_transactions(b, "hung", 1), 60, what="the coordinator aborting it")
         assert read_all(b, "hung", "read_committed") == [b"after"]
         metrics = broker.http_get("/metrics")[1]
         assert 'dm_unstable_offsets{partition="0",topic="hung"} 0.0' in metrics

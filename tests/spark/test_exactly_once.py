@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from clients import ConfluentClient
+from clients import ConfluentClient, no_open_transactions
+from group_clients import wait_for
 from harness import running_broker
 from helpers import create_topic, produce, read, rows
 from measurements import note
@@ -200,7 +201,7 @@ def test_transactions_aborted_at_their_timeout_fail_the_commit_clearly(txn_broke
     prefix = "slow-" + topic_name
     handles = [open_task(b.bootstrap, prefix, p, topic_name, [b"x"], **{"kafka.transaction.timeout.ms": "1000"})
                for p in (0, 1)]
-    time.sleep(2.5)  # the coordinator aborts both
+    wait_for(lambda: no_open_transactions(b.bootstrap, topic_name, 2), 60, what="the coordinator aborting both")
     c = committer(b.bootstrap, prefix)
     c.log.ensure_topic()
     with pytest.raises(DmSourceError, match="aborted its transactions before they were committed"):
@@ -249,6 +250,8 @@ def test_exactly_once_options_are_checked(spark, txn_broker, topic_name) -> None
         save(transactionalIdPrefix="p")
 
 
+# three Spark drivers one after another (each a JVM start): 170 s on an idle 2-core VM, more beside the e2e suite
+@pytest.mark.timeout(900)
 def test_driver_killed_mid_stream_loses_and_duplicates_nothing(txn_broker, topic_name, tmp_path: Path) -> None:
     """The whole driver (Python, its JVM and workers) SIGKILLed twice while it copies a topic;
     after a final run from the checkpoint, read_committed sees every source record exactly once."""

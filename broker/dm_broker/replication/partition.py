@@ -59,6 +59,10 @@ class FollowerState:
     log_end_offset: int = -1  # unknown until the follower's first fetch in this leader epoch
     last_caught_up: float = field(default_factory=time.monotonic)
     log_start_offset: int = -1  # as its last fetch reported it (DeleteRecords waits for the lowest)
+    # The leader's log end offset when this follower last fetched, and when: a fetch that reaches it
+    # shows the follower was caught up at that earlier fetch (Kafka's lastFetchLeaderLogEndOffset).
+    last_fetch_leader_leo: int = -1
+    last_fetch_at: float = 0.0
     # The incremental fetch session it fetches this partition in: each fetch of the session asks for
     # the partition again at its cached offset without naming it, so "caught up" is judged from the
     # session's last use instead of a per-partition update at every fetch.
@@ -298,8 +302,17 @@ class Partition:
         state.session = session
         if log_start_offset >= 0:
             state.log_start_offset = log_start_offset
-        if fetch_offset >= self.log.log_end_offset:
-            state.last_caught_up = now
+        # Caught up now when it fetches from our log end; else caught up as of its previous fetch when it
+        # has everything we had then. Kafka's rule: under a steady stream of appends a follower's fetch
+        # offset trails the log end by whatever came in since its last fetch, so "at the log end" alone
+        # would shrink the ISR of a healthy follower of a busy partition after replica.lag.time.max.ms.
+        leader_leo = self.log.log_end_offset
+        if fetch_offset >= leader_leo:
+            state.last_caught_up = max(state.last_caught_up, now)
+        elif fetch_offset >= state.last_fetch_leader_leo:
+            state.last_caught_up = max(state.last_caught_up, state.last_fetch_at)
+        state.last_fetch_leader_leo = leader_leo
+        state.last_fetch_at = now
         self.maybe_advance_hw()
         epoch_start = self.log.leader_epochs.entries[-1][1] if self.log.leader_epochs.entries else 0
         return (replica not in self.isr and self.pending_isr is None and fetch_offset >= self.high_watermark
