@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clients import ConfluentClient, Rec
 from dm_broker.cli import build_parser, parsers
 from dm_broker.tools.cluster import plan_ports
 from harness import BrokerProcess, consecutive_free_ports, free_port, reserve
@@ -158,15 +159,12 @@ def _wait_until_reading(proc: subprocess.Popen, topic: str, bootstrap: str, time
     """Returns once `dm consume` has printed a record: it is then past start-up (imports, signal set-up,
     assignment) and waiting in its poll loop, however slow the machine. A record written before its
     position is set is not read (it starts at the end), so one is written every half second until it is."""
-    from confluent_kafka import Producer
-
     printed: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [printed.put(line) for line in proc.stdout], daemon=True).start()
-    producer = Producer({"bootstrap.servers": bootstrap})
+    client = ConfluentClient(bootstrap)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        producer.produce(topic, b"ping")
-        producer.flush(10)
+        client.produce(topic, [Rec(None, b"ping")])
         try:
             printed.get(timeout=0.5)
             return

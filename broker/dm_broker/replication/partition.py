@@ -308,7 +308,7 @@ class Partition:
         # would shrink the ISR of a healthy follower of a busy partition after replica.lag.time.max.ms.
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
-            state.last_caught_up = max(state.last_caught_up, now)
+            state.last_caught_up = now
         elif fetch_offset >= state.last_fetch_leader_leo:
             state.last_caught_up = max(state.last_caught_up, state.last_fetch_at)
         state.last_fetch_leader_leo = leader_leo
