@@ -215,12 +215,16 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
         tune_gc()
         for server in servers:
             try:
-                broker.bound_ports[server.listener.name] = await server.start()
+                broker.bound_ports[server.listener.name] = await server.bind()
             except OSError as exc:
                 raise SystemExit(f"dm: broker {broker.node_id}: listener {server.listener.name} cannot bind "
                                  f"{server.listener.host or '*'}:{server.listener.port}: {exc.strerror}") from None
         broker.port = broker.bound_ports[broker.security.listeners.inter_broker]
         await until_stopped(broker.start(), stop)
+        # Only now, with the cluster's metadata applied: an answer before it would say the cluster's topics
+        # do not exist, and librdkafka drops a topic's partitions on that (ADR 0052).
+        for server in servers:
+            await server.serve()
         if rest is not None:
             try:
                 await rest.start()

@@ -76,17 +76,26 @@ class KafkaServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._reloader: asyncio.Task[None] | None = None
 
-    async def start(self) -> int:
+    async def bind(self) -> int:
+        """Takes the listener's port (the broker registers it) without accepting a connection yet: until
+        the broker has the cluster's metadata, a connection attempt is refused and the client tries
+        another broker (ADR 0052). Returns the port."""
         loop = asyncio.get_running_loop()
         tls = self.security.tls.get(self.listener.name)
         self._server = await loop.create_server(
             self._protocol, self.listener.host or None, self.listener.port, backlog=1024,
             ssl=tls.context if tls is not None else None,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None)
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None, start_serving=False)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def serve(self) -> None:
+        """Accepts connections from now on."""
+        assert self._server is not None, "bind() first"
+        tls = self.security.tls.get(self.listener.name)
+        await self._server.start_serving()
         self._sweeper = asyncio.create_task(self._sweep_idle())
         if tls is not None:
             self._reloader = asyncio.create_task(tls.keep_current())
-        return self._server.sockets[0].getsockname()[1]
 
     def _protocol(self) -> FrameProtocol:
         # Until a SASL client has authenticated no frame larger than sasl.server.max.receive.size is

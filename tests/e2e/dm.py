@@ -195,8 +195,10 @@ class Workload:
         self.kept.parent.mkdir(parents=True, exist_ok=True)
         self.kept.write_text(self.output + "\n")
         assert not self._thread.is_alive(), f"{self.name} did not finish within {timeout_s}s"
-        assert any(line.startswith("DONE") for line in self.lines[-5:]), \
-            f"{self.name} did not finish its work:\n" + "\n".join(self.lines[-20:])
+        # librdkafka's own log lines ("%7|..." with `debug` set) may follow the workload's last line
+        own = [line for line in self.lines if not line.startswith("%")]
+        assert any(line.startswith("DONE") for line in own[-5:]), \
+            f"{self.name} did not finish its work:\n" + "\n".join(own[-20:])
         return self.output
 
 
@@ -217,6 +219,7 @@ class Verdict:
     duplicated: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
     acks: list[tuple[int, int, int, float, float]] = field(default_factory=list)  # partition, offset, seq, sent, at
+    positions: list[str] = field(default_factory=list)  # the consumer's last word on each partition
 
     @property
     def ok(self) -> bool:
@@ -224,8 +227,13 @@ class Verdict:
 
     def summary(self) -> str:
         without_offset = sum(1 for _, off, _, _, _ in self.acks if off == UNKNOWN_OFFSET)
-        return (f"acknowledged {self.acked} ({without_offset} without an offset), read {self.read}, lost "
-                f"{len(self.lost)}, duplicated {len(self.duplicated)}, reordered {len(self.reordered)}")
+        summary = (f"acknowledged {self.acked} ({without_offset} without an offset), read {self.read}, lost "
+                   f"{len(self.lost)}, duplicated {len(self.duplicated)}, reordered {len(self.reordered)}")
+        if self.lost:  # read too little, or was it gone: where the consumer stood, in CI's log too
+            partitions = {f"# partition {lost.split(':')[0]}:" for lost in self.lost}
+            stood = [p.lstrip("# ") for p in self.positions if p.split(":")[0] + ":" in partitions]
+            summary += f" (first lost {self.lost[:3]}; " + "; ".join(stood[:5]) + ")"
+        return summary
 
 
 def verdict(producer_log: str, consumer_log: str) -> Verdict:
@@ -253,7 +261,8 @@ def verdict(producer_log: str, consumer_log: str) -> Verdict:
     lost = [f"{p}:{seq}@{off}" for p, off, seq, _, _ in acks
             if ((p, f"{p}:{seq}") not in present if off == UNKNOWN_OFFSET else records.get((p, off)) != f"{p}:{seq}")]
     reordered = [f"partition {p}" for p, seqs in order.items() if seqs != sorted(seqs)]
-    return Verdict(len(acks), len(records), lost, duplicated, reordered, acks)
+    positions = [line for line in consumer_log.splitlines() if line.startswith("# partition ")]
+    return Verdict(len(acks), len(records), lost, duplicated, reordered, acks, positions)
 
 
 def first_ack_after(v: Verdict, instant: float, partition: int) -> float | None:
