@@ -25,20 +25,23 @@ METADATA_TOPIC = nested(METADATA, "MetadataRequestTopic")
 
 
 async def _ask_until(port: int, stop: threading.Event, answers: list[tuple[int, int, int]]) -> None:
-    """Asks the broker on `port` for TOPIC's metadata over and over, on a new connection each time (as a
-    client that just found the broker): (error code, partitions, brokers) per answer."""
+    """Connects to the broker on `port` as soon as it accepts a connection, then asks for TOPIC's metadata
+    back to back on that connection (a client that just found the broker): (error code, partitions,
+    brokers) per answer. A broker that accepted connections before it knew the cluster answers the first
+    of them from an empty view."""
     while not stop.is_set():
         try:
             conn = await KafkaConnection.open("127.0.0.1", port, timeout=0.5)
         except (OSError, TimeoutError):
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.002)
             continue
         try:
-            md = await conn.request(make(METADATA, topics=(make(METADATA_TOPIC, topic_id=None, name=TOPIC),),
-                                         allow_auto_topic_creation=False, include_topic_authorized_operations=False),
-                                    timeout=5)
-            topic = md.topics[0]
-            answers.append((topic.error_code.value, len(topic.partitions), len(md.brokers)))
+            while not stop.is_set():
+                md = await conn.request(make(METADATA, topics=(make(METADATA_TOPIC, topic_id=None, name=TOPIC),),
+                                             allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False), timeout=5)
+                topic = md.topics[0]
+                answers.append((topic.error_code.value, len(topic.partitions), len(md.brokers)))
         except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         finally:
@@ -57,7 +60,7 @@ def test_a_restarting_broker_answers_only_with_the_topics_it_will_serve(tmp_path
         asker.start()
         try:
             restarting.start()
-            wait_for(lambda: len(answers) >= 20, 30, interval=0.05, what="answers from the restarted broker")
+            wait_for(lambda: len(answers) >= 50, 30, interval=0.05, what="answers from the restarted broker")
         finally:
             stop.set()
             asker.join(10)
