@@ -74,8 +74,8 @@ def list_offsets() -> Any:
         sub(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
 
 
-def metadata_of_topic() -> Any:
-    return req(3, 12, topics=(sub(3, 12, "MetadataRequestTopic", topic_id=uuid.UUID(int=0), name=TOPIC),),
+def metadata_of_topic(topic: str = TOPIC) -> Any:
+    return req(3, 12, topics=(sub(3, 12, "MetadataRequestTopic", topic_id=uuid.UUID(int=0), name=topic),),
                allow_auto_topic_creation=False)
 
 

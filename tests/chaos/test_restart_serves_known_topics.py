@@ -10,18 +10,15 @@ from pathlib import Path
 
 import pytest
 from chaos_tools import create_topic, fully_replicated
-from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
-from dm_broker.protocol.codec import request_class
 from group_clients import wait_for
 from harness import Cluster
+from kafka_acl_rules import metadata_of_topic
 from kio.schema.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(180)
 
 TOPIC = "known"
-METADATA = request_class(3, 12)
-METADATA_TOPIC = nested(METADATA, "MetadataRequestTopic")
 
 
 async def _ask_until(port: int, stop: threading.Event, answers: list[tuple[int, int, int]]) -> None:
@@ -29,6 +26,7 @@ async def _ask_until(port: int, stop: threading.Event, answers: list[tuple[int, 
     back to back on that connection (a client that just found the broker): (error code, partitions,
     brokers) per answer. A broker that accepted connections before it knew the cluster answers the first
     of them from an empty view."""
+    question = metadata_of_topic(TOPIC)
     while not stop.is_set():
         try:
             conn = await KafkaConnection.open("127.0.0.1", port, timeout=0.5)
@@ -37,9 +35,7 @@ async def _ask_until(port: int, stop: threading.Event, answers: list[tuple[int, 
             continue
         try:
             while not stop.is_set():
-                md = await conn.request(make(METADATA, topics=(make(METADATA_TOPIC, topic_id=None, name=TOPIC),),
-                                             allow_auto_topic_creation=False,
-                                             include_topic_authorized_operations=False), timeout=5)
+                md = await conn.request(question, timeout=5)
                 topic = md.topics[0]
                 answers.append((topic.error_code.value, len(topic.partitions), len(md.brokers)))
         except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):

@@ -219,7 +219,7 @@ class Verdict:
     duplicated: list[str] = field(default_factory=list)
     reordered: list[str] = field(default_factory=list)
     acks: list[tuple[int, int, int, float, float]] = field(default_factory=list)  # partition, offset, seq, sent, at
-    positions: list[str] = field(default_factory=list)  # the consumer's last word on each partition
+    positions: dict[int, str] = field(default_factory=dict)  # the consumer's last word on each partition
 
     @property
     def ok(self) -> bool:
@@ -230,8 +230,8 @@ class Verdict:
         summary = (f"acknowledged {self.acked} ({without_offset} without an offset), read {self.read}, lost "
                    f"{len(self.lost)}, duplicated {len(self.duplicated)}, reordered {len(self.reordered)}")
         if self.lost:  # read too little, or was it gone: where the consumer stood, in CI's log too
-            partitions = {f"# partition {lost.split(':')[0]}:" for lost in self.lost}
-            stood = [p.lstrip("# ") for p in self.positions if p.split(":")[0] + ":" in partitions]
+            partitions = sorted({int(lost.split(":")[0]) for lost in self.lost})
+            stood = [self.positions[p] for p in partitions if p in self.positions]
             summary += f" (first lost {self.lost[:3]}; " + "; ".join(stood[:5]) + ")"
         return summary
 
@@ -261,7 +261,8 @@ def verdict(producer_log: str, consumer_log: str) -> Verdict:
     lost = [f"{p}:{seq}@{off}" for p, off, seq, _, _ in acks
             if ((p, f"{p}:{seq}") not in present if off == UNKNOWN_OFFSET else records.get((p, off)) != f"{p}:{seq}")]
     reordered = [f"partition {p}" for p, seqs in order.items() if seqs != sorted(seqs)]
-    positions = [line for line in consumer_log.splitlines() if line.startswith("# partition ")]
+    positions = {int(line.split()[2].rstrip(":")): line[2:] for line in consumer_log.splitlines()
+                 if line.startswith("# partition ")}
     return Verdict(len(acks), len(records), lost, duplicated, reordered, acks, positions)
 
 
