@@ -35,36 +35,38 @@ def secured(bootstrap: str, ca: Pki, password: str = "etl-pw") -> dict[str, str]
             "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(ca.ca_file)}
 
 
-def test_write_copy_exactly_once_and_read_committed_over_sasl_ssl(spark, sasl_ssl, tmp_path) -> None:
+def test_write_copy_exactly_once_and_read_committed_over_sasl_ssl(spark, sasl_ssl, topic_name, tmp_path) -> None:
     broker, bootstrap, ca = sasl_ssl
     options = secured(bootstrap, ca)
-    create_topic(broker.bootstrap, "clicks", 2)
-    create_topic(broker.bootstrap, "clicks-copy", 2)
+    # names of their own: a rerun (tests/spark/conftest.py) finds the first try's topics on this shared broker
+    clicks, copy = topic_name, topic_name + "-copy"
+    create_topic(broker.bootstrap, clicks, 2)
+    create_topic(broker.bootstrap, copy, 2)
     df = spark.range(ROWS).selectExpr("CAST(id AS STRING) AS key", "CONCAT('click-', id) AS value")
-    df.write.format("dm").options(**options).option("topic", "clicks").mode("append").save()
+    df.write.format("dm").options(**options).option("topic", clicks).mode("append").save()
 
-    source = spark.readStream.format("dm").options(**options).option("subscribe", "clicks") \
+    source = spark.readStream.format("dm").options(**options).option("subscribe", clicks) \
         .option("startingOffsets", "earliest").load()
     query = (source.select("key", "value").writeStream.format("dm").options(**options)
-             .option("topic", "clicks-copy").option("deliveryGuarantee", "exactly-once")
+             .option("topic", copy).option("deliveryGuarantee", "exactly-once")
              .option("transactionalIdPrefix", "secured-copy").option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert query.exception() is None
 
-    copied = spark.read.format("dm").options(**options).option("subscribe", "clicks-copy") \
+    copied = spark.read.format("dm").options(**options).option("subscribe", copy) \
         .option("kafka.isolation.level", "read_committed").load().collect()
     assert sorted(bytes(r.value) for r in copied) == sorted(f"click-{i}".encode() for i in range(ROWS))
     # and what a plain librdkafka consumer on the plaintext listener sees (read_committed, its default)
-    assert len(ConfluentClient(broker.bootstrap).consume("clicks-copy", ROWS, timeout=20)) == ROWS
+    assert len(ConfluentClient(broker.bootstrap).consume(copy, ROWS, timeout=20)) == ROWS
 
 
-def test_wrong_credentials_and_settings_are_named(spark, sasl_ssl) -> None:
+def test_wrong_credentials_and_settings_are_named(spark, sasl_ssl, topic_name) -> None:
     broker, bootstrap, ca = sasl_ssl
-    create_topic(broker.bootstrap, "guarded", 1)
+    create_topic(broker.bootstrap, topic_name, 1)
     with pytest.raises(Exception, match="SASL authentication as 'etl' failed"):
-        spark.read.format("dm").options(**secured(bootstrap, ca, password="nope")).option("subscribe", "guarded") \
+        spark.read.format("dm").options(**secured(bootstrap, ca, password="nope")).option("subscribe", topic_name) \
             .load().collect()
     jks = {**secured(bootstrap, ca), "kafka.ssl.truststore.type": "JKS"}
     with pytest.raises(Exception, match=r"option kafka\.ssl\.truststore\.type: JKS is not supported"):
-        spark.read.format("dm").options(**jks).option("subscribe", "guarded").load().collect()
+        spark.read.format("dm").options(**jks).option("subscribe", topic_name).load().collect()
