@@ -146,7 +146,7 @@ class Workload:
                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_s, **ON_CONTROL_PLANE,
                         "containers": [{"name": "main", "image": image or sub.image,
                                         "command": command,
-                                        "env": env_list(env),
+                                        "env": env_list({**env, "DM_GRACE_S": grace_s}),
                                         "volumeMounts": [{"name": "w", "mountPath": "/w"}]}],
                         "volumes": [{"name": "w", "configMap": {"name": self.name}}]}}
         apply(sub, [cm, restricted(mount_secrets(pod, secrets))], ns)

@@ -13,23 +13,42 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+class Driver:
+    """A driver process and the file its output goes to: a pipe nobody reads while the test polls would
+    stop the driver at its first 64 KiB of log lines."""
+
+    def __init__(self, proc: subprocess.Popen, output: Path) -> None:
+        self.proc, self.output = proc, output
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.output.read_text(errors="replace")[-chars:] if self.output.exists() else ""
+
+
 def run_copy(bootstrap: str, source: str, target: str, prefix: str, checkpoint: Path,
-             available_now: bool) -> subprocess.Popen:
+             available_now: bool) -> Driver:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    return subprocess.Popen(
-        [sys.executable, __file__, bootstrap, source, target, prefix, str(checkpoint), str(available_now)],
-        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    output = checkpoint.parent / f"driver-{time.monotonic_ns()}.log"
+    with output.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, bootstrap, source, target, prefix, str(checkpoint), str(available_now)],
+            env=env, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+    return Driver(proc, output)
 
 
-def kill_when(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 180) -> None:
+def kill_when(driver: Driver, ready: Callable[[], bool], timeout: float = 300) -> None:
+    """SIGKILLs the whole driver once `ready()`. `timeout` covers a JVM start and the first batches on a
+    2-core machine that also runs the e2e suite (180 s ran out there, twice, 2026-11-28)."""
     deadline = time.monotonic() + timeout
+    proc = driver.proc
     while not ready():
         if proc.poll() is not None:
-            raise AssertionError(f"the driver exited ({proc.returncode}) early:\n"
-                                 + (proc.stdout.read().decode(errors="replace")[-4000:] if proc.stdout else ""))
+            raise AssertionError(f"the driver exited ({proc.returncode}) early:\n{driver.tail()}")
         if time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
-            raise AssertionError("the driver did not get far enough in time")
+            proc.wait(30)
+            raise AssertionError(f"the driver did not get far enough in {timeout:.0f} s; its output ends:\n"
+                                 f"{driver.tail()}")
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
