@@ -413,10 +413,11 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("max.incremental.fetch.session.cache.slots", "int", 1000,
                  "Incremental fetch sessions (KIP-227) a broker keeps for its followers and consumers; 0 turns "
                  "them off (every fetch then names and answers every partition).", minimum=0),
-        Property("replica.lag.time.max.ms", "int", 10_000,
+        Property("replica.lag.time.max.ms", "int", 30_000,
                  "A follower that has not caught up with the leader for this long leaves the ISR (caught up: a "
                  "fetch from the leader's log end, or one that has all the leader had at the previous fetch, as "
-                 "in Kafka).", minimum=10),
+                 "in Kafka). Kafka's default since 2.5 (KIP-537); a dead broker leaves every ISR when it is "
+                 "fenced, not after this.", minimum=10),
         Property("offsets.topic.num.partitions", "int", 50,
                  "Partitions of __consumer_offsets (fixed once the topic exists).", minimum=1),
         Property("offsets.topic.replication.factor", "int", 3,
