@@ -236,15 +236,21 @@ class Verdict:
         return summary
 
 
-def verdict(producer_log: str, consumer_log: str) -> Verdict:
-    """Every acknowledged record is in the topic, once, at the offset it was acknowledged at (or
-    anywhere in its partition when acknowledged without one), and each partition holds its records
-    in the order they were produced."""
+def parse_acks(producer_log: str) -> list[tuple[int, int, int, float, float]]:
+    """The producer workload's ACK lines: (partition, offset, seq, sent, acknowledged at)."""
     acks = []
     for line in producer_log.splitlines():
         if line.startswith("ACK "):
             _, p, off, seq, sent, at = line.split()
             acks.append((int(p), UNKNOWN_OFFSET if off == "None" else int(off), int(seq), float(sent), float(at)))
+    return acks
+
+
+def verdict(producer_log: str, consumer_log: str) -> Verdict:
+    """Every acknowledged record is in the topic, once, at the offset it was acknowledged at (or
+    anywhere in its partition when acknowledged without one), and each partition holds its records
+    in the order they were produced."""
+    acks = parse_acks(producer_log)
     records: dict[tuple[int, int], str] = {}
     seen: dict[str, int] = {}
     duplicated = []

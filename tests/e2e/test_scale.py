@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from dm import Workload, bootstrap, create_cluster, fully_in_sync, leaders, topic, topic_status, verdict
+from dm import Workload, bootstrap, create_cluster, fully_in_sync, leaders, parse_acks, topic, topic_status, verdict
 from measurements import note
 from support import apply, get_json, pod_ready, wait_until
 
@@ -28,10 +28,6 @@ def brokers_ready(sub, ns: str) -> bool:
     return len(pods) == 3 and all(pod_ready(p) for p in pods)
 
 
-def acknowledged_partitions(producer: Workload) -> set[str]:
-    return {line.split()[1] for line in list(producer.lines) if line.startswith("ACK ")}
-
-
 def in_sync(sub, ns: str) -> bool:
     status = topic_status(sub, ns, "wide")
     return len(status.get("partitions", [])) == PARTITIONS and fully_in_sync(status)
@@ -47,7 +43,7 @@ def test_two_thousand_partitions_survive_a_leader_pod_deletion(e2e_namespace, op
 
     env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "wide", "PARTITIONS": PARTITIONS, "RATE": RATE}
     producer = Workload(sub, ns, "producer.py", env)
-    wait_until(lambda: len(acknowledged_partitions(producer)) == PARTITIONS, 300,
+    wait_until(lambda: len({p for p, *_ in parse_acks(producer.output)}) == PARTITIONS, 300,
                "an acknowledged record in every partition before the fault", interval_s=2)
 
     before = leaders(topic_status(sub, ns, "wide"))
