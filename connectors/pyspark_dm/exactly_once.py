@@ -25,6 +25,7 @@ from .wire import DmClient
 
 log = logging.getLogger("pyspark_dm")
 STATS_INTERVAL_MS = "50"
+SLOW_INIT_S = 5.0
 
 
 # -- executor side -----------------------------------------------------------------------------
@@ -47,11 +48,15 @@ def open_transaction(opts: WriteOptions, partition: int) -> tuple[Any, TxnHandle
               "bootstrap.servers": opts.bootstrap, "transactional.id": tid, "enable.idempotence": "true",
               "acks": "all", "statistics.interval.ms": STATS_INTERVAL_MS,
               "stats_cb": lambda text: stats.__setitem__(0, text)}
+    started = time.monotonic()
     try:
         producer = Producer(config)
         producer.init_transactions(opts.timeout_s)
     except KafkaException as exc:
         raise DmSourceError(f"starting the transaction of {tid!r}: {exc}") from None
+    if (took := time.monotonic() - started) > SLOW_INIT_S:
+        # InitProducerId waits for the coordinator to abort what the id had open: worth a line when slow
+        log.warning("exactly-once sink: the producer of %r took %.1f s to start its transactions", tid, took)
     deadline = time.monotonic() + opts.timeout_s
     while True:
         producer.poll(0.05)
@@ -120,8 +125,11 @@ class Committer:
             return
         decision = Decision(prefix=self.prefix, query=query, batch=batch, state="decided",
                             transactions=[(h.transactional_id, h.producer_id, h.epoch) for h in handles])
+        started = time.monotonic()
         self.log.append(decision)
         state, lost = self._finish(decision)
+        log.info("exactly-once sink %s: batch %d %s (%d transactions) in %.1f s", self.prefix, batch, state,
+                 len(handles), time.monotonic() - started)
         if state == "abandoned":
             raise DmSourceError(
                 f"batch {batch}: the transaction coordinator aborted its transactions before they were committed "

@@ -4,6 +4,7 @@ streaming copy from one topic to another with the exactly-once sink."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -14,14 +15,19 @@ from pathlib import Path
 
 
 class Driver:
-    """A driver process and the file its output goes to: a pipe nobody reads while the test polls would
-    stop the driver at its first 64 KiB of log lines."""
+    """A driver process, the file its output goes to (a pipe nobody reads while the test polls would
+    stop the driver at its first 64 KiB of log lines) and its checkpoint."""
 
-    def __init__(self, proc: subprocess.Popen, output: Path) -> None:
-        self.proc, self.output = proc, output
+    def __init__(self, proc: subprocess.Popen, output: Path, checkpoint: Path) -> None:
+        self.proc, self.output, self.checkpoint = proc, output, checkpoint
 
     def tail(self, chars: int = 4000) -> str:
         return self.output.read_text(errors="replace")[-chars:] if self.output.exists() else ""
+
+    def batches_committed(self) -> int:
+        """Micro-batches in the checkpoint's commit log: what the driver has finished, this run or before."""
+        commits = self.checkpoint / "commits"
+        return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.is_dir() else 0
 
 
 def run_copy(bootstrap: str, source: str, target: str, prefix: str, checkpoint: Path,
@@ -33,25 +39,54 @@ def run_copy(bootstrap: str, source: str, target: str, prefix: str, checkpoint: 
         proc = subprocess.Popen(
             [sys.executable, __file__, bootstrap, source, target, prefix, str(checkpoint), str(available_now)],
             env=env, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
-    return Driver(proc, output)
+    return Driver(proc, output, checkpoint)
 
 
-def kill_when(driver: Driver, ready: Callable[[], bool], timeout: float = 300) -> None:
-    """SIGKILLs the whole driver once `ready()`. `timeout` covers a JVM start and the first batches on a
-    2-core machine that also runs the e2e suite (180 s ran out there, twice, 2026-11-28)."""
-    deadline = time.monotonic() + timeout
+def kill_when(driver: Driver, ready: Callable[[], bool], stalled_s: float = 300) -> None:
+    """SIGKILLs the whole driver once `ready()`; fails if it exits first or commits no micro-batch for
+    `stalled_s`. A time limit on progress, not on the whole run: on a 2-core machine that also runs the
+    e2e suite a driver's JVM start and first batch took 4 min (2026-11-28), and the next batches 17 s."""
     proc = driver.proc
+    committed, since = driver.batches_committed(), time.monotonic()
     while not ready():
         if proc.poll() is not None:
             raise AssertionError(f"the driver exited ({proc.returncode}) early:\n{driver.tail()}")
-        if time.monotonic() > deadline:
+        if driver.batches_committed() != committed:
+            committed, since = driver.batches_committed(), time.monotonic()
+        elif time.monotonic() - since > stalled_s:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
-            raise AssertionError(f"the driver did not get far enough in {timeout:.0f} s; its output ends:\n"
-                                 f"{driver.tail()}")
+            raise AssertionError(f"the driver committed no batch in {stalled_s:.0f} s (at {committed}); "
+                                 f"its output ends:\n{driver.tail()}")
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
+
+
+def log_progress(spark) -> None:
+    """Each micro-batch's durations (Spark's own breakdown) and the sink's steps, with times, in the
+    driver's output: what a failure's tail shows."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("pyspark_dm").setLevel(logging.INFO)
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            logging.getLogger("driver").warning("query started")
+
+        def onQueryProgress(self, event) -> None:
+            p = event.progress
+            logging.getLogger("driver").warning("batch %d: %d rows, durations %s", p.batchId, p.numInputRows,
+                                                dict(p.durationMs))
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            logging.getLogger("driver").warning("query ended: %s", event.exception)
+
+    spark.streams.addListener(Progress())
 
 
 def main(bootstrap: str, source: str, target: str, prefix: str, checkpoint: str, available_now: str) -> None:
@@ -60,6 +95,7 @@ def main(bootstrap: str, source: str, target: str, prefix: str, checkpoint: str,
     spark = (SparkSession.builder.master("local[2]").appName("dm-eos-copy").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    log_progress(spark)
     stream = (spark.readStream.format("dm").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source)
               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "300").load())
     writer = (stream.select("value").writeStream.format("dm").option("kafka.bootstrap.servers", bootstrap)

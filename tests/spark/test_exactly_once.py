@@ -250,8 +250,8 @@ def test_exactly_once_options_are_checked(spark, txn_broker, topic_name) -> None
         save(transactionalIdPrefix="p")
 
 
-# three Spark drivers one after another (each a JVM start): 170 s on an idle 2-core VM, more beside the e2e
-# suite; each may take kill_when's 300 s and the last its 300 s
+# three Spark drivers one after another (each a JVM start): 170 s on an idle 2-core VM, 525 s beside the e2e
+# suite (a first batch of 4 min); kill_when fails a driver that commits no batch for 300 s
 @pytest.mark.timeout(1200)
 def test_driver_killed_mid_stream_loses_and_duplicates_nothing(txn_broker, topic_name, tmp_path: Path) -> None:
     """The whole driver (Python, its JVM and workers) SIGKILLed twice while it copies a topic;

@@ -1,6 +1,8 @@
 """Load for chaos scenarios, run in a pod: an idempotent acks=all producer of sequence records
 ("<partition>:<seq>") at RATE per second until SIGTERM (or DURATION seconds), then a flush of
-everything outstanding. One line per acknowledgement:
+everything outstanding. With MAX_OUTSTANDING it sends no more while that many records await their
+acknowledgement (a closed loop: a cluster slower than RATE slows the producer instead of growing its
+queue and every record's wait). One line per acknowledgement:
     ACK <partition> <offset> <seq> <produced at> <acknowledged at>
 (offset "None" when librdkafka acknowledged the record implicitly: a request with an uncertain
 outcome followed by a later one of the partition that succeeded),
@@ -24,6 +26,7 @@ topic = os.environ["TOPIC"]
 partitions = int(os.environ.get("PARTITIONS", "3"))
 duration = float(os.environ.get("DURATION", "3600"))
 rate = float(os.environ.get("RATE", "200"))
+max_outstanding = int(os.environ.get("MAX_OUTSTANDING", "0"))  # 0: open loop, the queue grows as it must
 stopping = False
 
 
@@ -54,14 +57,18 @@ start = time.time()
 print(f"START {start:.4f}", flush=True)
 seq = 0
 while not stopping and time.time() - start < duration:
+    if max_outstanding and len(producer) >= max_outstanding:
+        producer.poll(0.1)
+        continue
     partition = seq % partitions
     sent = time.time()
     try:
         producer.produce(topic, f"{partition}:{seq}".encode(), partition=partition,
                          on_delivery=lambda err, msg, seq=seq, sent=sent: report(err, msg, seq, sent))
         seq += 1
-    except BufferError:
-        pass
+    except BufferError:  # librdkafka's own queue is full: wait for acknowledgements, not in a busy loop
+        producer.poll(0.1)
+        continue
     producer.poll(0)
     time.sleep(max(0.0, start + seq / rate - time.time()))
     out.flush()
