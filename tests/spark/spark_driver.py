@@ -42,25 +42,41 @@ def run_copy(bootstrap: str, source: str, target: str, prefix: str, checkpoint: 
     return Driver(proc, output, checkpoint)
 
 
-def kill_when(driver: Driver, ready: Callable[[], bool], stalled_s: float = 300) -> None:
-    """SIGKILLs the whole driver once `ready()`; fails if it exits first or commits no micro-batch for
-    `stalled_s`. A time limit on progress, not on the whole run: on a 2-core machine that also runs the
-    e2e suite a driver's JVM start and first batch took 4 min (2026-11-28), and the next batches 17 s."""
-    proc = driver.proc
+# A driver that commits no micro-batch for this long has stalled. Under the e2e suite on this 2-core
+# machine a driver's JVM start and first batch took 4.5 min (CI, 2026-11-28) and the next batches 17 s
+# each: a limit on progress, not on the whole run.
+STALLED_S = 420
+
+
+def kill_when(driver: Driver, ready: Callable[[], bool], stalled_s: float = STALLED_S) -> None:
+    """SIGKILLs the whole driver once `ready()`; fails if it exits first or stalls."""
+    def done() -> bool:
+        if driver.proc.poll() is not None:
+            raise AssertionError(f"the driver exited ({driver.proc.returncode}) early:\n{driver.tail()}")
+        return ready()
+
+    _follow(driver, done, stalled_s)
+    os.killpg(driver.proc.pid, signal.SIGKILL)
+    driver.proc.wait(30)
+
+
+def wait_for_exit(driver: Driver, stalled_s: float = STALLED_S) -> int:
+    """The driver's exit code; fails if it stalls first."""
+    _follow(driver, lambda: driver.proc.poll() is not None, stalled_s)
+    return driver.proc.returncode
+
+
+def _follow(driver: Driver, done: Callable[[], bool], stalled_s: float) -> None:
     committed, since = driver.batches_committed(), time.monotonic()
-    while not ready():
-        if proc.poll() is not None:
-            raise AssertionError(f"the driver exited ({proc.returncode}) early:\n{driver.tail()}")
+    while not done():
         if driver.batches_committed() != committed:
             committed, since = driver.batches_committed(), time.monotonic()
         elif time.monotonic() - since > stalled_s:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+            os.killpg(driver.proc.pid, signal.SIGKILL)
+            driver.proc.wait(30)
             raise AssertionError(f"the driver committed no batch in {stalled_s:.0f} s (at {committed}); "
                                  f"its output ends:\n{driver.tail()}")
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
 
 
 def log_progress(spark) -> None:
