@@ -181,7 +181,8 @@ class Broker:
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
         self.metadata_entries = TopicEntries()  # encoded Metadata topic entries (protocol/metadata_encoder.py)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
-        self.quotas = QuotaManager(config["quota.window.num"] * config["quota.window.size.seconds"], self._throttled)
+        self.quotas = QuotaManager(config["quota.window.num"] * config["quota.window.size.seconds"], self._throttled,
+                                   request_throttle_max_s=config["quota.window.size.seconds"])
         self._rates: dict[str, int] = {}
         self.leader_quota = ByteRateQuota(lambda: self._rate("leader.replication.throttled.rate"))
         self.follower_quota = ByteRateQuota(lambda: self._rate("follower.replication.throttled.rate"))

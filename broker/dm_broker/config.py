@@ -406,7 +406,8 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("quota.window.num", "int", 11,
                  "Samples a client quota's rate is measured over (Kafka's quota window).", minimum=1),
         Property("quota.window.size.seconds", "int", 1,
-                 "Length of one sample of a client quota's rate, in seconds.", minimum=1),
+                 "Length of one sample of a client quota's rate, in seconds; also the longest throttle one request "
+                 "gets under request_percentage, as in Kafka.", minimum=1),
         Property("fetch.max.bytes", "int", 57671680,
                  "Largest answer to a Fetch, whatever its max_bytes asks for; a first batch larger than this is "
                  "still sent whole (KIP-74).", minimum=1024),

@@ -10,6 +10,7 @@ import pytest
 from dm_broker.quotas.entities import (
     CLIENT_ID,
     PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
     USER,
     applicable,
     entity_key,
@@ -100,6 +101,19 @@ def test_a_client_sending_without_pause_is_held_at_its_bound():
         sent += 100
     assert sent / 60 == pytest.approx(1000, rel=0.05)
     assert manager.record(PRODUCER_BYTE_RATE, "u", "polite", 10**9) == 0  # another client id: unlimited
+
+
+def test_a_request_quota_throttles_for_at_most_a_window_sample_as_kafka_does():
+    """One slow request (a loaded machine leaves the handler unscheduled) must not mute a client at 0.1 % of
+    a thread for tens of seconds: Kafka bounds the throttle by quota.window.size.seconds. Byte rates are
+    not bounded so."""
+    clock = Clock()
+    manager = QuotaManager(window_s=11, on_throttle=lambda *_: None, clock=clock, request_throttle_max_s=1.0)
+    manager.update({entity_key({CLIENT_ID: "chatty"}): {REQUEST_PERCENTAGE: 0.1, PRODUCER_BYTE_RATE: 1000}})
+    assert manager.record(REQUEST_PERCENTAGE, "u", "chatty", 4.0) == 1.0  # 40 ms of a thread: 29 s unbounded
+    clock.now += 1.0
+    assert manager.record(REQUEST_PERCENTAGE, "u", "chatty", 0.1) == 1.0  # the debt is kept, so still throttled
+    assert manager.record(PRODUCER_BYTE_RATE, "u", "chatty", 41_000) == pytest.approx(30)
 
 
 async def test_handler_time_counts_work_not_waiting():
