@@ -125,11 +125,8 @@ class Committer:
             return
         decision = Decision(prefix=self.prefix, query=query, batch=batch, state="decided",
                             transactions=[(h.transactional_id, h.producer_id, h.epoch) for h in handles])
-        started = time.monotonic()
         self.log.append(decision)
         state, lost = self._finish(decision)
-        log.info("exactly-once sink %s: batch %d %s (%d transactions) in %.1f s", self.prefix, batch, state,
-                 len(handles), time.monotonic() - started)
         if state == "abandoned":
             raise DmSourceError(
                 f"batch {batch}: the transaction coordinator aborted its transactions before they were committed "

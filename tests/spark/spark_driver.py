@@ -69,8 +69,8 @@ def wait_for_exit(driver: Driver, stalled_s: float = STALLED_S) -> int:
 def _follow(driver: Driver, done: Callable[[], bool], stalled_s: float) -> None:
     committed, since = driver.batches_committed(), time.monotonic()
     while not done():
-        if driver.batches_committed() != committed:
-            committed, since = driver.batches_committed(), time.monotonic()
+        if (now_committed := driver.batches_committed()) != committed:
+            committed, since = now_committed, time.monotonic()
         elif time.monotonic() - since > stalled_s:
             os.killpg(driver.proc.pid, signal.SIGKILL)
             driver.proc.wait(30)
@@ -80,12 +80,11 @@ def _follow(driver: Driver, done: Callable[[], bool], stalled_s: float) -> None:
 
 
 def log_progress(spark) -> None:
-    """Each micro-batch's durations (Spark's own breakdown) and the sink's steps, with times, in the
-    driver's output: what a failure's tail shows."""
+    """Each micro-batch's durations (Spark's own breakdown), with times, in the driver's output: what a
+    failure's tail shows. (The sink's own lines come from Python workers, warnings only.)"""
     from pyspark.sql.streaming import StreamingQueryListener
 
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("pyspark_dm").setLevel(logging.INFO)
 
     class Progress(StreamingQueryListener):
         def onQueryStarted(self, event) -> None:
@@ -95,9 +94,6 @@ def log_progress(spark) -> None:
             p = event.progress
             logging.getLogger("driver").warning("batch %d: %d rows, durations %s", p.batchId, p.numInputRows,
                                                 dict(p.durationMs))
-
-        def onQueryIdle(self, event) -> None:
-            pass
 
         def onQueryTerminated(self, event) -> None:
             logging.getLogger("driver").warning("query ended: %s", event.exception)
