@@ -17,13 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .config_error import ConfigError
 from .groups.assignors import short_name
 
 LONG_MAX = (1 << 63) - 1
-
-
-class ConfigError(ValueError):
-    """A configuration value is unknown or invalid."""
 
 
 def _parse_bool(value: str) -> bool:

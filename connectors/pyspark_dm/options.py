@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from dm_broker.config import ConfigError
+from dm_broker.config_error import ConfigError
 from dm_broker.security.client_config import to_librdkafka, wire_security
 from pydantic import BaseModel, ConfigDict
 

@@ -22,8 +22,8 @@ from dm_broker.protocol.codec import request_class
 from dm_broker.protocol.fetch_decoder import VERSION as FETCH_VERSION
 from dm_broker.protocol.fetch_decoder import decode_fetch_response
 from dm_broker.security.client_config import wire_security
+from dm_broker.security.client_security import ClientSecurity
 from dm_broker.security.sasl_client import client_exchange, run_exchange
-from dm_broker.security.setup import ClientSecurity
 from kio.schema.errors import ErrorCode
 from scramp import ScramException
 

@@ -16,6 +16,7 @@ from chaos_tools import (
     create_topic,
     fully_replicated,
     kill_leaders_in_turn,
+    replica_batches,
     sequence_load,
     verify,
     wait_replicas_identical,
@@ -303,3 +304,68 @@ def test_a_follower_back_after_a_sigkill_truncates_thousands_of_partitions(tmp_p
                  what="broker 2 back in all 1,800 ISRs")
         for p in (0, partitions // 2, partitions - 1):
             assert wait_replicas_identical([b.data_dir for b in cluster.brokers], "many", p) == 2
+
+
+def test_a_new_leader_whose_high_watermark_lags_answers_offset_not_available(tmp_path: Path):
+    """KIP-207: a follower elected leader knows the high watermark only as the old leader last told it.
+    While that is below the start of its epoch, ListOffsets from a client is answered OFFSET_NOT_AVAILABLE
+    (LEADER_NOT_AVAILABLE before v5), not with an offset that would move back; once the ISR has fetched
+    from it, the answer is the log end again."""
+    import asyncio
+    import signal
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from dm_broker.protocol.client import KafkaConnection
+
+    def list_offsets(broker: int, version: int, timestamp: int = -1) -> tuple[int, int]:
+        """(error code, offset) of partition 0 from `broker`, asked as a client (replica -1) would."""
+        async def ask() -> tuple[int, int]:
+            conn = await KafkaConnection.open("127.0.0.1", cluster.brokers[broker].port)
+            try:
+                answer = (await conn.request(list_offsets_request("lag", version, timestamp))).topics[0].partitions[0]
+                return int(answer.error_code), answer.offset
+            finally:
+                await conn.close()
+        return asyncio.run(ask())
+
+    # C's session and its place in the ISR outlast the test: the new leader's high watermark waits for it
+    slow_to_drop = {**FAST_FAILURE, "broker.session.timeout.ms": 30000, "replica.lag.time.max.ms": 30000}
+    with Cluster(tmp_path, 3, slow_to_drop) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("lag", 1, replica_assignment=[[0, 1, 2]])])["lag"].result(15)  # 0 leads, then 1
+        wait_for(lambda: fully_replicated(cluster, "lag", 1), timeout=30, what="the ISR at 3")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})
+        for i in range(10):
+            producer.produce("lag", b"%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        wait_for(lambda: list_offsets(0, 7) == (0, 10), timeout=10, what="the high watermark at 10")
+        c = cluster.brokers[2].proc
+        c.send_signal(signal.SIGSTOP)  # C stays in the ISR but fetches nothing: the high watermark stays at 10
+        try:
+            for i in range(10, 30):
+                producer.produce("lag", b"%d" % i, partition=0)
+            assert producer.flush(30) == 0
+            wait_for(lambda: (replica_batches(cluster.brokers[1].data_dir, "lag", 0) or [(0, -1, 0)])[-1][1] == 29,
+                     timeout=10, what="broker 1 holding all 30 records")
+            assert list_offsets(0, 7) == (0, 10)
+            assert cluster.brokers[0].stop() == 0  # controlled shutdown: broker 1 leads from its log end, 30
+            wait_for(lambda: cluster.leader("lag", 0) == 1, timeout=15, what="broker 1 leading")
+            for version, lagging in ((7, 78), (5, 78), (4, 5)):  # OFFSET_NOT_AVAILABLE, LEADER_NOT_AVAILABLE
+                for timestamp in (-1, -2):
+                    assert list_offsets(1, version, timestamp) == (lagging, -1), (version, timestamp)
+        finally:
+            c.send_signal(signal.SIGCONT)
+        wait_for(lambda: list_offsets(1, 7) == (0, 30), timeout=20, what="the log end once C fetched")
+        assert list_offsets(1, 4, -2) == (0, 0)
+
+
+
+def list_offsets_request(topic: str, version: int, timestamp: int):
+    from dm_broker.protocol.build import make, nested
+    from dm_broker.protocol.codec import request_class
+
+    cls = request_class(2, version)
+    topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
+    part = make(part_cls, partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
+    return make(cls, replica_id=-1, isolation_level=0, topics=(make(topic_cls, name=topic, partitions=(part,)),))

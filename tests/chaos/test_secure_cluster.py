@@ -92,7 +92,7 @@ def bootstrap_admin_user(cluster: SecureCluster) -> None:
     from dm_broker.protocol.client import KafkaConnection
     from dm_broker.protocol.codec import request_class
     from dm_broker.security import scram as scram_lib
-    from dm_broker.security.setup import ClientSecurity
+    from dm_broker.security.client_security import ClientSecurity
     from dm_broker.security.tls import TlsSettings, client_context
 
     async def go() -> None:

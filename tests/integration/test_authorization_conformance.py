@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from clients import ConfluentClient
 from dm_broker.protocol.client import KafkaConnection
-from dm_broker.security.setup import ClientSecurity
+from dm_broker.security.client_security import ClientSecurity
 from kafka_acl_rules import (
     AUTHORIZATION_FAILED,
     DELETED_TOPIC,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from dm_broker.protocol.client import KafkaConnection
-from dm_broker.security.setup import ClientSecurity
+from dm_broker.security.client_security import ClientSecurity
 from group_clients import wait_for_async
 from secure import add_scram_users, secure_broker
 

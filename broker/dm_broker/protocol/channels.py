@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .client import KafkaConnection
 
 if TYPE_CHECKING:
-    from ..security.setup import ClientSecurity
+    from ..security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
 Endpoint = Callable[[int], tuple[str, int] | None]

@@ -24,7 +24,7 @@ from .codec import API_VERSIONS_KEY, request_class, response_class
 from .framing import FrameProtocol, open_frame_connection
 
 if TYPE_CHECKING:
-    from ..security.setup import ClientSecurity
+    from ..security.client_security import ClientSecurity
 
 SIZE = struct.Struct(">i")
 

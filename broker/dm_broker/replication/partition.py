@@ -95,6 +95,8 @@ class Partition:
     _seq: int = 0
     # the write of this leader epoch to the epoch file, while it is under way (or failed)
     _epoch_write: asyncio.Future[None] | None = None
+    # our log end when this broker became leader of leader_epoch; -1 while not leading
+    epoch_start_offset: int = -1
 
     @property
     def is_leader(self) -> bool:
@@ -103,6 +105,13 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         return min(self.hw, self.log.log_end_offset)
+
+    @property
+    def high_watermark_lags(self) -> bool:
+        """A new leader's high watermark still below the start of its epoch (KIP-207): it has only what the
+        old leader told it as a follower, which trails what that leader acknowledged, until the followers
+        in the ISR fetch from it. Offsets from it would move back, so clients are told to retry."""
+        return self.is_leader and self.high_watermark < self.epoch_start_offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -147,6 +156,7 @@ class Partition:
         self.pending_isr = None
         if new_epoch:
             self.leader_epoch = leader_epoch
+            self.epoch_start_offset = self.log.log_end_offset
             # The new epoch starts at our log end: followers truncate anything past it that they
             # got from an older leader (OffsetForLeaderEpoch). On disk before any record of it
             # (append_as_leader waits), written in a worker thread, not on the loop (ADR 0039).
@@ -162,6 +172,7 @@ class Partition:
                         isr: list[int]) -> None:
         self.role = FOLLOWER if leader_id >= 0 else OFFLINE
         self.leader_id = leader_id
+        self.epoch_start_offset = -1
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.replicas = list(replicas)

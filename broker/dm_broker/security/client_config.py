@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config_error import ConfigError
+from .client_security import ClientSecurity
 from .jaas import parse_jaas
 from .sasl_client import CLIENT_MECHANISMS
-from .setup import ClientSecurity
 from .tls import TlsSettings, client_context, read_pkcs12
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

@@ -5,13 +5,12 @@ and how this broker connects to the others."""
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..config import BrokerConfig, ConfigError
 from ..controller.models import TlsReport
 from .acls import AclBinding, Authorizer, Operation, ResourceType
+from .client_security import ClientSecurity
 from .jaas import parse_jaas
 from .listeners import Listener, ListenerSetup, enabled_mechanisms, listener_setup
 from .login_guard import LoginGuard
@@ -23,21 +22,6 @@ from .tls import ReloadingContext, TlsSettings, client_context
 log = logging.getLogger(__name__)
 AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer",
                "kafka.security.auth.SimpleAclAuthorizer", "dm.StandardAuthorizer")
-
-
-@dataclass(frozen=True)
-class ClientSecurity:
-    """How this broker connects to another broker's inter-broker listener."""
-
-    protocol: str
-    ssl_context: ssl.SSLContext | None = None
-    mechanism: str = ""
-    username: str = ""
-    password: str = ""
-
-    @property
-    def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 class SecuritySetup:

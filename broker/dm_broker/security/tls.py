@@ -18,9 +18,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import BrokerConfig, ConfigError
+from ..config_error import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
 
 log = logging.getLogger(__name__)
 VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}

@@ -25,6 +25,9 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     part_cls = nested(cls, "ListOffsetsPartitionResponse")
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    from_client = getattr(req, "replica_id", -1) < 0
+    # Kafka answers OFFSET_NOT_AVAILABLE from ListOffsets v5 (KIP-207), LEADER_NOT_AVAILABLE before it
+    lagging = ErrorCode.offset_not_available if ctx.version >= 5 else ErrorCode.leader_not_available
     topics = []
     for topic in req.topics:
         results = []
@@ -40,6 +43,8 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
                 error = ErrorCode.not_leader_or_follower
             else:
                 error = _check_epoch(part, getattr(p, "current_leader_epoch", -1))
+                if error == ErrorCode.none and from_client and part.high_watermark_lags:
+                    error = lagging
             if part is not None and error == ErrorCode.none:
                 log = part.log
                 epoch = part.leader_epoch
