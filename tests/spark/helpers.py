@@ -38,3 +38,12 @@ def rows(df: Any) -> list[tuple[int, int, bytes | None, bytes | None]]:
     return sorted((r.partition, r.offset, None if r.key is None else bytes(r.key),
                    None if r.value is None else bytes(r.value))
                   for r in df.select("partition", "offset", "key", "value").collect())
+
+
+def raise_if_failed(query: Any) -> None:
+    """Fails the test with the error a streaming query died of, if it died: Spark's own reason (which the
+    conftest's rerun filter recognises when it is Spark's Python worker start-up), not the empty result
+    the query left behind."""
+    error = query.exception()
+    if error is not None:
+        raise AssertionError(f"the query failed: {error}")

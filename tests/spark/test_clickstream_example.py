@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import create_topic
+from helpers import create_topic, raise_if_failed
 
 pytestmark = pytest.mark.spark
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clickstream"
@@ -34,7 +34,7 @@ def test_clickstream_pipeline(spark, broker, topic_name, tmp_path, example) -> N
     query = jobs.start_stream(spark, broker.bootstrap, clicks, per_minute, parquet, str(tmp_path / "ck"),
                               available_now=True)
     query.awaitTermination(180)
-    assert query.exception() is None
+    raise_if_failed(query)
     result = jobs.read_back(spark, broker.bootstrap, clicks, per_minute, parquet)
     # Events span 5 minutes; the last window stays open until the watermark passes it.
     assert result["minutes"] >= 4

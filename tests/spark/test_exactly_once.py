@@ -10,7 +10,7 @@ import pytest
 from clients import ConfluentClient, no_open_transactions
 from group_clients import wait_for
 from harness import running_broker
-from helpers import create_topic, produce, read, rows
+from helpers import create_topic, produce, raise_if_failed, read, rows
 from measurements import note
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -108,7 +108,7 @@ def test_streaming_copy_is_exactly_once_and_read_committed_reads_it(spark, txn_b
             writer = writer.option(k, v)
         q = writer.option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
         q.awaitTermination(120)
-        assert q.exception() is None
+        raise_if_failed(q)
 
     run()
     produce(b.bootstrap, topic_name, [(i % 2, None, f"v{i}".encode()) for i in range(600, 900)])

@@ -10,6 +10,7 @@ import pytest
 from chaos_tools import FAST_FAILURE, create_topic, fully_replicated, sequence_load
 from group_clients import wait_for
 from harness import Cluster
+from helpers import raise_if_failed
 from measurements import note
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -40,12 +41,12 @@ def test_streaming_read_through_leader_kills(spark, tmp_path: Path) -> None:
                 time.sleep(1)  # the query plans and reads across the change of leader
                 cluster.brokers[victim].start()
                 wait_for(lambda: fully_replicated(cluster, "ha", 2), timeout=60, what="the ISR back to 3")
-            assert query.exception() is None
+            raise_if_failed(query)
             query.stop()
         assert producer.remaining == 0 and not producer.errors, producer.errors[:3]
         drain = start_query(spark, cluster.bootstrap, out, checkpoint, available_now=True)
         drain.awaitTermination(180)
-        assert drain.exception() is None
+        raise_if_failed(drain)
         got = [(r.partition, r.offset, bytes(r.value)) for r in spark.read.parquet(str(out)).collect()]
     acked = {(p, o, v) for p, o, v, _ in producer.acked}
     assert len(got) == len(set(got)), "a record was written twice"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from clients import ConfluentClient
-from helpers import create_topic
+from helpers import create_topic, raise_if_failed
 from secure import Pki, add_scram_users, secure_broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -52,7 +52,7 @@ def test_write_copy_exactly_once_and_read_committed_over_sasl_ssl(spark, sasl_ss
              .option("transactionalIdPrefix", "secured-copy").option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
-    assert query.exception() is None
+    raise_if_failed(query)
 
     copied = spark.read.format("dm").options(**options).option("subscribe", copy) \
         .option("kafka.isolation.level", "read_committed").load().collect()

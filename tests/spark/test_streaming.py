@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness import running_broker
-from helpers import add_partitions, create_topic, produce, read
+from helpers import add_partitions, create_topic, produce, raise_if_failed, read
 
 pytestmark = pytest.mark.spark
 
@@ -51,11 +51,12 @@ def test_starting_offsets_default_to_latest(spark, broker, topic_name, tmp_path)
                    available_now=False)
     try:
         deadline = time.time() + 60
-        while not q.recentProgress and time.time() < deadline:
+        while not q.recentProgress and q.isActive and time.time() < deadline:
             time.sleep(0.2)
         produce(broker.bootstrap, topic_name, [(0, None, b"after")])
-        while time.time() < deadline and sum(p["numInputRows"] for p in q.recentProgress) < 1:
+        while q.isActive and time.time() < deadline and sum(p["numInputRows"] for p in q.recentProgress) < 1:
             time.sleep(0.2)
+        raise_if_failed(q)
     finally:
         q.stop()
     assert [v for _, _, v in written(spark, tmp_path / "out")] == ["after"]
@@ -78,8 +79,9 @@ def test_restart_from_checkpoint_has_no_gap_and_no_duplicate(spark, broker, topi
     producer = threading.Thread(target=keep_producing)
     producer.start()
     deadline = time.time() + 90
-    while len([p for p in q.recentProgress if p["numInputRows"]]) < 3 and time.time() < deadline:
+    while len([p for p in q.recentProgress if p["numInputRows"]]) < 3 and q.isActive and time.time() < deadline:
         time.sleep(0.1)
+    raise_if_failed(q)
     q.stop()  # mid-stream: more records are waiting and still arriving
     first_run = sum(p["numInputRows"] for p in q.recentProgress)
     assert 0 < first_run < 7000
@@ -107,13 +109,13 @@ def test_new_partitions_are_picked_up_from_earliest(spark, broker, topic_name, t
     q = to_parquet(stream(spark, broker.bootstrap, topic_name, startingOffsets="earliest"),
                    tmp_path / "out", tmp_path / "ck")
     q.awaitTermination(60)
-    assert q.exception() is None
+    raise_if_failed(q)
     assert written(spark, tmp_path / "out") == [(0, 0, "a0"), (0, 1, "a1"), (1, 0, "b0"), (2, 0, "c0")]
     add_partitions(broker.bootstrap, topic_name, 5)  # only an empty partition is new: nothing to read
     q = to_parquet(stream(spark, broker.bootstrap, topic_name, startingOffsets="earliest"),
                    tmp_path / "out", tmp_path / "ck")
     q.awaitTermination(60)
-    assert q.exception() is None
+    raise_if_failed(q)
     assert len(written(spark, tmp_path / "out")) == 4
 
 
