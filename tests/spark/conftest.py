@@ -35,8 +35,24 @@ def spark() -> Iterator[object]:
 SPARK_WORKER_START_UP = "Python worker failed to connect back"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     for item in items:
         if str(item.path).startswith(here + os.sep):
             item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=[SPARK_WORKER_START_UP]))
+            _time_the_test_only(config, item)
+
+
+def _time_the_test_only(config: pytest.Config, item: pytest.Item) -> None:
+    """The test's time limit counts the test, not the worker's SparkSession start, which the first Spark
+    test of each worker pays: beside the e2e suite that start took 147 s of a 300 s limit, and a test
+    stopped by pytest-timeout leaves the session's py4j connection unusable, so every later Spark test of
+    that worker failed too (make test at 00bfcb0: one timeout, 20 failures after it)."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        limit = float(marker.args[0])
+    elif marker is not None and "timeout" in marker.kwargs:
+        limit = float(marker.kwargs["timeout"])
+    else:
+        limit = float(config.getini("timeout"))
+    item.add_marker(pytest.mark.timeout(limit, func_only=True), append=False)
