@@ -33,6 +33,15 @@ def fetch_request(topic: str, partition: int, offset: int, max_wait_ms: int = 0,
                 forgotten_topics_data=(), rack_id="")
 
 
+def list_offsets_request(topic: str, partition: int, timestamp: int, version: int = 7):
+    """ListOffsets of one partition at `timestamp` (-1 latest, -2 earliest), asked as a client (replica -1)."""
+    cls = request_class(2, version)
+    part = make(nested(cls, "ListOffsetsPartition"), partition_index=partition, timestamp=timestamp,
+                current_leader_epoch=-1, max_num_offsets=1)
+    return make(cls, replica_id=-1, isolation_level=0, timeout=datetime.timedelta(seconds=5),
+                topics=(make(nested(cls, "ListOffsetsTopic"), name=topic, partitions=(part,)),))
+
+
 def create_topics_request(name: str | list[str], partitions: int = 1, configs: dict[str, str] | None = None,
                           version: int = 7):
     """CreateTopics for one topic, or for several (`name` a list, duplicates kept) in one request."""

@@ -317,13 +317,15 @@ def test_a_new_leader_whose_high_watermark_lags_answers_offset_not_available(tmp
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     from dm_broker.protocol.client import KafkaConnection
+    from wire import list_offsets_request
 
     def list_offsets(broker: int, version: int, timestamp: int = -1) -> tuple[int, int]:
         """(error code, offset) of partition 0 from `broker`, asked as a client (replica -1) would."""
         async def ask() -> tuple[int, int]:
             conn = await KafkaConnection.open("127.0.0.1", cluster.brokers[broker].port)
             try:
-                answer = (await conn.request(list_offsets_request("lag", version, timestamp))).topics[0].partitions[0]
+                response = await conn.request(list_offsets_request("lag", 0, timestamp, version))
+                answer = response.topics[0].partitions[0]
                 return int(answer.error_code), answer.offset
             finally:
                 await conn.close()
@@ -359,14 +361,3 @@ def test_a_new_leader_whose_high_watermark_lags_answers_offset_not_available(tmp
             c.send_signal(signal.SIGCONT)
         wait_for(lambda: list_offsets(1, 7) == (0, 30), timeout=60, what="the log end once C fetched")
         assert list_offsets(1, 4, -2) == (0, 0)
-
-
-
-def list_offsets_request(topic: str, version: int, timestamp: int):
-    from dm_broker.protocol.build import make, nested
-    from dm_broker.protocol.codec import request_class
-
-    cls = request_class(2, version)
-    topic_cls, part_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
-    part = make(part_cls, partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
-    return make(cls, replica_id=-1, isolation_level=0, topics=(make(topic_cls, name=topic, partitions=(part,)),))

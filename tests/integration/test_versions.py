@@ -12,6 +12,7 @@ from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
 from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kio.schema.errors import ErrorCode
+from wire import list_offsets_request
 
 pytestmark = pytest.mark.timeout(60)
 RANGES = {s.key: (s.min_version, s.max_version) for s in SPECS}
@@ -45,12 +46,7 @@ async def test_api_versions_list_offsets_init_producer_describe_cluster_every_ve
         resp = await conn.request(make(request_class(18, v), client_software_name="t", client_software_version="1"))
         assert resp.error_code == ErrorCode.none
     for v in versions(2):
-        cls = request_class(2, v)
-        part = make(nested(cls, "ListOffsetsPartition"), partition_index=0, timestamp=-1, current_leader_epoch=-1,
-                    max_num_offsets=1)
-        req = make(cls, replica_id=-1, isolation_level=0, timeout=datetime.timedelta(seconds=5),
-                   topics=(make(nested(cls, "ListOffsetsTopic"), name=topic_name, partitions=(part,)),))
-        resp = await conn.request(req)
+        resp = await conn.request(list_offsets_request(topic_name, 0, -1, v))
         assert resp.topics[0].partitions[0].error_code == ErrorCode.none, v
     for v in versions(22):
         resp = await conn.request(make(request_class(22, v), transactional_id=None,

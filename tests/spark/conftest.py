@@ -48,11 +48,6 @@ def _time_the_test_only(config: pytest.Config, item: pytest.Item) -> None:
     test of each worker pays: beside the e2e suite that start took 147 s of a 300 s limit, and a test
     stopped by pytest-timeout leaves the session's py4j connection unusable, so every later Spark test of
     that worker failed too (make test at 00bfcb0: one timeout, 20 failures after it)."""
-    marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        limit = float(marker.args[0])
-    elif marker is not None and "timeout" in marker.kwargs:
-        limit = float(marker.kwargs["timeout"])
-    else:
-        limit = float(config.getini("timeout"))
+    marker = item.get_closest_marker("timeout")  # the Spark tests give their limit as the marker's argument
+    limit = float(marker.args[0]) if marker is not None else float(config.getini("timeout"))
     item.add_marker(pytest.mark.timeout(limit, func_only=True), append=False)

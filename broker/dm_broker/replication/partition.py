@@ -95,8 +95,6 @@ class Partition:
     _seq: int = 0
     # the write of this leader epoch to the epoch file, while it is under way (or failed)
     _epoch_write: asyncio.Future[None] | None = None
-    # our log end when this broker became leader of leader_epoch; -1 while not leading
-    epoch_start_offset: int = -1
 
     @property
     def is_leader(self) -> bool:
@@ -105,6 +103,13 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         return min(self.hw, self.log.log_end_offset)
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where the latest leader epoch in the log's epoch cache began; for a leader, its own epoch, which
+        starts at its log end when it was elected (0 for a log that knows no epoch)."""
+        entries = self.log.leader_epochs.entries
+        return entries[-1][1] if entries else 0
 
     @property
     def high_watermark_lags(self) -> bool:
@@ -156,7 +161,6 @@ class Partition:
         self.pending_isr = None
         if new_epoch:
             self.leader_epoch = leader_epoch
-            self.epoch_start_offset = self.log.log_end_offset
             # The new epoch starts at our log end: followers truncate anything past it that they
             # got from an older leader (OffsetForLeaderEpoch). On disk before any record of it
             # (append_as_leader waits), written in a worker thread, not on the loop (ADR 0039).
@@ -172,7 +176,6 @@ class Partition:
                         isr: list[int]) -> None:
         self.role = FOLLOWER if leader_id >= 0 else OFFLINE
         self.leader_id = leader_id
-        self.epoch_start_offset = -1
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.replicas = list(replicas)
@@ -325,9 +328,8 @@ class Partition:
         state.last_fetch_leader_leo = leader_leo
         state.last_fetch_at = now
         self.maybe_advance_hw()
-        epoch_start = self.log.leader_epochs.entries[-1][1] if self.log.leader_epochs.entries else 0
         return (replica not in self.isr and self.pending_isr is None and fetch_offset >= self.high_watermark
-                and fetch_offset >= epoch_start)
+                and fetch_offset >= self.epoch_start_offset)
 
     def maybe_advance_hw(self) -> None:
         if self.role != LEADER:
