@@ -49,7 +49,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     yield
-    if call.when == "call" and call.excinfo is not None and _is_spark_test(item):
+    failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
+    if call.when == "call" and failed and _is_spark_test(item):
         try:
             _recover_the_session()
         except Exception as e:  # the test's own failure is what gets reported; this must not replace it
