@@ -64,9 +64,10 @@ def claim_patches() -> float:
                if s.name.endswith("_total") and s.labels == {"verb": "PATCH", "resource": "persistentvolumeclaims"})
 
 
-def writes() -> float:
-    return sum(s.value for m in API_REQUESTS.collect() for s in m.samples
-               if s.name.endswith("_total") and s.labels["verb"] in ("PUT", "PATCH", "POST", "DELETE"))
+def writes() -> dict[tuple[str, str], float]:
+    """The operator's writes so far by (verb, resource): a failure names what was written."""
+    return {(s.labels["verb"], s.labels["resource"]): s.value for m in API_REQUESTS.collect() for s in m.samples
+            if s.name.endswith("_total") and s.labels["verb"] in ("PUT", "PATCH", "POST", "DELETE")}
 
 
 def test_children_follow_the_spec_and_hand_edits_are_put_back(apiserver: Testbed, namespace: str):
