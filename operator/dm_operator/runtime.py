@@ -92,7 +92,6 @@ class ClusterRuntime:
         self.tls = TlsSecrets(kube, self.children, self.recorder, namespace, name, settings.cluster_domain)
         self.users = UserReconciler(kube, cache, controller, self.children, namespace, name)
         self.wake = asyncio.Event()
-        self._one_pass = asyncio.Lock()
         self.spec: DMClusterSpec | None = None
         self._pdb_api: str | None = None
         self._refusal_reported: str | None = None  # the VolumeExpansionRefused Event last posted
@@ -166,12 +165,6 @@ class ClusterRuntime:
     # -- one pass ----------------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        # One pass at a time: a pass that read the children before another pass put them right would write
-        # them again after it (a caller beside the loop, as the API-server tests are, saw one such write).
-        async with self._one_pass:
-            await self._reconcile()
-
-    async def _reconcile(self) -> None:
         obj = await self.cache.get(API_VERSION, "DMCluster", "dmclusters", self.namespace, self.name)
         if obj is None or being_deleted(obj) or obj["metadata"]["uid"] != self.uid:
             return  # being deleted: owned children go with it (garbage collection)
