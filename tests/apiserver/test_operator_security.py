@@ -13,7 +13,7 @@ from cryptography import x509
 from dm_operator.certificates import certificates_in
 from dm_operator.runtime import ClusterRuntime
 from dm_testbed.client import Testbed
-from test_operator_runtime import create_cluster, register, sts, with_runtime, writes
+from test_operator_runtime import create_cluster, register, settle, sts, with_runtime, writes
 
 SECURED = {"replicas": 1,
            "listeners": [{"name": "plain", "port": 9092}, {"name": "tls", "port": 9093, "tls": True,
@@ -67,12 +67,7 @@ def test_a_secured_cluster_gets_cas_certificates_and_listeners(apiserver: Testbe
         assert [(li["name"], li["bootstrapServers"]) for li in status["listeners"]][1] == (
             "tls", f"c-bootstrap.{ns}.svc.cluster.local:9093")
         assert status["certificates"]["clusterCaExpires"]
-        for _ in range(50):  # the StatefulSet's pod appears (the status counts it)
-            await runtime.reconcile()
-            if tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"].get("replicas") == 1:
-                break
-            await asyncio.sleep(0.2)
-        await runtime.reconcile()
+        await settle(runtime, tb, ns)  # the StatefulSet's pod appears (the status counts it)
         before = writes()
         await runtime.reconcile()
         assert writes() == before, "an idle pass of a secured cluster writes nothing"
