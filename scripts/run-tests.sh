@@ -13,6 +13,7 @@
 #   run-tests.sh ARGS...  one pytest run with ARGS (the cluster is set up first where it can be)
 #   DM_KIND_KEEP=1        keep the kind cluster afterwards, and reuse a kept one
 #   DM_TEST_WORKERS=0     the rest of the suite in one process
+#   DM_TEST_DURATIONS=N   list the N slowest tests of each run (15; 0: every test over a second)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cache=${DM_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dm-testbed}
@@ -46,7 +47,8 @@ cluster_down() {
   [ "${DM_KIND_KEEP:-0}" = 1 ] || bash scripts/kind/cluster.sh down
 }
 pytest() {  # one pytest run; its exit code (5, no tests collected, is a failure)
-  .venv/bin/python -m pytest -q -rs --durations=15 -p no:cacheprovider "$@" 2>&1 | tee -a "$log"
+  .venv/bin/python -m pytest -q -rs --durations="${DM_TEST_DURATIONS:-15}" --durations-min=1 -p no:cacheprovider \
+    "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then
     echo "run-tests: pytest collected no tests ($*)" >&2
