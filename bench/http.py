@@ -11,7 +11,8 @@
    joined its group (group.initial.rebalance.delay.ms, 3 s as in Kafka, is reported apart).
 
 The HTTP client runs in this process and the Kafka client in a `dm bench` process, each beside the
-broker on the same machine. Appends to bench/results/http.jsonl; --plot draws docs/bench/http.png.
+broker on the same machine. Each phase also reports the broker's CPU per record (and the HTTP client's).
+Appends to bench/results/http.jsonl; --plot draws docs/bench/http.png.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import base64
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .brokers import dm_bench, dm_broker, free_port, wait_port
+from .tls import cpu_seconds
 
 RESULTS = Path(__file__).parent / "results" / "http.jsonl"
 PLOT = Path(__file__).parent.parent / "docs" / "bench" / "http.png"
@@ -102,6 +105,24 @@ def create(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(15)
 
 
+class CpuCosts:
+    """The CPU a phase cost per record: the broker's (from /proc), and with `client` this process's, where
+    the HTTP client runs (the Kafka client's is librdkafka's in `dm bench`). On two cores shared by both,
+    throughput alone cannot say which side bounds it."""
+
+    def __init__(self, broker_pid: int, records: int) -> None:
+        self.pid = broker_pid
+        self.records = records
+
+    def measure(self, run: Callable[[], dict], client: bool = False) -> dict:
+        broker, mine = cpu_seconds(self.pid), time.process_time()
+        result = run()
+        costs = {"broker_cpu_us_per_record": round((cpu_seconds(self.pid) - broker) / self.records * 1e6, 2)}
+        if client:
+            costs["client_cpu_us_per_record"] = round((time.process_time() - mine) / self.records * 1e6, 2)
+        return result | costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000)
@@ -111,21 +132,25 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
     rest_port = free_port()
-    with dm_broker(f"http.listeners=HTTP://127.0.0.1:{rest_port}") as (bootstrap, _):
+    with dm_broker(f"http.listeners=HTTP://127.0.0.1:{rest_port}") as (bootstrap, broker):
         wait_port(rest_port)
         url = f"http://127.0.0.1:{rest_port}"
         create(bootstrap, "bench-kafka", args.partitions)
         create(bootstrap, "bench-http", args.partitions)
-        kafka = dm_bench("produce", bootstrap, "--topic", "bench-kafka", "--records", str(args.records),
-                         "--record-size", str(RECORD), "--acks", "all", "--partitions", str(args.partitions),
-                         "--warm-up")
-        http = asyncio.run(http_produce(url, "bench-http", args.records, args.concurrency))
-        kafka_read = dm_bench("consume", bootstrap, "--topic", "bench-http", "--records", str(args.records),
-                              "--record-size", str(RECORD))
-        http_read = asyncio.run(http_consume(url, "bench-http", args.records))
+        costs = CpuCosts(broker.pid, args.records)
+        kafka = costs.measure(lambda: dm_bench("produce", bootstrap, "--topic", "bench-kafka", "--records",
+                                               str(args.records), "--record-size", str(RECORD), "--acks", "all",
+                                               "--partitions", str(args.partitions), "--warm-up"))
+        http = costs.measure(lambda: asyncio.run(http_produce(url, "bench-http", args.records, args.concurrency)),
+                             client=True)
+        kafka_read = costs.measure(lambda: dm_bench("consume", bootstrap, "--topic", "bench-http", "--records",
+                                                    str(args.records), "--record-size", str(RECORD)))
+        http_read = costs.measure(lambda: asyncio.run(http_consume(url, "bench-http", args.records)), client=True)
     row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "label": args.label, "partitions": args.partitions,
-           "concurrency": args.concurrency, "kafka_produce": {k: kafka.get(k) for k in ("records_per_s", "mb_per_s")},
-           "http_produce": http, "kafka_consume": {k: kafka_read.get(k) for k in ("records_per_s", "mb_per_s")},
+           "concurrency": args.concurrency,
+           "kafka_produce": {k: kafka.get(k) for k in ("records_per_s", "mb_per_s", "broker_cpu_us_per_record")},
+           "http_produce": http,
+           "kafka_consume": {k: kafka_read.get(k) for k in ("records_per_s", "mb_per_s", "broker_cpu_us_per_record")},
            "http_consume": http_read}
     row["http_over_kafka_produce"] = round(http["records_per_s"] / kafka["records_per_s"], 2)
     row["http_over_kafka_consume"] = round(http_read["records_per_s"] / kafka_read["records_per_s"], 2)

@@ -3,7 +3,9 @@
     .venv/bin/python -m bench.replication [--records 300000] [--failovers 5]
 
 1. acks=all throughput and latency, RF=3 (min.insync.replicas=2) against RF=1, 1 KiB records,
-   as fast as possible; then both at half of the RF=3 maximum, where latency is meaningful.
+   as fast as possible; then both at half of the RF=3 maximum, where latency is meaningful. Each run
+   also reports the CPU the brokers spent per record (summed over the three), which says what a
+   replica costs apart from how two cores were shared.
 2. Failover: SIGKILL the leader of a partition under acks=all load; time to the next acknowledged
    record on that partition.
 """
@@ -21,10 +23,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .brokers import dm_bench, drop_page_cache, free_port, wait_port, warm_memory
+from .tls import cpu_seconds
 
 RESULTS = Path(__file__).parent / "results"
 FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
@@ -130,6 +134,16 @@ def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: 
     return dm_bench("produce", bootstrap, *flags, *(["--rate", str(rate)] if rate else []))
 
 
+def brokers_cpu(cluster: LocalCluster, records: int, run: Callable[[], dict]) -> dict:
+    """`run()`'s result with the CPU the three brokers spent during it, in µs per record (summed over
+    the brokers: what the cluster paid for each record, wherever it ran)."""
+    pids = [proc.pid for proc in cluster.procs.values()]
+    before = sum(cpu_seconds(pid) for pid in pids)
+    result = run()
+    used = sum(cpu_seconds(pid) for pid in pids) - before
+    return result | {"broker_cpu_us_per_record": round(used / records * 1e6, 2)}
+
+
 def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
     from confluent_kafka import Producer
 
@@ -190,11 +204,15 @@ def main() -> None:
         def median_run(topic: str, records: int, **kw: float) -> dict:
             """The run with the median throughput; paced runs (same throughput) report the median
             of each latency percentile instead. Every run's figures are kept."""
-            runs = [bench(cluster.bootstrap, topic, records, warm_gb=args.warm_memory,
-                          drop_caches=args.drop_caches, **kw) for _ in range(args.repeat)]
+            runs = [brokers_cpu(cluster, records, lambda: bench(cluster.bootstrap, topic, records,
+                                                                  warm_gb=args.warm_memory,
+                                                                  drop_caches=args.drop_caches, **kw))
+                    for _ in range(args.repeat)]
             by_rate = sorted(runs, key=lambda r: r["records_per_s"])
             row = by_rate[len(runs) // 2] | {"runs_records_per_s": [round(r["records_per_s"]) for r in runs],
-                                             "runs_p99_ms": [r["latency_ms"]["p99"] for r in runs]}
+                                             "runs_p99_ms": [r["latency_ms"]["p99"] for r in runs],
+                                             "runs_broker_cpu_us_per_record": [r["broker_cpu_us_per_record"]
+                                                                               for r in runs]}
             if "rate" in kw:
                 row["latency_ms"] = {q: statistics.median(r["latency_ms"][q] for r in runs) for q in ("p50", "p99")}
             return row
@@ -214,7 +232,7 @@ def main() -> None:
         lat = r["latency_ms"]
         print(f"{name:14s} {r['records_per_s']:>10,.0f} rec/s {r['mb_per_s']:>7.1f} MB/s  p50 {lat['p50']:.2f} ms  "
               f"p99 {lat['p99']:.2f} ms  runs {r['runs_records_per_s']}  p99s {[round(x, 1) for x in r['runs_p99_ms']]}"
-              )
+              f"  broker CPU µs/record {r['runs_broker_cpu_us_per_record']}")
     print(f"RF=3/RF=1 throughput: {rf3['records_per_s'] / rf1['records_per_s']:.2f}")
     if fo:
         print(f"failover after leader SIGKILL: median {statistics.median(fo):.2f} s, runs {[round(x, 2) for x in fo]}")

@@ -50,22 +50,31 @@ async def ask(port: int, request):
         await conn.close()
 
 
-async def until_ok(cluster: Cluster, key_type: int, make_request, code_of, timeout: float = 60) -> None:
-    """Sends the request to the coordinator of GROUP (key_type 0) or TXN (1) until it succeeds."""
+async def until_ok(cluster: Cluster, key_type: int, make_request, code_of, timeout: float = 60):
+    """Sends the request to the coordinator of GROUP (key_type 0) or TXN (1) until it succeeds; its answer.
+    The coordinator is looked up for each try: once the restarted broker is back, the preferred leader
+    election may move the internal partition, and the coordinator with it, to that broker."""
     deadline = time.monotonic() + timeout
     while True:
         found = await ask(cluster.brokers[0].port, req(10, 4, key_type=key_type,  # creates the topic at first
                                                        coordinator_keys=(GROUP if key_type == 0 else TXN,)))
         node = found.coordinators[0].node_id
-        code = code_of(await ask(cluster.brokers[node].port, make_request())) if node >= 0 else -1
+        answer = await ask(cluster.brokers[node].port, make_request()) if node >= 0 else None
+        code = code_of(answer) if answer is not None else -1
         if code == 0:
-            return
+            return answer
         assert time.monotonic() < deadline, f"still error {code}"
         await asyncio.sleep(0.5)
 
 
 def commit_code(resp) -> int:
     return int(resp.topics[0].partitions[0].error_code)
+
+
+def fetch_code(resp) -> int:
+    """The group's error, else the partition's."""
+    group = resp.groups[0]
+    return int(group.error_code) or int(group.topics[0].partitions[0].error_code)
 
 
 def committed_offset(resp) -> int:
@@ -97,5 +106,6 @@ async def test_coordinator_writes_need_min_insync_replicas(tmp_path: Path):
         cluster.brokers[dies].start()
         wait_for(lambda: len(cluster.isr("__consumer_offsets", 0)) == 2, timeout=60, what="the ISR back")
         await until_ok(cluster, 0, lambda: commit(9), commit_code)
-        assert committed_offset(await ask(port, fetch_committed())) == 9
+        fetched = await until_ok(cluster, 0, fetch_committed, fetch_code)
+        assert committed_offset(fetched) == 9
         await until_ok(cluster, 1, init_producer_id, lambda r: int(r.error_code))

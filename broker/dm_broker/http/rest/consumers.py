@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 MAX_RECORDS_PER_READ = 10_000
 CLOSE_WAIT_S = 30.0  # how long closing an instance waits for the request using it
 READ_SLICE_S = 0.1  # a long poll gives the instance up this often (records)
+EXPIRY_CHECK_S = 1.0  # idle instances are looked for this often
 
 
 @dataclass
@@ -80,7 +81,10 @@ class ConsumerRegistry:
     async def _expire_idle(self) -> None:
         timeout_s = self.broker.config["consumer.instance.timeout.ms"] / 1000
         while True:
-            await asyncio.sleep(min(timeout_s / 4, 5))
+            # An instance goes within a second of its timeout: a client that looks just after it must not
+            # find it still there (and keep it alive by looking). The look is a pass over at most
+            # http.consumer.max.instances entries.
+            await asyncio.sleep(min(timeout_s / 4, EXPIRY_CHECK_S))
             now = time.monotonic()
             for key, instance in list(self.instances.items()):
                 if now - instance.last_used > timeout_s and not instance.lock.locked():
