@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -145,41 +144,11 @@ def brokers_cpu(cluster: LocalCluster, records: int, run: Callable[[], dict]) ->
 
 
 def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
-    from confluent_kafka import Producer
+    """bench.failover's measurement (leader of partition 0 SIGKILLed under acks=all load) on this cluster,
+    with its fast failure detection."""
+    from .failover import measure  # bench.failover builds on this module's cluster
 
-    create(cluster.bootstrap, "failover", 1, 3)
-    acks: list[tuple[float, float]] = []  # (produced at, acknowledged at)
-    stop = threading.Event()
-
-    def produce() -> None:
-        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                      "linger.ms": 1, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
-                      "topic.metadata.refresh.interval.ms": 1000})
-        while not stop.is_set():
-            sent = time.monotonic()
-            p.produce("failover", b"x" * 100,
-                      on_delivery=lambda e, m, sent=sent: acks.append((sent, time.monotonic())) if not e else None)
-            p.poll(0.001)
-        p.flush(60)
-
-    t = threading.Thread(target=produce, daemon=True)
-    t.start()
-    times = []
-    for _ in range(rounds):
-        time.sleep(3)
-        victim = cluster.leader("failover", 0)
-        killed = time.monotonic()
-        cluster.procs[victim].send_signal(signal.SIGKILL)
-        cluster.procs[victim].wait()
-        # the next successful produce: the first record sent after the kill that was acknowledged
-        while not any(sent > killed for sent, _ in acks[-2000:]):
-            time.sleep(0.01)
-        times.append(min(at for sent, at in acks[-5000:] if sent > killed) - killed)
-        cluster.start_broker(victim)
-        time.sleep(4)  # back in the ISR before the next round
-    stop.set()
-    t.join(60)
-    return times
+    return measure(cluster, rounds, signal.SIGKILL)
 
 
 def main() -> None:
