@@ -160,7 +160,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=0),
         Property("consumer.instance.timeout.ms", "int", 300_000,
                  "A REST consumer instance not used for this long (from the end of its last request) is closed "
-                 "(Confluent REST Proxy's name).",
+                 "within a second (Confluent REST Proxy's name).",
                  minimum=1000),
         Property("consumer.request.timeout.ms", "int", 1000,
                  "Longest a REST records request waits for data (Confluent REST Proxy's name).", minimum=0),
