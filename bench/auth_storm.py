@@ -22,8 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .brokers import dm_broker, free_port
-from .tls import cpu_seconds
+from .brokers import cpu_seconds, dm_broker, free_port
 
 RESULTS = Path(__file__).parent / "results"
 PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required;"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -93,6 +93,20 @@ def dm_bench(kind: str, bootstrap: str, *flags: str) -> dict:
                         "--json", str(out), *flags], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         return json.loads(out.read_text().splitlines()[-1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_record(pids: list[int], records: int, run: Callable[[], dict]) -> dict:
+    """`run()`'s result with the CPU the processes `pids` spent during it, summed, in µs per record
+    (`broker_cpu_us_per_record`): what a record cost the brokers, apart from how the cores were shared."""
+    before = sum(cpu_seconds(pid) for pid in pids)
+    result = run()
+    used = sum(cpu_seconds(pid) for pid in pids) - before
+    return result | {"broker_cpu_us_per_record": round(used / records * 1e6, 2)}
 
 
 def rss_mb(pid: int) -> float:

@@ -18,8 +18,7 @@ import struct
 import time
 from pathlib import Path
 
-from .brokers import dm_broker, rss_mb
-from .tls import cpu_seconds
+from .brokers import cpu_seconds, dm_broker, rss_mb
 
 RESULTS = Path(__file__).parent / "results"
 API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, 0)  # size, api key, version, correlation id, null client id

@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .brokers import dm_bench, dm_broker, free_port, wait_port
-from .tls import cpu_seconds
+from .brokers import cpu_per_record, dm_bench, dm_broker, free_port, wait_port
 
 RESULTS = Path(__file__).parent / "results" / "http.jsonl"
 PLOT = Path(__file__).parent.parent / "docs" / "bench" / "http.png"
@@ -105,22 +104,12 @@ def create(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(15)
 
 
-class CpuCosts:
-    """The CPU a phase cost per record: the broker's (from /proc), and with `client` this process's, where
-    the HTTP client runs (the Kafka client's is librdkafka's in `dm bench`). On two cores shared by both,
-    throughput alone cannot say which side bounds it."""
-
-    def __init__(self, broker_pid: int, records: int) -> None:
-        self.pid = broker_pid
-        self.records = records
-
-    def measure(self, run: Callable[[], dict], client: bool = False) -> dict:
-        broker, mine = cpu_seconds(self.pid), time.process_time()
-        result = run()
-        costs = {"broker_cpu_us_per_record": round((cpu_seconds(self.pid) - broker) / self.records * 1e6, 2)}
-        if client:
-            costs["client_cpu_us_per_record"] = round((time.process_time() - mine) / self.records * 1e6, 2)
-        return result | costs
+def with_client_cpu(records: int, run: Callable[[], dict]) -> dict:
+    """`run()`'s result with this process's CPU per record (`client_cpu_us_per_record`): the HTTP client
+    runs here (the Kafka client's is librdkafka's, in `dm bench`)."""
+    before = time.process_time()
+    result = run()
+    return result | {"client_cpu_us_per_record": round((time.process_time() - before) / records * 1e6, 2)}
 
 
 def main() -> None:
@@ -137,15 +126,18 @@ def main() -> None:
         url = f"http://127.0.0.1:{rest_port}"
         create(bootstrap, "bench-kafka", args.partitions)
         create(bootstrap, "bench-http", args.partitions)
-        costs = CpuCosts(broker.pid, args.records)
-        kafka = costs.measure(lambda: dm_bench("produce", bootstrap, "--topic", "bench-kafka", "--records",
-                                               str(args.records), "--record-size", str(RECORD), "--acks", "all",
-                                               "--partitions", str(args.partitions), "--warm-up"))
-        http = costs.measure(lambda: asyncio.run(http_produce(url, "bench-http", args.records, args.concurrency)),
-                             client=True)
-        kafka_read = costs.measure(lambda: dm_bench("consume", bootstrap, "--topic", "bench-http", "--records",
-                                                    str(args.records), "--record-size", str(RECORD)))
-        http_read = costs.measure(lambda: asyncio.run(http_consume(url, "bench-http", args.records)), client=True)
+        def costs(run: Callable[[], dict]) -> dict:
+            return cpu_per_record([broker.pid], args.records, run)
+
+        kafka = costs(lambda: dm_bench("produce", bootstrap, "--topic", "bench-kafka", "--records",
+                                       str(args.records), "--record-size", str(RECORD), "--acks", "all",
+                                       "--partitions", str(args.partitions), "--warm-up"))
+        http = costs(lambda: with_client_cpu(args.records, lambda: asyncio.run(
+            http_produce(url, "bench-http", args.records, args.concurrency))))
+        kafka_read = costs(lambda: dm_bench("consume", bootstrap, "--topic", "bench-http", "--records",
+                                            str(args.records), "--record-size", str(RECORD)))
+        http_read = costs(lambda: with_client_cpu(args.records, lambda: asyncio.run(
+            http_consume(url, "bench-http", args.records))))
     row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "label": args.label, "partitions": args.partitions,
            "concurrency": args.concurrency,
            "kafka_produce": {k: kafka.get(k) for k in ("records_per_s", "mb_per_s", "broker_cpu_us_per_record")},

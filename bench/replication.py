@@ -22,12 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .brokers import dm_bench, drop_page_cache, free_port, wait_port, warm_memory
-from .tls import cpu_seconds
+from .brokers import cpu_per_record, dm_bench, drop_page_cache, free_port, wait_port, warm_memory
 
 RESULTS = Path(__file__).parent / "results"
 FAST = ["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=200", "replica.lag.time.max.ms=3000"]
@@ -133,16 +131,6 @@ def bench(bootstrap: str, topic: str, records: int, rate: float = 0, linger_ms: 
     return dm_bench("produce", bootstrap, *flags, *(["--rate", str(rate)] if rate else []))
 
 
-def brokers_cpu(cluster: LocalCluster, records: int, run: Callable[[], dict]) -> dict:
-    """`run()`'s result with the CPU the three brokers spent during it, in µs per record (summed over
-    the brokers: what the cluster paid for each record, wherever it ran)."""
-    pids = [proc.pid for proc in cluster.procs.values()]
-    before = sum(cpu_seconds(pid) for pid in pids)
-    result = run()
-    used = sum(cpu_seconds(pid) for pid in pids) - before
-    return result | {"broker_cpu_us_per_record": round(used / records * 1e6, 2)}
-
-
 def failover_times(cluster: LocalCluster, rounds: int) -> list[float]:
     """bench.failover's measurement (leader of partition 0 SIGKILLed under acks=all load) on this cluster,
     with its fast failure detection."""
@@ -173,7 +161,8 @@ def main() -> None:
         def median_run(topic: str, records: int, **kw: float) -> dict:
             """The run with the median throughput; paced runs (same throughput) report the median
             of each latency percentile instead. Every run's figures are kept."""
-            runs = [brokers_cpu(cluster, records, lambda: bench(cluster.bootstrap, topic, records,
+            pids = [proc.pid for proc in cluster.procs.values()]
+            runs = [cpu_per_record(pids, records, lambda: bench(cluster.bootstrap, topic, records,
                                                                   warm_gb=args.warm_memory,
                                                                   drop_caches=args.drop_caches, **kw))
                     for _ in range(args.repeat)]

@@ -39,9 +39,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .brokers import rss_mb
+from .brokers import cpu_seconds, rss_mb
 from .replication import LocalCluster
-from .tls import cpu_seconds
 
 RESULTS = Path(__file__).parent / "results"
 OUT = Path(__file__).parent.parent / "docs" / "bench"

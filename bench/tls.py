@@ -15,22 +15,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from .brokers import dm_bench, dm_broker, free_port, warm_memory
+from .brokers import cpu_seconds, dm_bench, dm_broker, free_port, warm_memory
 
 RESULTS = Path(__file__).parent / "results"
 OUT = Path(__file__).parent.parent / "docs" / "bench"
 SCENARIOS = [(1024, 400_000), (16384, 40_000)]  # record size, records
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def certificates(tmp: Path) -> tuple[Path, Path]:
