@@ -5,14 +5,15 @@ stopped) go through the container engine that runs the nodes."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dm_testbed.settings import TestbedSettings
+from kubeapi import ApiReader
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_CLUSTER = os.environ.get("DM_KIND_CLUSTER", "dm-e2e")
@@ -36,9 +37,15 @@ class Substrate:
     image_repository: str
     image_tag: str
     chaos: KindChaos = field(init=False)
+    reader: ApiReader = field(init=False)
 
     def __post_init__(self) -> None:
         self.chaos = KindChaos(self)
+        self.reader = ApiReader(self.kubeconfig)
+
+    def get(self, *args: str) -> Any:
+        """`kubectl get ARGS -o json` without a kubectl process (tests/e2e/kubeapi.py)."""
+        return self.reader.get(*args)
 
     @property
     def image(self) -> str:
@@ -76,7 +83,7 @@ class KindChaos:
     def kill_container(self, namespace: str, pod: str, container: str, sig: str = "SIGKILL") -> str:
         """Kills a container's main process through its node's containerd (the kubelet sees it exit
         and restarts it, as after a crash); returns the node it ran on."""
-        obj = json.loads(self.sub.kubectl("get", "pod", pod, "-n", namespace, "-o", "json").stdout)
+        obj = self.sub.get("pod", pod, "-n", namespace)
         status = next(s for s in obj["status"]["containerStatuses"] if s["name"] == container)
         runtime, _, container_id = status["containerID"].partition("://")
         assert runtime == "containerd", status["containerID"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import textwrap
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import yaml
+from kubeapi import ApiUnavailable, NotFound
 
 T = TypeVar("T")
 
@@ -20,6 +20,9 @@ T = TypeVar("T")
 class Kubectl(Protocol):
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout_s: float = 60) -> subprocess.CompletedProcess[str]: ...
+
+    def get(self, *args: str) -> Any:
+        """`kubectl get ARGS -o json`, parsed (kubeapi.ApiReader); NotFound if there is no such object."""
 
 
 def wait_until(check: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
@@ -29,7 +32,7 @@ def wait_until(check: Callable[[], T], timeout_s: float, what: str, interval_s: 
     while time.monotonic() < deadline:
         try:
             last = check()
-        except subprocess.SubprocessError as exc:
+        except (subprocess.SubprocessError, ApiUnavailable) as exc:
             last = exc
         else:
             if last:
@@ -50,12 +53,17 @@ def apply(k: Kubectl, manifest: str | dict | list, namespace: str | None = None)
 
 
 def get_json(k: Kubectl, *args: str) -> Any:
-    return json.loads(k.kubectl("get", *args, "-o", "json").stdout)
+    try:
+        return k.get(*args)
+    except NotFound as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def get_or_none(k: Kubectl, *args: str) -> Any:
-    result = k.kubectl("get", *args, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else None
+    try:
+        return k.get(*args)
+    except (NotFound, ApiUnavailable):
+        return None
 
 
 def pod_ready(pod: dict | None) -> bool:
