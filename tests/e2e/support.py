@@ -1,4 +1,5 @@
-"""Helpers the e2e scenarios share, written against kubectl so they run on any substrate."""
+"""Helpers the e2e scenarios share: kubectl for what changes the cluster, one API client connection for
+what reads it (kubeapi.py: a poll is a GET, not a process)."""
 
 from __future__ import annotations
 
