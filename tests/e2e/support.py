@@ -61,9 +61,11 @@ def get_json(k: Kubectl, *args: str) -> Any:
 
 
 def get_or_none(k: Kubectl, *args: str) -> Any:
+    """None only if there is no such object: an API server that does not answer is not an answer (a polling
+    loop tries again, see wait_until)."""
     try:
         return k.get(*args)
-    except (NotFound, ApiUnavailable):
+    except NotFound:
         return None
 
 
