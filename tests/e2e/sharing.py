@@ -14,18 +14,29 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+STALE_S = 86400
+
 
 def run_directory() -> Path:
     """A directory every worker of this run shares (pytest-xdist gives them one run id) and no other
-    run does."""
+    run does. No process knows when all of a run's workers are done with it (under xdist the controlling
+    process does not even load this module), so each run's few bytes stay, and a run removes those of
+    runs older than a day."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    path = Path(tempfile.gettempdir()) / "dm-e2e-runs" / run
+    runs = Path(tempfile.gettempdir()) / "dm-e2e-runs"
+    path = runs / run
+    if not path.exists():
+        for old in runs.glob("*"):
+            if time.time() - old.stat().st_mtime > STALE_S:
+                shutil.rmtree(old, ignore_errors=True)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

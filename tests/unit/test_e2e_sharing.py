@@ -78,3 +78,21 @@ def test_a_failed_set_up_is_tried_again_by_the_next_user(tmp_path: Path) -> None
     calls: list[str] = []
     installation.join(lambda: calls.append("up"))
     assert calls == ["up"]
+
+
+def test_a_run_removes_what_runs_older_than_a_day_left(tmp_path: Path, monkeypatch) -> None:
+    import os
+    import time
+
+    import sharing
+
+    monkeypatch.setattr(sharing.tempfile, "gettempdir", lambda: str(tmp_path))
+    old, recent = tmp_path / "dm-e2e-runs" / "old", tmp_path / "dm-e2e-runs" / "recent"
+    for path in (old, recent):
+        path.mkdir(parents=True)
+        (path / "hold.lock").write_bytes(b"")
+    long_ago = time.time() - sharing.STALE_S - 60
+    os.utime(old, (long_ago, long_ago))
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "this-run")
+    assert sharing.run_directory() == tmp_path / "dm-e2e-runs" / "this-run"
+    assert not old.exists() and recent.exists()
