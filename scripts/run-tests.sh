@@ -13,7 +13,6 @@
 #   run-tests.sh ARGS...  one pytest run with ARGS (the cluster is set up first where it can be)
 #   DM_KIND_KEEP=1        keep the kind cluster afterwards, and reuse a kept one
 #   DM_TEST_WORKERS=0     the rest of the suite in one process
-#   DM_E2E_WORKERS=2      e2e scenarios side by side (tests/e2e/sharing.py; 0, one after the other, by default)
 #   DM_TEST_DURATIONS=N   list the N slowest tests of each run (15; 0: every test over a second)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,11 +32,7 @@ if docker info >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && command -v apt-get >/d
   export DM_E2E_REQUIRED=1 DM_IMAGE_REQUIRED=1
 fi
 [ -x "$cache/kubernetes-v1.20.2/bin/kube-apiserver" ] && export DM_APISERVER_REQUIRED=1
-workers=(-n "${DM_TEST_WORKERS:-2}" --dist loadfile)  # for everything but e2e
-# e2e scenarios one after the other: side by side (DM_E2E_WORKERS=2; those that stop the operator or a
-# node then run alone, tests/e2e/sharing.py) they gained nothing here, where the two lanes already keep
-# both cores busy (docs/testing.md)
-e2e_workers=(-n "${DM_E2E_WORKERS:-0}" --dist loadgroup)
+workers=(-n "${DM_TEST_WORKERS:-2}" --dist loadfile)  # for everything but e2e (one kind cluster)
 
 cluster_up() {
   if [ "${DM_KIND_KEEP:-0}" != 1 ] && kind get clusters 2>/dev/null | grep -qx "${DM_KIND_CLUSTER:-dm-e2e}"; then
@@ -71,7 +66,7 @@ elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
   e2e_out=$(mktemp)
   (
     if cluster_up; then
-      pytest tests/e2e "${e2e_workers[@]}"
+      pytest tests/e2e
       echo $? >"$e2e_out.rc"
       cluster_down
     else
@@ -95,7 +90,7 @@ else
   rc=$?
   if [ $kube = 1 ]; then
     if cluster_up; then
-      pytest tests/e2e "${e2e_workers[@]}"
+      pytest tests/e2e
       rc2=$?
       cluster_down
     else

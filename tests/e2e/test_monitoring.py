@@ -32,8 +32,7 @@ from measurements import note
 from substrate import REPO
 from support import apply, get_json, pod_ready, restricted, wait_until
 
-# exclusive: it cordons a node and reads the operator's counters
-pytestmark = [pytest.mark.timeout(900), pytest.mark.e2e_exclusive]
+pytestmark = pytest.mark.timeout(900)
 PROMETHEUS = REPO / "deploy" / "prometheus"
 INTERVAL = "2s"
 # Series that exist only where a cluster uses the feature (this one has no TLS, SASL, ACLs or quotas)
