@@ -1,5 +1,6 @@
 """The add-ons of the offline kind node image (testbed/dm_testbed/addons), their pure parts: the names
-the cluster DNS answers and how, the CNI config and routes each node gets, the volume a claim gets.
+the cluster DNS answers and how, the CNI config and routes each node gets, the volume a claim gets and
+when it grows.
 The e2e suite runs them for real (every pod there resolves, routes and mounts through them)."""
 
 from __future__ import annotations
@@ -7,9 +8,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from dm_testbed.addons.dns import Resolver, dns_records, pod_address
 from dm_testbed.addons.node import bridge_conflist, routes_to_peers
-from dm_testbed.storage import NODE_LABEL, volume_for
+from dm_testbed.storage import (
+    FS_RESIZE_PENDING,
+    NODE_LABEL,
+    expansion_mode,
+    growth,
+    mounts_grown,
+    quantity,
+    resize_done,
+    resize_pending,
+    storage_classes,
+    volume_for,
+)
 from dnslib import QTYPE, RCODE, DNSRecord
 
 
@@ -84,3 +97,61 @@ def test_a_claim_gets_a_local_volume_pinned_to_its_node() -> None:
     terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["w1"]}]}]
     assert pv["spec"]["claimRef"]["uid"] == "u-1" and pv["spec"]["capacity"]["storage"] == "1Gi"
+
+
+def test_quantities_compare_as_kubernetes_writes_them() -> None:
+    assert quantity("2Gi") == quantity("2048Mi") == 2 * 2**30
+    assert quantity("1500M") == 1_500_000_000 and quantity("1e9") == 10**9 and quantity("0.5Ti") == 2**39
+    assert quantity("100m") * 10 == 1 and quantity("7") == 7
+    for bad in ("", "Gi", "2Xi", "two"):
+        with pytest.raises(ValueError):
+            quantity(bad)
+
+
+def claim(requested: str, conditions: list[dict] | None = None) -> dict:
+    return {"metadata": {"namespace": "ns", "name": "data-demo-broker-0", "uid": "u-1"},
+            "spec": {"resources": {"requests": {"storage": requested}}, "volumeName": "pvc-u-1"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "conditions": conditions or []}}
+
+
+def test_a_volume_grows_only_when_its_claim_asks_for_more() -> None:
+    pv = volume_for(claim("1Gi"), "w1", Path("/v"))
+    assert growth(claim("1Gi"), pv) is None
+    assert growth(claim("1024Mi"), pv) is None  # the same size written otherwise
+    assert growth(claim("2Gi"), pv) == "2Gi"
+    assert growth(claim("512Mi"), pv) is None  # never smaller (the API server refuses it anyway)
+    assert growth(claim("lots"), pv) is None and growth({"spec": {}}, pv) is None
+
+
+def test_a_grown_claim_waits_for_the_kubelet_once() -> None:
+    first = resize_pending(claim("2Gi", [{"type": "Resizing", "status": "True"}, {"type": "Other"}]), "T1")
+    assert [c["type"] for c in first] == ["Other", FS_RESIZE_PENDING]
+    assert first[-1]["lastTransitionTime"] == "T1" and first[-1]["status"] == "True"
+    again = resize_pending(claim("3Gi", first), "T2")  # grown again before the kubelet got to it
+    assert again[-1]["lastTransitionTime"] == "T1" and len(again) == 2
+
+
+def test_the_class_says_whether_a_file_system_grows_online_or_at_the_next_mount() -> None:
+    default, offline = storage_classes()
+    assert default["allowVolumeExpansion"] and offline["allowVolumeExpansion"]
+    assert expansion_mode(default) == "online" and expansion_mode(offline) == "offline"
+    assert expansion_mode(None) == "online" and expansion_mode({"parameters": {"dm.dev/expansion": "x"}}) == "online"
+    done = resize_done(claim("2Gi", [{"type": FS_RESIZE_PENDING}, {"type": "Other"}]), "2Gi")
+    assert done == {"capacity": {"storage": "2Gi"}, "conditions": [{"type": "Other"}]}
+
+
+def pod(created: str, claim_name: str = "data-demo-broker-0", phase: str = "Running", **meta: str) -> dict:
+    return {"metadata": {"namespace": "ns", "name": "demo-broker-0", "creationTimestamp": created, **meta},
+            "spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]},
+            "status": {"phase": phase}}
+
+
+def test_an_offline_file_system_grows_when_a_pod_created_since_runs_with_it() -> None:
+    pending = claim("2Gi", resize_pending(claim("2Gi"), "2026-11-29T10:00:05Z"))
+    assert not mounts_grown(pod("2026-11-29T10:00:04Z"), pending)  # mounted before: waits for a restart
+    assert mounts_grown(pod("2026-11-29T10:00:05Z"), pending)  # the same second: as the operator counts it
+    assert mounts_grown(pod("2026-11-29T10:01:00Z"), pending)
+    assert not mounts_grown(pod("2026-11-29T10:01:00Z", phase="Pending"), pending)
+    assert not mounts_grown(pod("2026-11-29T10:01:00Z", claim_name="other"), pending)
+    assert not mounts_grown(pod("2026-11-29T10:01:00Z", deletionTimestamp="x"), pending)
+    assert not mounts_grown(pod("2026-11-29T10:01:00Z"), claim("2Gi"))  # nothing waits
