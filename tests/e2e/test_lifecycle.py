@@ -1,6 +1,7 @@
-"""Changing a running cluster: a rolling restart under load one broker at a time, scaling up (new
-brokers take a share of existing and new partitions), a scale-down that drains brokers first, several clusters under
-one operator, and a namespace that is deleted with its clusters and Topics without hanging."""
+"""Changing a running cluster: a rolling restart under load one broker at a time, volumes that grow
+(online, and offline with a restart of each broker), scaling up (new brokers take a share of existing
+and new partitions), a scale-down that drains brokers first, several clusters under one operator, and a
+namespace that is deleted with its clusters and Topics without hanging."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from dm import (
@@ -33,9 +35,34 @@ def broker_pods(sub, ns: str) -> list[dict]:
     return get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
 
 
+def follow_roll(sub, ns: str, done: Callable[[list[dict]], bool], what: str) -> tuple[int, bool]:
+    """Watches a roll until `done(broker pods)` and the topic "load" is fully in sync: the most brokers
+    unavailable at once, and whether the RollingRestart condition showed it."""
+    most_unavailable = 0
+    rolling_seen = False
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        pods = broker_pods(sub, ns)
+        unavailable = 3 - sum(1 for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
+        most_unavailable = max(most_unavailable, unavailable)
+        rolling_seen |= condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "RollingRestart")["status"] == "True"
+        if len(pods) == 3 and all(pod_ready(p) for p in pods) and done(pods) \
+                and fully_in_sync(topic_status(sub, ns, "load")):
+            return most_unavailable, rolling_seen
+        time.sleep(0.3)
+    pytest.fail(f"{what} did not finish in 10 minutes")
+
+
+def claims(sub, ns: str) -> dict[str, dict]:
+    return {c["metadata"]["name"]: c for c in get_json(sub, "pvc", "-n", ns)["items"]}
+
+
 def test_rolling_restart_under_load_restarts_one_broker_at_a_time(e2e_namespace, operator):
+    """A config change rolls the brokers; then their volumes grow on a storage class whose file systems
+    grow only when mounted again (the kind testbed's dm-offline-expansion), which rolls them once more."""
     sub, ns = operator, e2e_namespace
-    before = create_cluster(sub, ns)["status"]["revision"]
+    before = create_cluster(sub, ns, storage={"size": "1Gi", "storageClassName": "dm-offline-expansion"}
+                            )["status"]["revision"]
     apply(sub, topic("load", partitions=3, replicas=3, config={"min.insync.replicas": "2"}), ns)
     wait_topic_ready(sub, ns, "load")
     wait_until(lambda: fully_in_sync(topic_status(sub, ns, "load")), 60, "load in sync")
@@ -51,32 +78,38 @@ def test_rolling_restart_under_load_restarts_one_broker_at_a_time(e2e_namespace,
                 '{"spec": {"config": {"log.segment.bytes": 1048576}}}')
     target = wait_until(lambda: (r := get_or_none(sub, "dmcluster", "demo", "-n", ns)["status"]["revision"]) != before
                         and r, 60, "a new revision")
-    most_unavailable = 0
-    rolling_seen = False
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        pods = broker_pods(sub, ns)
-        unavailable = 3 - sum(1 for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
-        most_unavailable = max(most_unavailable, unavailable)
-        rolling_seen |= condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "RollingRestart")["status"] == "True"
-        done = len(pods) == 3 and all(p["metadata"]["annotations"].get("dm.dev/revision") == target and pod_ready(p)
-                                      for p in pods)
-        if done and fully_in_sync(topic_status(sub, ns, "load")):
-            break
-        time.sleep(0.3)
-    else:
-        pytest.fail("the roll did not finish in 10 minutes")
+    most_unavailable, rolling_seen = follow_roll(
+        sub, ns, lambda pods: all(p["metadata"]["annotations"].get("dm.dev/revision") == target for p in pods),
+        "the roll")
     assert rolling_seen, "the RollingRestart condition showed the roll"
     assert most_unavailable == 1, f"{most_unavailable} brokers were down at once"
     assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in broker_pods(sub, ns)), \
         "new pods, not crashed containers"
+
+    # The volumes grow: each claim waits (FileSystemResizePending) until its broker's pod is restarted, one
+    # at a time as for a roll, and the load goes on.
+    rolled = {p["metadata"]["uid"] for p in broker_pods(sub, ns)}
+    sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=merge", "-p", '{"spec": {"storage": {"size": "2Gi"}}}')
+    wait_until(lambda: condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "VolumesExpanded").get("reason")
+               == "FileSystemResizePending", 60, "the claims waiting for their brokers' restarts")
+    most_unavailable, rolling_seen = follow_roll(
+        sub, ns, lambda pods: not {p["metadata"]["uid"] for p in pods} & rolled
+        and condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "VolumesExpanded").get("reason") == "AtSize",
+        "the restarts for the grown file systems")
+    assert most_unavailable == 1, f"{most_unavailable} brokers were down at once while the file systems grew"
+    grown = claims(sub, ns)
+    assert sorted(grown) == [f"data-demo-broker-{i}" for i in range(3)], sorted(grown)
+    assert {c["status"]["capacity"]["storage"] for c in grown.values()} == {"2Gi"} and not any(
+        c["status"].get("conditions") for c in grown.values()), [c["status"] for c in grown.values()]
+
     time.sleep(3)
     result = verdict(producer.stop(), consumer.stop())
-    note(f"[{sub.name}] rolling restart under load: {result.summary()}")
+    note(f"[{sub.name}] rolling restart and volume growth under load: {result.summary()}")
     assert result.acked > 500 and result.ok, result.summary()
     events = sub.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.kind=DMCluster",
                          "-o", "jsonpath={.items[*].reason}").stdout.split()
-    assert events.count("RollingRestart") == 3
+    assert events.count("RollingRestart") == 6, events  # three for the revision, three for the file systems
+    assert events.count("VolumeExpansion") == 3, events
 
 
 def replica_sets(sub, ns: str, name: str) -> list[list[int]]:
@@ -105,6 +138,16 @@ def test_scale_up_spreads_partitions_and_scale_down_drains_brokers(e2e_namespace
     apply(sub, topic("wide", partitions=5, replicas=1), ns)
     wait_topic_ready(sub, ns, "wide")
     assert {r[0] for r in replica_sets(sub, ns, "wide")} == {0, 1, 2, 3, 4}
+
+    # The volumes grow online (the default storage class): every claim, the two a scale-up made from the old
+    # template too, with no broker restarted.
+    serving = {p["metadata"]["uid"] for p in broker_pods(sub, ns)}
+    sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=merge", "-p", '{"spec": {"storage": {"size": "2Gi"}}}')
+    wait_until(lambda: (c := condition(get_or_none(sub, "dmcluster", "demo", "-n", ns), "VolumesExpanded"))
+               .get("reason") == "AtSize" and "2Gi" in c.get("message", ""), 90, "every volume grown to 2Gi")
+    capacities = {name: c["status"]["capacity"]["storage"] for name, c in claims(sub, ns).items()}
+    assert capacities == {f"data-demo-broker-{i}": "2Gi" for i in range(5)}, capacities
+    assert {p["metadata"]["uid"] for p in broker_pods(sub, ns)} == serving, "no broker restarted"
 
     # Scale-down: brokers 3 and 4 are drained first, then removed; the topics stay whole.
     sub.kubectl("scale", "dmcluster/demo", "-n", ns, "--replicas=3")
