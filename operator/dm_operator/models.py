@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.7.0"
+SCHEMA_VERSION = "0.8.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
@@ -20,6 +20,7 @@ SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.5.0": {"dmclusters": "7ef4088c6cb0270d", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.6.0": {"dmclusters": "678b39146b6ff5f6", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.7.0": {"dmclusters": "5d06f1d0dff6bc3e", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
+    "0.8.0": {"dmclusters": "8190e17785e49e78", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -74,11 +75,23 @@ class Condition(Model):
 # -- DMCluster ------------------------------------------------------------------------------------
 
 
+class LostNodeSpec(Model):
+    replaceVolume: bool = Field(False, description="Give a broker whose volume is pinned to a node that no longer "
+                                "exists (its Node object deleted) a new, empty volume once its pod has waited "
+                                "afterSeconds; it catches up from the other replicas and the old volume is kept "
+                                "(reclaimPolicy Retain). Off: the VolumesOnLostNodes condition names such brokers, "
+                                "and annotating a claim dm.dev/replace-volume=true replaces that one")
+    afterSeconds: int = Field(300, ge=0, le=86_400, description="How long a broker's pod waits unscheduled for a "
+                              "lost node's volume before replaceVolume gives it a new one")
+
+
 class StorageSpec(Model):
     size: str = Field("10Gi", pattern=QUANTITY, description="Size of each broker's PersistentVolumeClaim")
     storageClassName: str | None = Field(None, description="StorageClass of the claims (default: the cluster's)")
     deleteClaim: bool = Field(False, description="Delete the brokers' claims (and their data) when the DMCluster "
                                                  "is deleted; kept by default")
+    lostNode: LostNodeSpec = Field(default_factory=LostNodeSpec, description="Brokers whose node-local volume's "
+                                   "node is gone (ADR 0054)")
 
 
 class Resources(Model):
@@ -332,7 +345,8 @@ class DMClusterStatus(Model):
     observedGeneration: int | None = Field(None, description="The spec generation this status is about")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, SpecValid, ConfigValid, "
                                         "Certificates, RollingRestart, ScaleDownBlocked, Rebalancing, StrayData, "
-                                        "ClusterIdentity, CrdVersion, StorageChangePending, VolumesExpanded")
+                                        "ClusterIdentity, CrdVersion, StorageChangePending, VolumesExpanded, "
+                                        "VolumesOnLostNodes")
     clusterId: str | None = Field(None, description="Kafka cluster id")
     bootstrap: str | None = Field(None, description="Bootstrap address for clients in the cluster")
     replicas: int = Field(0, description="Broker pods that exist")

@@ -25,6 +25,15 @@ def pod(cluster: str, broker_id: int) -> str:
     return f"{statefulset(cluster)}-{broker_id}"
 
 
+def claim_prefix(cluster: str) -> str:
+    """The StatefulSet's claims are named after its claim template ("data") and pod: data-<pod>."""
+    return f"data-{statefulset(cluster)}-"
+
+
+def claim(cluster: str, broker_id: int) -> str:
+    return f"{claim_prefix(cluster)}{broker_id}"
+
+
 def headless_service(cluster: str) -> str:
     return f"{cluster}-brokers"
 

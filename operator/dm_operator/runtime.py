@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import time
 
@@ -20,7 +21,7 @@ from dm_broker.controller.controller import Controller, ControllerError, Control
 from dm_broker.tasks import stop_tasks
 from pydantic import ValidationError
 
-from . import API_VERSION, listeners, manifests, naming, volumes
+from . import API_VERSION, listeners, lost_volumes, manifests, naming, volumes
 from .cache import ObjectCache
 from .children import Children, ensure_token
 from .conditions import condition
@@ -41,6 +42,7 @@ from .store import CrdStatusStore
 from .tls_secrets import TlsSecrets
 from .topics import TopicReconciler
 from .users import UserReconciler
+from .volume_replacement import find_stranded, replace_volume, restart_claimless
 
 log = logging.getLogger(__name__)
 FILE_SYSTEM_GROWS = "so that its volume's file system grows (offline expansion)"
@@ -229,8 +231,9 @@ class ClusterRuntime:
         await self._claims_ownership(claims, spec.storage.deleteClaim)
         wanted, grown = await self._grow_volumes(claims, spec.storage.size)
         conditions.append(grown)
+        conditions.append(await self._volumes_on_lost_nodes(spec, pods, claims))
         resize = volumes.restarts_for_file_systems(
-            wanted, f"data-{naming.statefulset(name)}-",
+            wanted, naming.claim_prefix(name),
             {i: p["metadata"].get("creationTimestamp", "") for i, p in pods.items()})
         views = [BrokerPod(i, pod_ready(p), annotations_of(p).get("dm.dev/revision"), being_deleted(p),
                            FILE_SYSTEM_GROWS if i in resize else None)
@@ -324,7 +327,7 @@ class ClusterRuntime:
         release of the same name, or anything else labelled with it, is never touched."""
         claims = await self.cache.list("v1", "PersistentVolumeClaim", "persistentvolumeclaims", self.namespace,
                                        naming.MANAGED)
-        prefix = f"data-{naming.statefulset(self.name)}-"
+        prefix = naming.claim_prefix(self.name)
         selector = naming.selector_labels(self.name)
         return [claim for claim in claims
                 if all((claim["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
@@ -364,6 +367,22 @@ class ClusterRuntime:
             self.recorder.record("VolumeExpansionRefused", result["message"], "Warning")
         self._refusal_reported = result["message"] if refused else None
         return wanted, result
+
+    async def _volumes_on_lost_nodes(self, spec: DMClusterSpec, pods: dict[int, Obj], claims: list[Obj]) -> Obj:
+        """Brokers stranded by a node that is gone: a new volume for one of them when decided (ADR 0054), a pod
+        left without its claim made again; the VolumesOnLostNodes condition."""
+        prefix = naming.claim_prefix(self.name)
+        by_broker = {int(c["metadata"]["name"].removeprefix(prefix)): c for c in claims}
+        policy = spec.storage.lostNode
+        found = await find_stranded(self.kube, pods, by_broker)
+        chosen = lost_volumes.due(found, policy.replaceVolume, policy.afterSeconds,
+                                  datetime.datetime.now(datetime.UTC))
+        if chosen is not None:
+            await replace_volume(self.kube, self.recorder, self.namespace, self.name, chosen)
+            self.cache.forget("PersistentVolumeClaim", self.namespace, chosen.claim)
+            self.cache.forget("Pod", self.namespace, naming.pod(self.name, chosen.broker))
+        await restart_claimless(self.kube, self.namespace, self.name, pods, by_broker)
+        return lost_volumes.lost_volumes_condition(found, policy.replaceVolume, policy.afterSeconds, self.namespace)
 
     async def _claims_ownership(self, claims: list[Obj], delete_with_cluster: bool) -> None:
         """PVCs of a StatefulSet outlive it; owned by the DMCluster they are deleted with it."""

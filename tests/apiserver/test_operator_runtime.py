@@ -447,3 +447,79 @@ def test_a_file_system_that_grows_offline_restarts_its_broker_once(apiserver: Te
             api.api_client.close()
 
     with_runtime(apiserver, namespace, uid, check)
+
+
+def test_a_broker_stranded_by_a_lost_node_gets_a_new_volume_on_a_decision(apiserver: Testbed, namespace: str):
+    """No node exists here, so a volume pinned to one by name is on a node that is gone (ADR 0054). Broker 0's
+    volume is pinned to no node (as a network volume), broker 1's to a node that is gone; the StatefulSet
+    controller makes the pods, which no scheduler places."""
+    uid = create_cluster(apiserver, namespace, {"replicas": 2})
+    lost = f"{namespace}-lost-node"
+
+    def claim_of(tb: Testbed, ns: str, broker: int) -> dict | None:
+        found = tb.kubectl("get", "pvc", f"data-c-broker-{broker}", "-n", ns, "-o", "json", check=False)
+        return json.loads(found.stdout) if found.returncode == 0 else None
+
+    def lost_condition(tb: Testbed, ns: str) -> dict:
+        return next(c for c in tb.kubectl_json("get", "dmcluster", "c", "-n", ns)["status"]["conditions"]
+                    if c["type"] == "VolumesOnLostNodes")
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()  # the StatefulSet: its controller makes the claims and the pods
+        template = sts(tb, ns)["spec"]["volumeClaimTemplates"][0]
+        volumes = {0: f"{ns}-net", 1: f"{ns}-local"}
+        try:
+            for broker, volume in volumes.items():
+                tb.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
+                    {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": f"data-c-broker-{broker}", "labels": template["metadata"]["labels"]},
+                     "spec": template["spec"]}))
+                affinity = {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [lost]}]}]}}} if broker else {}
+                tb.kubectl("apply", "-f", "-", input=json.dumps(
+                    {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "persistentVolumeReclaimPolicy": "Delete", "hostPath": {"path": f"/tmp/{volume}"},
+                              "claimRef": {"namespace": ns, "name": f"data-c-broker-{broker}"}, **affinity}}))
+            await wait_for_async(lambda: all((claim_of(tb, ns, b) or {}).get("status", {}).get("phase") == "Bound"
+                                             for b in volumes) and len(tb.kubectl_json("get", "pods", "-n", ns)
+                                                                       ["items"]) == 2, 60)
+            await runtime.reconcile()
+            waiting = lost_condition(tb, ns)
+            assert (waiting["status"], waiting["reason"]) == ("True", "DecisionNeeded"), waiting
+            assert f"broker 1's volume {ns}-local is on node {lost}, which is gone" in waiting["message"]
+            assert "broker 0" not in waiting["message"]
+            for _ in range(2):  # nothing happens without a decision
+                await runtime.reconcile()
+            before = claim_of(tb, ns, 1)["metadata"]["uid"]
+
+            tb.kubectl("annotate", "pvc", "data-c-broker-1", "-n", ns, "dm.dev/replace-volume=true")
+            await runtime.reconcile()
+            kept = tb.kubectl_json("get", "pv", f"{ns}-local")
+            assert kept["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+            assert kept["metadata"]["annotations"]["dm.dev/lost-node"] == lost
+            assert kept["metadata"]["annotations"]["dm.dev/replaced-claim"] == f"{ns}/data-c-broker-1"
+
+            async def made_again() -> bool:
+                await runtime.reconcile()  # a pod made while the old claim was terminating is made again
+                claim = claim_of(tb, ns, 1)
+                return claim is not None and claim["metadata"]["uid"] != before and \
+                    not claim["metadata"].get("deletionTimestamp") and \
+                    "c-broker-1" in {p["metadata"]["name"] for p in tb.kubectl_json("get", "pods", "-n", ns)["items"]}
+
+            deadline = time.monotonic() + 90
+            while not await made_again():
+                assert time.monotonic() < deadline, "the StatefulSet made no new claim for broker 1"
+                await asyncio.sleep(1)
+            assert claim_of(tb, ns, 0)["spec"]["volumeName"] == f"{ns}-net"  # the other broker's is untouched
+            await runtime.reconcile()
+            assert lost_condition(tb, ns)["reason"] == "None"
+            await runtime.recorder.flush()
+            replaced = [e["message"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]
+                        if e["reason"] == "VolumeReplaced"]
+            assert len(replaced) == 1 and f"was on node {lost}, which is gone" in replaced[0], replaced
+        finally:
+            for volume in volumes.values():
+                tb.kubectl("delete", "pv", volume, "--wait=false", "--ignore-not-found")
+
+    with_runtime(apiserver, namespace, uid, check)
