@@ -97,6 +97,7 @@ class ClusterRuntime:
         self.spec: DMClusterSpec | None = None
         self._pdb_api: str | None = None
         self._refusal_reported: str | None = None  # the VolumeExpansionRefused Event last posted
+        self._volumes_seen: dict[str, Obj] = {}  # PersistentVolumes of unscheduled brokers (lost_volumes)
         # claim -> (size asked, its resourceVersion then, the API server's answer): not asked again every pass
         self._refused_claims: dict[str, tuple[str, str, str]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -374,11 +375,12 @@ class ClusterRuntime:
         prefix = naming.claim_prefix(self.name)
         by_broker = {int(c["metadata"]["name"].removeprefix(prefix)): c for c in claims}
         policy = spec.storage.lostNode
-        found = await find_stranded(self.kube, pods, by_broker)
+        found = await find_stranded(self.kube, pods, by_broker, self._volumes_seen)
         chosen = lost_volumes.due(found, policy.replaceVolume, policy.afterSeconds,
                                   datetime.datetime.now(datetime.UTC))
         if chosen is not None:
             await replace_volume(self.kube, self.recorder, self.namespace, self.name, chosen)
+            self._volumes_seen.pop(chosen.volume, None)
             self.cache.forget("PersistentVolumeClaim", self.namespace, chosen.claim)
             self.cache.forget("Pod", self.namespace, naming.pod(self.name, chosen.broker))
         await restart_claimless(self.kube, self.namespace, self.name, pods, by_broker)

@@ -28,12 +28,17 @@ def _delete_if(uid: str) -> Obj:
     return {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
 
 
-async def find_stranded(kube: Kube, pods: dict[int, Obj], claims: dict[int, Obj]) -> list[Stranded]:
+async def find_stranded(kube: Kube, pods: dict[int, Obj], claims: dict[int, Obj],
+                        volumes_seen: dict[str, Obj]) -> list[Stranded]:
     """The brokers whose unscheduled pod waits for a volume on a node that does not exist. API calls only for
-    unscheduled pods with a bound claim: the volume, then its node."""
+    unscheduled pods with a bound claim: the volume (once: its node affinity cannot change; `volumes_seen`
+    keeps it), then its node."""
     found = []
     for broker, pod, claim in candidates(pods, claims):
-        pv = await kube.get_or_none(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+        name = claim["spec"]["volumeName"]
+        pv = volumes_seen.get(name) or await kube.get_or_none(f"/api/v1/persistentvolumes/{name}")
+        if pv is not None:
+            volumes_seen[name] = pv
         node = pinned_node(pv) if pv is not None else None
         exists = None if node is None else await kube.get_or_none(f"/api/v1/nodes/{node}") is not None
         if (found_one := stranded(broker, pod, claim, pv, exists)) is not None:
