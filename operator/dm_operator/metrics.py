@@ -31,6 +31,11 @@ LEADER_EPOCH = Gauge("dm_operator_leader_epoch", "The controller epoch: the oper
                      registry=REGISTRY)
 ELECTED = Gauge("dm_operator_elected_timestamp_seconds", "When this instance last became the leader",
                 registry=REGISTRY)
+BROKERS_ON_LOST_NODES = Gauge("dm_operator_brokers_on_lost_nodes", "Brokers whose pod cannot be scheduled because "
+                              "their volume is pinned to a node that no longer exists (ADR 0054)",
+                              ["namespace", "cluster"], registry=REGISTRY)
+VOLUMES_REPLACED = Counter("dm_operator_volumes_replaced", "Broker volumes replaced by new, empty ones because their "
+                           "node was gone (the old ones kept)", ["namespace", "cluster"], registry=REGISTRY)
 DRIFT_CORRECTED = Counter("dm_operator_drift_corrections", "Children put back to the desired state after something "
                           "else changed them", ["kind"], registry=REGISTRY)
 

@@ -30,7 +30,7 @@ from .crds import CrdVersions
 from .events import EventRecorder
 from .fencing import RackResolver, on_pod_event
 from .kube import ApiError, Kube, collection_path
-from .metrics import ERRORS, RECONCILE_SECONDS, RECONCILES
+from .metrics import BROKERS_ON_LOST_NODES, ERRORS, RECONCILE_SECONDS, RECONCILES, VOLUMES_REPLACED
 from .models import DMClusterSpec, known_part
 from .moves import Mover
 from .objects import Obj, annotations_of, being_deleted, pod_ready
@@ -378,8 +378,11 @@ class ClusterRuntime:
         found = await find_stranded(self.kube, pods, by_broker, self._volumes_seen)
         chosen = lost_volumes.due(found, policy.replaceVolume, policy.afterSeconds,
                                   datetime.datetime.now(datetime.UTC))
+        labels = {"namespace": self.namespace, "cluster": self.name}
+        BROKERS_ON_LOST_NODES.labels(**labels).set(len(found))
         if chosen is not None:
             await replace_volume(self.kube, self.recorder, self.namespace, self.name, chosen)
+            VOLUMES_REPLACED.labels(**labels).inc()
             self._volumes_seen.pop(chosen.volume, None)
             self.cache.forget("PersistentVolumeClaim", self.namespace, chosen.claim)
             self.cache.forget("Pod", self.namespace, naming.pod(self.name, chosen.broker))

@@ -13,7 +13,7 @@ from .changes import offline, under_replicated
 from .conditions import condition, merge_conditions
 from .events import EventRecorder
 from .kube import Kube
-from .metrics import BROKERS, OFFLINE, UNDER_REPLICATED
+from .metrics import BROKERS, BROKERS_ON_LOST_NODES, OFFLINE, UNDER_REPLICATED
 from .models import BrokerStatus
 from .objects import Obj, pod_ready
 
@@ -148,3 +148,4 @@ class StatusWriter:
     def clear_metrics(self) -> None:
         for state in ("live", "fenced"):
             BROKERS.labels(**self.labels, state=state).set(0)
+        BROKERS_ON_LOST_NODES.labels(**self.labels).set(0)  # another instance reports them once it leads

@@ -23,7 +23,7 @@ from dm_broker.controller.models import (
 )
 from dm_operator.cache import ObjectCache
 from dm_operator.kube import Kube
-from dm_operator.metrics import API_REQUESTS
+from dm_operator.metrics import API_REQUESTS, REGISTRY
 from dm_operator.runtime import ClusterRuntime
 from dm_operator.settings import OperatorSettings
 from dm_testbed.client import Testbed
@@ -489,8 +489,11 @@ def test_a_broker_stranded_by_a_lost_node_gets_a_new_volume_on_a_decision(apiser
             assert (waiting["status"], waiting["reason"]) == ("True", "DecisionNeeded"), waiting
             assert f"broker 1's volume {ns}-local is on node {lost}, which is gone" in waiting["message"]
             assert "broker 0" not in waiting["message"]
+            labels = {"namespace": ns, "cluster": "c"}
+            assert REGISTRY.get_sample_value("dm_operator_brokers_on_lost_nodes", labels) == 1
             for _ in range(2):  # nothing happens without a decision
                 await runtime.reconcile()
+            assert (REGISTRY.get_sample_value("dm_operator_volumes_replaced_total", labels) or 0) == 0
             before = claim_of(tb, ns, 1)["metadata"]["uid"]
 
             tb.kubectl("annotate", "pvc", "data-c-broker-1", "-n", ns, "dm.dev/replace-volume=true")
@@ -514,6 +517,8 @@ def test_a_broker_stranded_by_a_lost_node_gets_a_new_volume_on_a_decision(apiser
             assert claim_of(tb, ns, 0)["spec"]["volumeName"] == f"{ns}-net"  # the other broker's is untouched
             await runtime.reconcile()
             assert lost_condition(tb, ns)["reason"] == "None"
+            assert REGISTRY.get_sample_value("dm_operator_brokers_on_lost_nodes", labels) == 0
+            assert REGISTRY.get_sample_value("dm_operator_volumes_replaced_total", labels) == 1
             await runtime.recorder.flush()
             replaced = [e["message"] for e in tb.kubectl_json("get", "events", "-n", ns)["items"]
                         if e["reason"] == "VolumeReplaced"]
