@@ -111,6 +111,17 @@ def bootstrap(ns: str, cluster: str = "demo") -> str:
     return f"{cluster}-bootstrap.{ns}.svc.cluster.local:9092"
 
 
+def broker_pods(sub: Substrate, ns: str) -> list[dict]:
+    return get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+
+
+def leading_operator_nodes(sub: Substrate) -> set[str]:
+    """The nodes the leading operator's pod runs on (a scenario that stops a node spares them unless it
+    means to lose the operator: tests/e2e/test_operator_ha.py)."""
+    return {p["spec"]["nodeName"] for p in get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
+                                                    "dm.dev/operator-leader=true")["items"]}
+
+
 # -- client pods ---------------------------------------------------------------------------------------
 
 
@@ -200,6 +211,27 @@ class Workload:
         assert any(line.startswith("DONE") for line in own[-5:]), \
             f"{self.name} did not finish its work:\n" + "\n".join(own[-20:])
         return self.output
+
+
+@dataclass
+class Load:
+    env: dict[str, Any]
+    producer: Workload
+    consumer: Workload
+
+
+def start_load(sub: Substrate, ns: str, partitions: int = 3, consumer_env: dict[str, Any] | None = None) -> Load:
+    """The Topic "load" (RF 3, min.insync.replicas 2) of cluster "demo" fully in sync, then an idempotent
+    acks=all producer at 150 records a second and a consumer following it, in client pods; returns once the
+    producer has its first acknowledgement."""
+    apply(sub, topic("load", partitions=partitions, replicas=3, config={"min.insync.replicas": "2"}), ns)
+    wait_topic_ready(sub, ns, "load")
+    wait_until(lambda: fully_in_sync(topic_status(sub, ns, "load")), 60, "load in sync")
+    env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "load", "PARTITIONS": partitions, "RATE": 150}
+    producer = Workload(sub, ns, "producer.py", env)
+    consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10, **(consumer_env or {})})
+    producer.wait_for("ACK", 90)
+    return Load(env, producer, consumer)
 
 
 # -- what the clients saw ---------------------------------------------------------------------------------

@@ -16,20 +16,20 @@ from dm import (
     OPERATOR_NAMESPACE,
     TopicWatcher,
     Workload,
-    bootstrap,
+    broker_pods,
     create_cluster,
     first_ack_after,
     fully_in_sync,
     leaders,
+    leading_operator_nodes,
     median_ms,
     operator_ready,
-    topic,
+    start_load,
     topic_status,
     verdict,
-    wait_topic_ready,
 )
 from measurements import note
-from support import apply, get_json, get_or_none, pod_ready, wait_until
+from support import get_json, get_or_none, pod_ready, wait_until
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -43,7 +43,7 @@ PARTITIONS = 3
 
 
 def brokers_ready(sub, ns: str) -> bool:
-    pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+    pods = broker_pods(sub, ns)
     return len(pods) == 3 and all(pod_ready(p) for p in pods)
 
 
@@ -54,14 +54,8 @@ def healthy(sub, ns: str) -> bool:
 def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
     sub, ns = operator, e2e_namespace
     create_cluster(sub, ns)
-    apply(sub, topic("load", partitions=PARTITIONS, replicas=3, config={"min.insync.replicas": "2"}), ns)
-    wait_topic_ready(sub, ns, "load")
-    wait_until(lambda: healthy(sub, ns), 60, "the topic fully in sync")
-
-    env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "load", "PARTITIONS": PARTITIONS, "RATE": 150}
-    producer = Workload(sub, ns, "producer.py", env)
-    consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10})
-    producer.wait_for("ACK", 90)
+    load = start_load(sub, ns, PARTITIONS)
+    env, producer, consumer = load.env, load.producer, load.consumer
     watcher = TopicWatcher(sub, ns, "load")
     kills: dict[str, list[tuple[float, int]]] = {"deleted": [], "forced": [], "crashed": [], "node stopped": []}
     status_lag: dict[str, list[float]] = {how: [] for how in kills}
@@ -104,8 +98,7 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
         # controller would go with it: tests/e2e/test_operator_ha.py has that case) nor the clients (which
         # live on the control plane node). The standby operator may be on it.
         wait_until(lambda: healthy(sub, ns), 240, "three Ready brokers in every ISR before a node stops")
-        operator_nodes = {p["spec"]["nodeName"] for p in get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                                                                  "dm.dev/operator-leader=true")["items"]}
+        operator_nodes = leading_operator_nodes(sub)
         led_elsewhere = [p for p, leader in leaders(topic_status(sub, ns, "load")).items()
                          if get_json(sub, "pod", f"demo-broker-{leader}", "-n", ns)["spec"]["nodeName"]
                          not in operator_nodes]

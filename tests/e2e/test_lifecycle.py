@@ -14,11 +14,11 @@ from collections.abc import Callable
 import pytest
 from dm import (
     OPERATOR_NAMESPACE,
-    Workload,
-    bootstrap,
+    broker_pods,
     condition,
     create_cluster,
     fully_in_sync,
+    start_load,
     topic,
     topic_status,
     verdict,
@@ -29,10 +29,6 @@ from measurements import note
 from support import apply, create_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
 
 pytestmark = pytest.mark.timeout(900)
-
-
-def broker_pods(sub, ns: str) -> list[dict]:
-    return get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
 
 
 def follow_roll(sub, ns: str, done: Callable[[list[dict]], bool], what: str) -> tuple[int, bool]:
@@ -63,16 +59,10 @@ def test_rolling_restart_under_load_restarts_one_broker_at_a_time(e2e_namespace,
     sub, ns = operator, e2e_namespace
     before = create_cluster(sub, ns, storage={"size": "1Gi", "storageClassName": "dm-offline-expansion"}
                             )["status"]["revision"]
-    apply(sub, topic("load", partitions=3, replicas=3, config={"min.insync.replicas": "2"}), ns)
-    wait_topic_ready(sub, ns, "load")
-    wait_until(lambda: fully_in_sync(topic_status(sub, ns, "load")), 60, "load in sync")
-    env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "load", "PARTITIONS": 3, "RATE": 150}
-    producer = Workload(sub, ns, "producer.py", env)
     # librdkafka's metadata and leader changes in the consumer's kept log (a few hundred lines): CI once lost
     # sight of a partition here after a restarting broker said the topic did not exist (ADR 0052)
-    consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10,
-                                                  "CLIENT_CONFIG": json.dumps({"debug": "metadata,topic"})})
-    producer.wait_for("ACK", 90)
+    load = start_load(sub, ns, consumer_env={"CLIENT_CONFIG": json.dumps({"debug": "metadata,topic"})})
+    producer, consumer = load.producer, load.consumer
 
     sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=merge", "-p",
                 '{"spec": {"config": {"log.segment.bytes": 1048576}}}')

@@ -11,19 +11,17 @@ import time
 
 import pytest
 from dm import (
-    OPERATOR_NAMESPACE,
-    Workload,
-    bootstrap,
+    broker_pods,
     condition,
     create_cluster,
     fully_in_sync,
-    topic,
+    leading_operator_nodes,
+    start_load,
     topic_status,
     verdict,
-    wait_topic_ready,
 )
 from measurements import note
-from support import apply, get_json, get_or_none, pod_ready, wait_until
+from support import get_json, get_or_none, pod_ready, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -45,20 +43,12 @@ def pod_network_configured(sub, name: str) -> bool:
 def test_a_broker_whose_node_is_gone_comes_back_on_a_new_volume(e2e_namespace, operator):
     sub, ns = operator, e2e_namespace
     create_cluster(sub, ns, storage={"size": "1Gi", "lostNode": {"replaceVolume": True, "afterSeconds": 0}})
-    apply(sub, topic("load", partitions=3, replicas=3, config={"min.insync.replicas": "2"}), ns)
-    wait_topic_ready(sub, ns, "load")
-    wait_until(lambda: fully_in_sync(topic_status(sub, ns, "load")), 60, "load in sync")
-    env = {"BOOTSTRAP": bootstrap(ns), "TOPIC": "load", "PARTITIONS": 3, "RATE": 150}
-    producer = Workload(sub, ns, "producer.py", env)
-    consumer = Workload(sub, ns, "consumer.py", {**env, "UNTIL_EMPTY": 10})
-    producer.wait_for("ACK", 90)
+    load = start_load(sub, ns)
 
     # A worker that runs a broker but not the leading operator (tests/e2e/test_operator_ha.py loses that one);
     # the clients run on the control plane's node.
-    operator_nodes = {p["spec"]["nodeName"] for p in get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                                                              "dm.dev/operator-leader=true")["items"]}
-    brokers = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
-    victim = next(p for p in brokers if p["spec"]["nodeName"] not in operator_nodes)
+    operator_nodes = leading_operator_nodes(sub)
+    victim = next(p for p in broker_pods(sub, ns) if p["spec"]["nodeName"] not in operator_nodes)
     node, pod = victim["spec"]["nodeName"], victim["metadata"]["name"]
     claim = f"data-{pod}"
     old = get_json(sub, "pvc", claim, "-n", ns)
@@ -98,7 +88,7 @@ def test_a_broker_whose_node_is_gone_comes_back_on_a_new_volume(e2e_namespace, o
                    f"{node} back in the cluster with its pod network")
 
     time.sleep(3)  # load after the broker is back
-    result = verdict(producer.stop(), consumer.stop())
+    result = verdict(load.producer.stop(), load.consumer.stop())
     note(f"[{sub.name}] node {node} gone with broker {pod}'s volume: back on a new volume after {back_after:.0f} s, "
          f"in every ISR after {in_sync_after:.0f} s; {result.summary()}")
     assert result.acked > 500 and result.ok, result.summary()
