@@ -82,17 +82,27 @@ def expansion_mode(storage_class: Obj | None) -> str:
     return mode if mode in ("online", "offline") else "online"
 
 
+def _conditions(pvc: Obj) -> list[Obj]:
+    return (pvc.get("status") or {}).get("conditions") or []
+
+
+def _not_resizing(pvc: Obj) -> list[Obj]:
+    return [c for c in _conditions(pvc) if c.get("type") not in ("Resizing", FS_RESIZE_PENDING)]
+
+
 def resize_done(pvc: Obj, capacity: str) -> Obj:
     """The claim's status once its volume and file system have `capacity`: no resize condition left (pure)."""
-    kept = [c for c in (pvc.get("status") or {}).get("conditions") or []
-            if c.get("type") not in ("Resizing", FS_RESIZE_PENDING)]
-    return {"capacity": {"storage": capacity}, "conditions": kept}
+    return {"capacity": {"storage": capacity}, "conditions": _not_resizing(pvc)}
+
+
+def _pending(pvc: Obj) -> Obj | None:
+    return next((c for c in _conditions(pvc) if c.get("type") == FS_RESIZE_PENDING), None)
 
 
 def pending_since(pvc: Obj) -> str | None:
     """When the claim's file system began to wait for a pod to mount it again, or None (pure)."""
-    return next((c.get("lastTransitionTime") or "" for c in (pvc.get("status") or {}).get("conditions") or []
-                 if c.get("type") == FS_RESIZE_PENDING), None)
+    pending = _pending(pvc)
+    return None if pending is None else pending.get("lastTransitionTime") or ""
 
 
 def mounts_grown(pod: Obj, pvc: Obj) -> bool:
@@ -110,14 +120,11 @@ def mounts_grown(pod: Obj, pvc: Obj) -> bool:
 def resize_pending(pvc: Obj, now: str) -> list[Obj]:
     """The claim's conditions once its volume grew: FileSystemResizePending (since `now` unless it was
     already pending) in place of a Resizing one; others kept (pure)."""
-    kept = [c for c in (pvc.get("status") or {}).get("conditions") or []
-            if c.get("type") not in ("Resizing", FS_RESIZE_PENDING)]
-    earlier = next((c for c in (pvc.get("status") or {}).get("conditions") or []
-                    if c.get("type") == FS_RESIZE_PENDING), None)
-    return [*kept, earlier or {"type": FS_RESIZE_PENDING, "status": "True", "lastProbeTime": None,
-                               "lastTransitionTime": now,
-                               "message": "Waiting for user to (re-)start a pod to finish file system resize of "
-                                          "volume on node."}]
+    return [*_not_resizing(pvc), _pending(pvc) or {"type": FS_RESIZE_PENDING, "status": "True",
+                                                 "lastProbeTime": None,
+                                                 "lastTransitionTime": now,
+                                                 "message": "Waiting for user to (re-)start a pod to finish file "
+                                                            "system resize of volume on node."}]
 
 
 def volume_for(pvc: Obj, node: str, root: Path) -> Obj:
@@ -246,8 +253,8 @@ class LocalPathProvisioner:
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             pvc = self.claims.cache.get((ns, name)) if name else None
-            if pvc is not None and pending_since(pvc) is not None and mounts_grown(pod, pvc):
-                await self._grow(pvc)
+            if pvc is not None and pending_since(pvc) is not None:
+                await self._grow(pvc)  # finishes it if this pod (or another here) mounts it grown
 
     async def _volume_event(self, kind: str, pv: Obj) -> None:
         annotations = pv["metadata"].get("annotations") or {}
