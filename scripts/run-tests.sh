@@ -10,9 +10,15 @@
 # run in which Kubernetes tests skipped says so at the end. pytest's "no tests collected" (exit 5)
 # is a failure. The rest of the suite runs in DM_TEST_WORKERS pytest-xdist workers (2), a test file
 # per worker at a time: its tests mostly wait on broker processes, so two workers halve its time.
+# Beside the e2e lane it runs at a lower CPU priority (DM_TEST_NICE, 10): the e2e lane is the longer
+# one, and the kind nodes share one cgroup whose weight equals a single process's, so without this the
+# other lane's dozens of processes starve the whole cluster (docs/testing.md, "Where the CPU goes").
 #   run-tests.sh ARGS...  one pytest run with ARGS (the cluster is set up first where it can be)
 #   DM_KIND_KEEP=1        keep the kind cluster afterwards, and reuse a kept one
 #   DM_TEST_WORKERS=0     the rest of the suite in one process
+#   DM_E2E_WORKERS=0      e2e scenarios one after the other (2 by default: side by side on the one
+#                         cluster; those that stop the operator or a node hold it alone, tests/e2e/sharing.py)
+#   DM_TEST_NICE=0        the other lane at the e2e lane's CPU priority
 #   DM_TEST_DURATIONS=N   list the N slowest tests of each run (15; 0: every test over a second)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +38,9 @@ if docker info >/dev/null 2>&1 || { [ "$(id -u)" = 0 ] && command -v apt-get >/d
   export DM_E2E_REQUIRED=1 DM_IMAGE_REQUIRED=1
 fi
 [ -x "$cache/kubernetes-v1.20.2/bin/kube-apiserver" ] && export DM_APISERVER_REQUIRED=1
-workers=(-n "${DM_TEST_WORKERS:-2}" --dist loadfile)  # for everything but e2e (one kind cluster)
+workers=(-n "${DM_TEST_WORKERS:-2}" --dist loadfile)  # for everything but e2e
+# e2e scenarios side by side: most of their time is waiting on pods (docs/testing.md)
+e2e_workers=(-n "${DM_E2E_WORKERS:-2}" --dist loadgroup)
 
 cluster_up() {
   if [ "${DM_KIND_KEEP:-0}" != 1 ] && kind get clusters 2>/dev/null | grep -qx "${DM_KIND_CLUSTER:-dm-e2e}"; then
@@ -46,8 +54,9 @@ cluster_up() {
 cluster_down() {
   [ "${DM_KIND_KEEP:-0}" = 1 ] || bash scripts/kind/cluster.sh down
 }
+niced=  # the nice value of the next pytest run (beside the e2e lane only)
 pytest() {  # one pytest run; its exit code (5, no tests collected, is a failure)
-  .venv/bin/python -m pytest -q -rs --durations="${DM_TEST_DURATIONS:-15}" --durations-min=1 -p no:cacheprovider \
+  ${niced:+nice -n "$niced"} .venv/bin/python -m pytest -q -rs --durations="${DM_TEST_DURATIONS:-15}" --durations-min=1 -p no:cacheprovider \
     "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then
@@ -66,7 +75,7 @@ elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
   e2e_out=$(mktemp)
   (
     if cluster_up; then
-      pytest tests/e2e
+      pytest tests/e2e "${e2e_workers[@]}"
       echo $? >"$e2e_out.rc"
       cluster_down
     else
@@ -76,8 +85,10 @@ elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
   ) >"$e2e_out" 2>&1 &
   e2e=$!
   echo "run-tests: the e2e suite runs on kind beside the rest (its output follows theirs)"
+  niced=${DM_TEST_NICE:-10}
   pytest --ignore=tests/e2e "${workers[@]}"
   rc=$?
+  niced=
   wait $e2e
   echo
   echo "run-tests: ---- the e2e suite on kind ----"
@@ -90,7 +101,7 @@ else
   rc=$?
   if [ $kube = 1 ]; then
     if cluster_up; then
-      pytest tests/e2e
+      pytest tests/e2e "${e2e_workers[@]}"
       rc2=$?
       cluster_down
     else

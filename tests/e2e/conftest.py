@@ -1,7 +1,11 @@
 """The e2e suite runs on a kind cluster with the real image (tests/e2e/substrate.py). Scenario tests
 get a namespace of their own, served by one operator installed from the Helm chart for the session.
 Without a cluster the tests skip with the reason, unless DM_E2E_REQUIRED=1 (set by
-scripts/run-tests.sh once it has created the cluster): then a missing cluster is a failure."""
+scripts/run-tests.sh once it has created the cluster): then a missing cluster is a failure.
+
+Under pytest-xdist (`-n 2 --dist loadgroup`, as scripts/run-tests.sh runs them) scenarios run side by
+side; those marked `e2e_exclusive` (they stop the operator or a node) run alone, one after the other on
+one worker (tests/e2e/sharing.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +16,48 @@ from pathlib import Path
 
 import pytest
 from dm import OPERATOR_NAMESPACE, install_operator
+from sharing import ClusterHold, SharedInstallation, run_directory
 from substrate import Substrate, kind_substrate, kind_unavailable
 from support import create_namespace, dump_namespace, wait_until
 
+EXCLUSIVE = "e2e_exclusive"
 
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+            if item.get_closest_marker(EXCLUSIVE):
+                item.add_marker(pytest.mark.xdist_group("cluster-wide"))  # one worker, one after another
+
+
+_hold: ClusterHold | None = None
+
+
+def _needs_cluster(item: pytest.Item | None) -> bool:
+    return item is not None and "substrate" in getattr(item, "fixturenames", ())
+
+
+def _exclusive(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker(EXCLUSIVE) is not None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator:
+    """Takes the cluster hold before the test's timeout starts (waiting for an exclusive scenario is not
+    the test's time) and gives it up after the test's teardown, unless the next test is exclusive too."""
+    global _hold
+    if not _needs_cluster(item):
+        return (yield)
+    if _hold is None:
+        _hold = ClusterHold(run_directory())
+    _hold.take(exclusive=_exclusive(item))
+    try:
+        return (yield)
+    finally:
+        if not (_exclusive(item) and _exclusive(nextitem)):
+            _hold.release()
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +72,15 @@ def substrate(tmp_path_factory: pytest.TempPathFactory) -> Substrate:
 
 @pytest.fixture(scope="session")
 def operator(substrate: Substrate) -> Iterator[Substrate]:
-    """The dm operator, installed with the Helm chart into dm-system, serving every e2e-* namespace."""
-    install_operator(substrate)
+    """The dm operator, installed with the Helm chart into dm-system, serving every e2e-* namespace
+    (installed by the first xdist worker that needs it, uninstalled by the last)."""
+    installation = SharedInstallation(run_directory(), "operator")
+    installation.join(lambda: install_operator(substrate))
     yield substrate
+    installation.leave(lambda: _uninstall_operator(substrate))
+
+
+def _uninstall_operator(substrate: Substrate) -> None:
     # Every scenario's namespace must go while the operator still runs: one held by a finalizer the
     # operator never releases would hang a user's `kubectl delete namespace` the same way.
     try:

@@ -31,7 +31,7 @@ from dm import (
 from measurements import note
 from support import get_json, get_or_none, pod_ready, wait_until
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.e2e_exclusive]  # it stops a node and kills the operator
 
 # Each round waits for the replaced broker to be Ready and back in every ISR (about 20 s on this 2-core
 # machine); the hosted CI workflow runs 20 deletion rounds.

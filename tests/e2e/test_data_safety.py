@@ -96,6 +96,7 @@ def strays_in_volumes(sub, ns: str) -> list[str]:
     return found
 
 
+@pytest.mark.e2e_exclusive  # it stops the operator (scaled to 0) for a while
 def test_wiped_status_and_a_recreated_dmcluster_keep_every_record(e2e_namespace, operator):
     sub, ns = operator, e2e_namespace
     create_cluster(sub, ns)

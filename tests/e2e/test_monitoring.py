@@ -32,7 +32,8 @@ from measurements import note
 from substrate import REPO
 from support import apply, get_json, pod_ready, restricted, wait_until
 
-pytestmark = pytest.mark.timeout(900)
+# exclusive: it cordons a node and reads the operator's counters
+pytestmark = [pytest.mark.timeout(900), pytest.mark.e2e_exclusive]
 PROMETHEUS = REPO / "deploy" / "prometheus"
 INTERVAL = "2s"
 # Series that exist only where a cluster uses the feature (this one has no TLS, SASL, ACLs or quotas)

@@ -23,7 +23,7 @@ from dm import (
 from measurements import note
 from support import get_json, get_or_none, pod_ready, wait_until
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.e2e_exclusive]  # it stops a node and deletes it
 
 
 def node_ready(sub, name: str) -> bool:

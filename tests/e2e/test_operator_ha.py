@@ -24,7 +24,7 @@ from dm import (
 from measurements import note
 from support import apply, get_json, wait_until
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.e2e_exclusive]  # it deletes the operator's pods
 ROUNDS = {"deleted": 3, "forced": 2}
 LEADER = "dm.dev/operator-leader=true"
 
