@@ -54,7 +54,7 @@ cluster_up() {
 cluster_down() {
   [ "${DM_KIND_KEEP:-0}" = 1 ] || bash scripts/kind/cluster.sh down
 }
-niced=  # the nice value of the next pytest run (beside the e2e lane only)
+niced=  # a pytest run beside the e2e lane is given its nice value for that call
 pytest() {  # one pytest run; its exit code (5, no tests collected, is a failure)
   ${niced:+nice -n "$niced"} .venv/bin/python -m pytest -q -rs --durations="${DM_TEST_DURATIONS:-15}" --durations-min=1 -p no:cacheprovider \
     "$@" 2>&1 | tee -a "$log"
@@ -85,10 +85,8 @@ elif [ $kube = 1 ] && [ "${DM_TEST_SERIAL:-0}" != 1 ]; then
   ) >"$e2e_out" 2>&1 &
   e2e=$!
   echo "run-tests: the e2e suite runs on kind beside the rest (its output follows theirs)"
-  niced=${DM_TEST_NICE:-10}
-  pytest --ignore=tests/e2e "${workers[@]}"
+  niced=${DM_TEST_NICE:-10} pytest --ignore=tests/e2e "${workers[@]}"
   rc=$?
-  niced=
   wait $e2e
   echo
   echo "run-tests: ---- the e2e suite on kind ----"

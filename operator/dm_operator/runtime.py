@@ -378,11 +378,10 @@ class ClusterRuntime:
         found = await find_stranded(self.kube, pods, by_broker, self._volumes_seen)
         chosen = lost_volumes.due(found, policy.replaceVolume, policy.afterSeconds,
                                   datetime.datetime.now(datetime.UTC))
-        labels = {"namespace": self.namespace, "cluster": self.name}
-        BROKERS_ON_LOST_NODES.labels(**labels).set(len(found))
+        BROKERS_ON_LOST_NODES.labels(**self.labels).set(len(found))
         if chosen is not None:
             await replace_volume(self.kube, self.recorder, self.namespace, self.name, chosen)
-            VOLUMES_REPLACED.labels(**labels).inc()
+            VOLUMES_REPLACED.labels(**self.labels).inc()
             self._volumes_seen.pop(chosen.volume, None)
             self.cache.forget("PersistentVolumeClaim", self.namespace, chosen.claim)
             self.cache.forget("Pod", self.namespace, naming.pod(self.name, chosen.broker))
