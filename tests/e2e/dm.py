@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from substrate import REPO, Substrate
-from support import apply, env_list, get_json, get_or_none, mount_secrets, restricted, wait_until
+from support import apply, env_list, get_json, get_or_none, mount_secrets, pod_ready, restricted, wait_until
 
 CHART = REPO / "charts" / "dm-cluster"
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -38,7 +38,7 @@ def install_operator(sub: Substrate, release: str = "dm", namespace: str = OPERA
 def operator_ready(sub: Substrate, namespace: str) -> bool:
     """An instance leads (its pod carries the leader label the Service selects) and is Running and Ready:
     the clusters' controllers are served. (A standby alone does not count: it serves no controller.)"""
-    pods = get_json(sub, "pods", "-n", namespace, "-l", "dm.dev/operator-leader=true")["items"]
+    pods = leader_operator_pods(sub, namespace)
     return any(p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp") and
                all(c.get("ready") for c in p["status"].get("containerStatuses", [])) for p in pods)
 
@@ -115,11 +115,25 @@ def broker_pods(sub: Substrate, ns: str) -> list[dict]:
     return get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
 
 
+def brokers_ready(sub: Substrate, ns: str, count: int = 3) -> bool:
+    pods = broker_pods(sub, ns)
+    return len(pods) == count and all(pod_ready(p) for p in pods)
+
+
+def whole(sub: Substrate, ns: str, topic_name: str) -> bool:
+    """Three Ready brokers, and every replica of the topic in its ISR."""
+    return brokers_ready(sub, ns) and fully_in_sync(topic_status(sub, ns, topic_name))
+
+
+def leader_operator_pods(sub: Substrate, namespace: str = OPERATOR_NAMESPACE) -> list[dict]:
+    """The pods carrying the operator's leader label (the one its Service selects)."""
+    return get_json(sub, "pods", "-n", namespace, "-l", "dm.dev/operator-leader=true")["items"]
+
+
 def leading_operator_nodes(sub: Substrate) -> set[str]:
     """The nodes the leading operator's pod runs on (a scenario that stops a node spares them unless it
     means to lose the operator: tests/e2e/test_operator_ha.py)."""
-    return {p["spec"]["nodeName"] for p in get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                                                    "dm.dev/operator-leader=true")["items"]}
+    return {p["spec"]["nodeName"] for p in leader_operator_pods(sub)}
 
 
 # -- client pods ---------------------------------------------------------------------------------------

@@ -16,10 +16,9 @@ from dm import (
     OPERATOR_NAMESPACE,
     TopicWatcher,
     Workload,
-    broker_pods,
     create_cluster,
     first_ack_after,
-    fully_in_sync,
+    leader_operator_pods,
     leaders,
     leading_operator_nodes,
     median_ms,
@@ -27,9 +26,10 @@ from dm import (
     start_load,
     topic_status,
     verdict,
+    whole,
 )
 from measurements import note
-from support import get_json, get_or_none, pod_ready, wait_until
+from support import get_json, get_or_none, wait_until
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.e2e_exclusive]  # it stops a node and kills the operator
 
@@ -40,15 +40,6 @@ FORCED = int(os.environ.get("DM_E2E_FORCED_ROUNDS", "2"))
 CRASHES = int(os.environ.get("DM_E2E_CRASH_ROUNDS", "2"))
 NODE_STOPS = int(os.environ.get("DM_E2E_NODE_ROUNDS", "1"))
 PARTITIONS = 3
-
-
-def brokers_ready(sub, ns: str) -> bool:
-    pods = broker_pods(sub, ns)
-    return len(pods) == 3 and all(pod_ready(p) for p in pods)
-
-
-def healthy(sub, ns: str) -> bool:
-    return brokers_ready(sub, ns) and fully_in_sync(topic_status(sub, ns, "load"))
 
 
 def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
@@ -62,7 +53,7 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
     stopped: list[str] = []
 
     def one_round(how: str, partition: int) -> None:
-        wait_until(lambda: healthy(sub, ns), 240, "three Ready brokers in every ISR before the next round")
+        wait_until(lambda: whole(sub, ns, "load"), 240, "three Ready brokers in every ISR before the next round")
         old = leaders(topic_status(sub, ns, "load"))[partition]
         pod = f"demo-broker-{old}"
         at = time.time()
@@ -97,7 +88,7 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
         # A node whose broker leads a partition, but which runs neither the leading operator (whose
         # controller would go with it: tests/e2e/test_operator_ha.py has that case) nor the clients (which
         # live on the control plane node). The standby operator may be on it.
-        wait_until(lambda: healthy(sub, ns), 240, "three Ready brokers in every ISR before a node stops")
+        wait_until(lambda: whole(sub, ns, "load"), 240, "three Ready brokers in every ISR before a node stops")
         operator_nodes = leading_operator_nodes(sub)
         led_elsewhere = [p for p, leader in leaders(topic_status(sub, ns, "load")).items()
                          if get_json(sub, "pod", f"demo-broker-{leader}", "-n", ns)["spec"]["nodeName"]
@@ -107,14 +98,13 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
 
     # The leading operator's pod killed while the load runs: brokers keep serving their leaders meanwhile,
     # and the standby takes over once the Lease expires (tests/e2e/test_operator_ha.py measures it).
-    wait_until(lambda: healthy(sub, ns), 240, "a healthy cluster before the operator is killed")
-    operator_pod = wait_until(lambda: get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l",
-                                               "dm.dev/operator-leader=true")["items"], 60,
+    wait_until(lambda: whole(sub, ns, "load"), 240, "a healthy cluster before the operator is killed")
+    operator_pod = wait_until(lambda: leader_operator_pods(sub), 60,
                               "the leading operator's pod")[0]["metadata"]["name"]
     sub.kubectl("delete", "pod", operator_pod, "-n", OPERATOR_NAMESPACE, "--grace-period=0", "--force")
     time.sleep(5)
     wait_until(lambda: operator_ready(sub, OPERATOR_NAMESPACE), 120, "the operator back")
-    wait_until(lambda: healthy(sub, ns), 120, "the cluster healthy under the new operator")
+    wait_until(lambda: whole(sub, ns, "load"), 120, "the cluster healthy under the new operator")
     one_round("deleted", 0)  # and it fails over again
 
     time.sleep(3)  # load after the last round
@@ -144,5 +134,5 @@ def test_pod_chaos_under_load_loses_nothing(e2e_namespace, operator):
                          "involvedObject.name=load", "-o", "jsonpath={.items[*].reason}").stdout.split()
     assert events.count("LeaderElected") >= ROUNDS, "an Event on the Topic for each leader change"
     # The last round's pod is still coming back: the cluster recovers fully, in its status too.
-    wait_until(lambda: healthy(sub, ns) and get_or_none(sub, "dmcluster", "demo", "-n", ns)["status"]
+    wait_until(lambda: whole(sub, ns, "load") and get_or_none(sub, "dmcluster", "demo", "-n", ns)["status"]
                .get("readyReplicas") == 3, 120, "three ready brokers in the DMCluster status after the chaos")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dm import CHART, bootstrap, condition, wait_cluster_ready
+from dm import CHART, bootstrap, broker_pods, condition, wait_cluster_ready
 from dm_testbed.settings import TestbedSettings
 from substrate import REPO
 from support import create_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
@@ -173,7 +173,7 @@ def test_install_helm_test_upgrade_and_uninstall(substrate) -> None:
         most_down = 0
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
-            pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+            pods = broker_pods(sub, ns)
             most_down = max(most_down, 3 - sum(pod_ready(p) for p in pods))
             if len(pods) == 3 and all(pod_ready(p) and p["metadata"]["annotations"]["dm.dev/revision"] == target
                                       for p in pods):

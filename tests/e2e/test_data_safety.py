@@ -14,6 +14,7 @@ import pytest
 from dm import (
     OPERATOR_NAMESPACE,
     bootstrap,
+    broker_pods,
     condition,
     create_cluster,
     dmcluster,
@@ -149,8 +150,7 @@ def test_wiped_status_and_a_recreated_dmcluster_keep_every_record(e2e_namespace,
 
     # The DMCluster deleted (its claims are kept: deleteClaim false) and applied again.
     sub.kubectl("delete", "dmcluster", "demo", "-n", ns, timeout_s=180)
-    wait_until(lambda: not get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"],
-               240, "the brokers gone")
+    wait_until(lambda: not broker_pods(sub, ns), 240, "the brokers gone")
     assert len(get_json(sub, "pvc", "-n", ns)["items"]) == 3, "the claims stay"
     apply(sub, dmcluster(), ns)
     wait_cluster_ready(sub, ns, timeout_s=300)

@@ -15,25 +15,20 @@ from dm import (
     bootstrap,
     create_cluster,
     first_ack_after,
-    fully_in_sync,
     leaders,
     median_ms,
     topic,
     topic_status,
     verdict,
     wait_topic_ready,
+    whole,
 )
 from measurements import note
-from support import apply, get_json, pod_ready, wait_until
+from support import apply, get_json, wait_until
 
 pytestmark = pytest.mark.timeout(1200)
 PARTITIONS = 3
 ROUNDS = 2
-
-
-def healthy(sub, ns: str) -> bool:
-    pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
-    return len(pods) == 3 and all(pod_ready(p) for p in pods) and fully_in_sync(topic_status(sub, ns, "web"))
 
 
 def test_curl_through_the_service_survives_leader_deletions(e2e_namespace, operator):
@@ -45,19 +40,19 @@ def test_curl_through_the_service_survives_leader_deletions(e2e_namespace, opera
     assert {"name": "rest", "port": 8082} in [{k: p[k] for k in ("name", "port")} for p in service["spec"]["ports"]]
     apply(sub, topic("web", partitions=PARTITIONS, replicas=3, config={"min.insync.replicas": "2"}), ns)
     wait_topic_ready(sub, ns, "web")
-    wait_until(lambda: healthy(sub, ns), 90, "the topic fully in sync")
+    wait_until(lambda: whole(sub, ns, "web"), 90, "the topic fully in sync")
 
     producer = Workload(sub, ns, "http_producer.sh", {"URL": url, "TOPIC": "web", "PARTITIONS": PARTITIONS,
                                                       "RATE": 20}, image=CURL_IMAGE)
     producer.wait_for("ACK", 120)
     deletions: list[float] = []
     for _ in range(ROUNDS):
-        wait_until(lambda: healthy(sub, ns), 240, "three Ready brokers in every ISR before the deletion")
+        wait_until(lambda: whole(sub, ns, "web"), 240, "three Ready brokers in every ISR before the deletion")
         old = leaders(topic_status(sub, ns, "web"))[0]
         deletions.append(time.time())
         sub.kubectl("delete", "pod", f"demo-broker-{old}", "-n", ns, "--wait=false")
         wait_until(lambda old=old: leaders(topic_status(sub, ns, "web"))[0] != old, 60, "partition 0 led elsewhere")
-    wait_until(lambda: healthy(sub, ns), 240, "the cluster whole again")
+    wait_until(lambda: whole(sub, ns, "web"), 240, "the cluster whole again")
     producer.wait_for("ACK", 60, since=len(producer.lines))
     produced = producer.stop()
 

@@ -22,10 +22,9 @@ from dm import (
     Workload,
     bootstrap,
     create_cluster,
-    fully_in_sync,
     topic,
-    topic_status,
     wait_topic_ready,
+    whole,
 )
 from dm_broker.tools import dashboards
 from measurements import note
@@ -151,11 +150,7 @@ def test_prometheus_scrapes_dm_and_its_alerts_fire_and_resolve(e2e_namespace, op
         sub.kubectl("uncordon", node)
         uncordoned = time.time()
 
-    def whole() -> bool:
-        pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
-        return len(pods) == 3 and all(pod_ready(p) for p in pods) and fully_in_sync(topic_status(sub, ns, "watched"))
-
-    wait_until(whole, 300, "the broker back and every ISR whole")
+    wait_until(lambda: whole(sub, ns, "watched"), 300, "the broker back and every ISR whole")
     wait_until(lambda: not prom.alert_states("DmUnderReplicatedPartitions"), 120, "the alert resolved")
     resolved_after = time.time() - uncordoned
     # Every dashboard query answers from the live cluster.

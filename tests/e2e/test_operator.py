@@ -10,6 +10,7 @@ import textwrap
 from dm import (
     REPO,
     bootstrap,
+    broker_pods,
     condition,
     create_cluster,
     fully_in_sync,
@@ -184,7 +185,7 @@ def test_invalid_broker_config_is_reported_and_not_rolled_out(e2e_namespace, ope
     obj = get_or_none(sub, "dmcluster", "demo", "-n", ns)
     assert condition(obj)["reason"] == "InvalidConfig"
     assert obj["status"]["revision"] == revision, "an invalid config is not rolled out"
-    pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
+    pods = broker_pods(sub, ns)
     assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in pods)
     sub.kubectl("patch", "dmcluster", "demo", "-n", ns, "--type=json", "-p",
                 '[{"op": "replace", "path": "/spec/config", "value": {}}]')

@@ -16,6 +16,7 @@ from dm import (
     Workload,
     bootstrap,
     create_cluster,
+    leader_operator_pods,
     median_ms,
     topic,
     verdict,
@@ -26,7 +27,6 @@ from support import apply, get_json, wait_until
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.e2e_exclusive]  # it deletes the operator's pods
 ROUNDS = {"deleted": 3, "forced": 2}
-LEADER = "dm.dev/operator-leader=true"
 
 
 def operator_pods(sub) -> list[dict]:
@@ -39,8 +39,7 @@ def two_ready(sub) -> bool:
 
 
 def leader_pod(sub) -> str | None:
-    pods = get_json(sub, "pods", "-n", OPERATOR_NAMESPACE, "-l", LEADER)["items"]
-    live = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
+    live = [p["metadata"]["name"] for p in leader_operator_pods(sub) if not p["metadata"].get("deletionTimestamp")]
     return live[0] if len(live) == 1 else None
 
 

@@ -9,9 +9,20 @@ from __future__ import annotations
 import time
 
 import pytest
-from dm import Workload, bootstrap, create_cluster, fully_in_sync, leaders, parse_acks, topic, topic_status, verdict
+from dm import (
+    Workload,
+    bootstrap,
+    brokers_ready,
+    create_cluster,
+    fully_in_sync,
+    leaders,
+    parse_acks,
+    topic,
+    topic_status,
+    verdict,
+)
 from measurements import note
-from support import apply, get_json, pod_ready, wait_until
+from support import apply, wait_until
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -24,11 +35,6 @@ PARTITIONS = 2000
 # 300 s after the start. With the bound, a slow testbed slows the producer instead.
 RATE = 150
 MAX_OUTSTANDING = 1000
-
-
-def brokers_ready(sub, ns: str) -> bool:
-    pods = get_json(sub, "pods", "-n", ns, "-l", "app.kubernetes.io/component=broker")["items"]
-    return len(pods) == 3 and all(pod_ready(p) for p in pods)
 
 
 def in_sync(sub, ns: str) -> bool:
