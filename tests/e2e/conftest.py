@@ -4,8 +4,8 @@ Without a cluster the tests skip with the reason, unless DM_E2E_REQUIRED=1 (set 
 scripts/run-tests.sh once it has created the cluster): then a missing cluster is a failure.
 
 Under pytest-xdist (`-n 2 --dist loadgroup`, as scripts/run-tests.sh runs them) scenarios run side by
-side; those marked `e2e_exclusive` (they stop the operator or a node) run alone, one after the other on
-one worker (tests/e2e/sharing.py)."""
+side; those marked `e2e_exclusive` (they stop the operator, or stop or cordon a node) run alone, one after
+the other on one worker (tests/e2e/sharing.py)."""
 
 from __future__ import annotations
 
