@@ -593,6 +593,32 @@ def test_rest_metrics_by_route(cluster: Cluster) -> None:
     assert cluster.brokers[leader].metric("dm_request_duration_seconds_count", api="Produce") >= 3
 
 
+def test_concurrent_requests_share_batches_and_each_gets_its_own_offsets(cluster: Cluster) -> None:
+    """Requests of one user to one topic that arrive together are written as one batch per partition
+    (ADR 0056): fewer Produce requests reach the leader than HTTP requests came, every record is answered
+    its own offset, and a Kafka consumer reads each record at the offset its answer gave."""
+    cluster.create("rest-gather", 1)
+    url = cluster.url(0)
+    leader = cluster.brokers[requests.get(url + "/topics/rest-gather/partitions/0", timeout=30).json()["leader"]]
+    produces_before = leader.metric("dm_request_duration_seconds_count", api="Produce")
+
+    def send(i: int) -> list[tuple[int, bytes]]:
+        values = [b"req-%03d-rec-%d" % (i, j) for j in range(5)]
+        answer = produce(url, "rest-gather", [{"value": b64(v)} for v in values])
+        assert answer.status_code == 200, answer.text
+        offsets = answer.json()["offsets"]
+        assert all(o["error_code"] is None and o["partition"] == 0 for o in offsets), offsets
+        return [(o["offset"], v) for o, v in zip(offsets, values, strict=True)]
+
+    with ThreadPoolExecutor(8) as pool:
+        answered = [pair for pairs in pool.map(send, range(60)) for pair in pairs]
+    assert sorted(offset for offset, _ in answered) == list(range(300))  # each record its own offset
+    read = {m.offset(): m.value() for m in kafka_read(cluster.bootstrap, "rest-gather", 1, 300)}
+    assert read == dict(answered)
+    produces = leader.metric("dm_request_duration_seconds_count", api="Produce") - produces_before
+    assert produces < 60, f"{produces} Produce requests for 60 HTTP requests: none were written together"
+
+
 def test_a_json_instance_refuses_a_record_that_is_not_json(cluster: Cluster) -> None:
     cluster.create("rest-not-json", 1)
     url = cluster.url(0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
+import operator
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -20,7 +22,7 @@ from ...protocol.build import make, nested
 from ...protocol.codec import request_class
 from ...security.acls import Operation, ResourceType
 from ...security.session import Session
-from .bodies import BinaryRecord
+from .bodies import ProduceRecord
 from .errors import (
     KAFKA_ERROR,
     KAFKA_RETRIABLE_ERROR,
@@ -32,6 +34,7 @@ from .errors import (
     not_found_partition,
     not_found_topic,
 )
+from .gathering import Arrival, Gatherer, Gathering, Outcome, gathering_key
 from .kafka_calls import BrokerUnreachable, KafkaCalls
 
 if TYPE_CHECKING:
@@ -42,10 +45,14 @@ LIST_OFFSETS_VERSION = 6
 RETRY_BACKOFF_S = 0.1
 # Leadership is moving: the request is not appended anywhere, so asking the new leader cannot duplicate it.
 _MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition)
-Outcome = tuple[int, int | None, str | None]  # base offset, per-record error code, message
 
 
 Offset = dict[str, object]  # one record's answer: partition, offset, error_code, error
+_PARTITION = operator.attrgetter("partition")
+_KEY = operator.attrgetter("key")
+_TIMESTAMP = operator.attrgetter("timestamp")
+_HEADERS = operator.attrgetter("headers")
+_KEY_VALUE_HEADERS = operator.attrgetter("key", "value", "headers")
 
 
 @dataclass
@@ -84,6 +91,7 @@ class RestProducer:
         self.broker = broker
         self.calls = calls
         self._choosers: dict[str, _Chooser] = {}
+        self.gatherer = Gatherer(self._write_gathered)
 
     def topic(self, name: str) -> TopicDoc:
         md = self.broker.metadata
@@ -92,52 +100,89 @@ class RestProducer:
             raise not_found_topic(name)
         return doc
 
-    async def produce(self, doc: TopicDoc, records: Sequence[BinaryRecord], fixed: int | None,
-                      session: Session) -> list[Offset]:
+    async def produce(self, doc: TopicDoc, records: Sequence[ProduceRecord], fixed: int | None, size: int,
+                      session: Session, arrival: Arrival) -> list[Offset]:
         """Writes `records` (to partition `fixed`, or each where it says or the topic's partitioner chooses) and
-        answers each one's offset or error, in order."""
+        answers each one's offset or error, in order; `size`: the body's bytes they came in."""
         topic = doc.name
         if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
             raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
-        count = len(doc.partitions)
-        chosen = [fixed] * len(records) if fixed is not None else [record.partition for record in records]
-        missing = next((partition for partition in chosen if partition is not None and partition >= count), None)
-        if missing is not None:
-            raise not_found_partition(topic, missing)
-        unplaced = [i for i, partition in enumerate(chosen) if partition is None]
-        if unplaced:
-            chooser = await self._chooser(topic, doc, session)
-            picks = chooser.partitioner.choose_all([records[i].key for i in unplaced])
-            for index, partition in zip(unplaced, picks, strict=True):
-                chosen[index] = partition
-        by_partition: dict[int, list[int]] = defaultdict(list)
-        for index, partition in enumerate(chosen):
-            by_partition[partition].append(index)
         deadline = time.monotonic() + self.broker.config["http.request.timeout.ms"] / 1000
-        now_ms = int(time.time() * 1000)
-        batches = {partition: self._batch([records[i] for i in indexes], now_ms)
-                   for partition, indexes in by_partition.items()}
-        outcomes = await self._write(topic, batches, session, deadline)
+        # The record indexes of each partition, in record order. What runs once per record is C (map,
+        # sorted, groupby): this is the REST Proxy's per-request path.
+        groups: dict[int, Sequence[int]]
+        if fixed is not None:
+            groups = {fixed: range(len(records))}
+        else:
+            chosen = await self._placed(topic, doc, records, session)
+            order = sorted(range(len(records)), key=chosen.__getitem__)  # stable: record order within each
+            groups = {partition: list(indexes) for partition, indexes in itertools.groupby(order, chosen.__getitem__)}
+        parts = {partition: records if fixed is not None else list(map(records.__getitem__, indexes))
+                 for partition, indexes in groups.items()}
+        outcomes = await self._gathered(doc, parts, size, session, deadline, arrival)
         offsets: list[Offset] = [{}] * len(records)
-        for partition, indexes in by_partition.items():
+        for partition, indexes in groups.items():
             base, code, message = outcomes[partition]
-            for position, index in enumerate(indexes):
-                offsets[index] = {"partition": partition, "offset": None if code is not None else base + position,
-                                  "error_code": code, "error": message}
+            if code is None:
+                answers = [{"partition": partition, "offset": offset, "error_code": None, "error": None}
+                           for offset in range(base, base + len(indexes))]
+            else:
+                failed = {"partition": partition, "offset": None, "error_code": code, "error": message}
+                answers = [failed] * len(indexes)
+            for index, answer in zip(indexes, answers, strict=True):
+                offsets[index] = answer
         return offsets
 
+    async def _placed(self, topic: str, doc: TopicDoc, records: Sequence[ProduceRecord],
+                      session: Session) -> list[int]:
+        """Each record's partition: the one it names, or the topic's partitioner's choice."""
+        chosen: list[int | None] = list(map(_PARTITION, records))
+        unplaced = chosen.count(None)
+        if unplaced < len(chosen):
+            count = len(doc.partitions)
+            missing = next((partition for partition in chosen if partition is not None and partition >= count), None)
+            if missing is not None:
+                raise not_found_partition(topic, missing)
+        if unplaced:
+            partitioner = (await self._chooser(topic, doc, session)).partitioner
+            if unplaced == len(chosen):
+                return partitioner.choose_all(list(map(_KEY, records)))
+            indexes = [i for i, partition in enumerate(chosen) if partition is None]
+            for index, partition in zip(indexes, partitioner.choose_all([records[i].key for i in indexes]),
+                                        strict=True):
+                chosen[index] = partition
+        return chosen  # type: ignore[return-value]  # every None was replaced
+
+    async def _gathered(self, doc: TopicDoc, parts: dict[int, Sequence[ProduceRecord]], size: int, session: Session,
+                        deadline: float, arrival: Arrival) -> dict[int, Outcome]:
+        """This request's outcome in each of its partitions, written together with the other requests of the
+        same user to the same topic that join its gathering (gathering.py)."""
+        limit = int(doc.configs.get("max.message.bytes", self.broker.config["message.max.bytes"]))
+        return await self.gatherer.join(gathering_key(doc.name, session), session, parts, size, limit, deadline,
+                                        arrival)
+
+    async def _write_gathered(self, gathering: Gathering) -> dict[int, Outcome]:
+        batches = {partition: self._batch(chunks) for partition, chunks in gathering.chunks.items()}
+        return await self._write(gathering.topic, batches, gathering.session, gathering.deadline)
+
     @staticmethod
-    def _batch(records: list[BinaryRecord], now_ms: int) -> bytes:
-        stamps = [r.timestamp for r in records]
+    def _batch(chunks: list[tuple[Sequence[ProduceRecord], int]]) -> bytes:
+        """One batch of the (records, their request's arrival in ms) chunks: each record's timestamp is its
+        own, or its request's arrival."""
+        records = chunks[0][0] if len(chunks) == 1 else list(itertools.chain.from_iterable(c for c, _ in chunks))
+        stamps = list(map(_TIMESTAMP, records))
+        first = chunks[0][1]
         deltas = None
-        first = now_ms
-        if any(stamp is not None for stamp in stamps):
-            stamps = [now_ms if stamp is None else stamp for stamp in stamps]
+        if len(chunks) > 1 or stamps.count(None) < len(stamps):
+            arrivals = itertools.chain.from_iterable(itertools.repeat(when, len(chunk)) for chunk, when in chunks)
+            stamps = [when if stamp is None else stamp for stamp, when in zip(stamps, arrivals, strict=True)]
             first = min(stamps)
             deltas = [stamp - first for stamp in stamps]
-        return build_batch([(r.key, r.value, [(h.key, h.value) for h in r.headers] if r.headers else ())
-                            for r in records],
-                           timestamp_ms=first, timestamp_deltas=deltas)
+        if any(map(_HEADERS, records)):
+            rows = [(r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in records]
+        else:  # no headers: an empty tuple stands for them
+            rows = list(map(_KEY_VALUE_HEADERS, records))
+        return build_batch(rows, timestamp_ms=first, timestamp_deltas=deltas)
 
     async def _write(self, topic: str, batches: dict[int, bytes], session: Session,
                      deadline: float) -> dict[int, Outcome]:

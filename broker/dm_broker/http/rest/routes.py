@@ -17,7 +17,6 @@ from ...topics import INTERNAL_TOPICS
 from . import jsonio
 from .auth import REALM, HttpAuthenticator
 from .bodies import (
-    PRODUCE_BODIES,
     ConsumerConfigBody,
     M,
     OffsetsBody,
@@ -25,6 +24,7 @@ from .bodies import (
     PartitionsBody,
     SubscriptionBody,
     parse_json,
+    parse_produce,
 )
 from .consumers import ConsumerInstance, ConsumerRegistry
 from .errors import (
@@ -216,12 +216,15 @@ class RestApi:
         topic = request.match_info["topic"]
         doc = self.producer.topic(topic)
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
-        records = parse_json(PRODUCE_BODIES[fmt], await read_body(request)).records
-        if fixed is not None:
-            named = next((i for i, r in enumerate(records) if r.partition is not None), None)
-            if named is not None:
-                raise unprocessable(f"records[{named}] names a partition; this URL already names partition {fixed}")
-        offsets = await self.producer.produce(doc, records, fixed, request[SESSION])
+        with self.producer.gatherer.request() as arrival:
+            raw = await read_body(request)
+            records = parse_produce(fmt, raw)
+            if fixed is not None:
+                named = next((i for i, r in enumerate(records) if r.partition is not None), None)
+                if named is not None:
+                    raise unprocessable(f"records[{named}] names a partition; this URL already names partition "
+                                        f"{fixed}")
+            offsets = await self.producer.produce(doc, records, fixed, len(raw), request[SESSION], arrival)
         return v2({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
 
     # -- consumer instances -----------------------------------------------------------------------
