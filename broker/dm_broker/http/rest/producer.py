@@ -171,13 +171,16 @@ class RestProducer:
         own, or its request's arrival."""
         records = chunks[0][0] if len(chunks) == 1 else list(itertools.chain.from_iterable(c for c, _ in chunks))
         stamps = list(map(_TIMESTAMP, records))
-        first = chunks[0][1]
+        first = min(when for _, when in chunks)
         deltas = None
-        if len(chunks) > 1 or stamps.count(None) < len(stamps):
+        if stamps.count(None) < len(stamps):  # records with timestamps of their own
             arrivals = itertools.chain.from_iterable(itertools.repeat(when, len(chunk)) for chunk, when in chunks)
             stamps = [when if stamp is None else stamp for stamp, when in zip(stamps, arrivals, strict=True)]
             first = min(stamps)
             deltas = [stamp - first for stamp in stamps]
+        elif any(when != first for _, when in chunks):  # requests that arrived in different milliseconds
+            deltas = list(itertools.chain.from_iterable(itertools.repeat(when - first, len(chunk))
+                                                        for chunk, when in chunks))
         if any(map(_HEADERS, records)):
             rows = [(r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in records]
         else:  # no headers: an empty tuple stands for them
