@@ -9,9 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 from dm_broker.http.rest.gathering import Gatherer, Gathering, Outcome, placed
+from dm_broker.http.rest.producer import RestProducer, batch_bytes_bound
 from dm_broker.security.listeners import Listener
 from dm_broker.security.principal import Principal
 from dm_broker.security.session import Session
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def session(user: str = "alice") -> Session:
@@ -146,3 +149,19 @@ async def test_a_request_still_arriving_holds_the_others_no_longer_than_the_wait
 def test_placed_adds_where_a_request_starts() -> None:
     outcomes: dict[int, Outcome] = {0: (10, None, None), 1: (-1, 1, "NOT_ENOUGH_REPLICAS: ...")}
     assert placed(outcomes, {0: 4, 1: 2}) == {0: (14, None, None), 1: (-1, 1, "NOT_ENOUGH_REPLICAS: ...")}
+
+
+RECORD = st.builds(SimpleNamespace, key=st.one_of(st.none(), st.binary(max_size=300)),
+                   value=st.one_of(st.none(), st.binary(max_size=3000)), partition=st.none(),
+                   headers=st.lists(st.builds(SimpleNamespace, key=st.text(max_size=8),
+                                              value=st.one_of(st.none(), st.binary(max_size=40))), max_size=3),
+                   timestamp=st.one_of(st.none(), st.integers(0, 2**62)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(RECORD, min_size=1, max_size=20), min_size=1, max_size=4), st.integers(0, 2**41))
+def test_a_gathered_batch_is_never_larger_than_its_requests_bounds(requests: list[list], now_ms: int) -> None:
+    """batch_bytes_bound, summed over a gathering's requests, bounds the batch built of them: a gathering
+    kept under max.message.bytes by the bounds never builds a batch past it."""
+    batch = RestProducer._batch([(records, now_ms + i) for i, records in enumerate(requests)])
+    assert len(batch) <= sum(batch_bytes_bound(records) for records in requests)

@@ -45,7 +45,7 @@ class Gathering:
     key: GatheringKey
     session: Session
     deadline: float  # monotonic: the earliest of its requests'
-    size: int = 0  # the bodies' bytes so far: their records take no more than that in a batch
+    size: int = 0  # the most bytes its records take in a batch of one partition (a bound)
     requests: int = 0
     # partition -> (records, the arrival time in ms of the request they came in), in arrival order
     chunks: dict[int, list[tuple[Sequence[ProduceRecord], int]]] = field(default_factory=dict)
@@ -59,8 +59,8 @@ class Gathering:
         return self.key[0]
 
     def takes(self, size: int, limit: int) -> bool:
-        """Whether a request with a body of `size` bytes still fits every batch under `limit` bytes (the
-        topic's max.message.bytes): a request that does not starts a gathering of its own."""
+        """Whether a request whose records take at most `size` bytes in a batch still fits every batch under
+        `limit` bytes (the topic's max.message.bytes): a request that does not starts a gathering of its own."""
         return not self.sent and self.size + size <= limit
 
     def add(self, parts: dict[int, Sequence[ProduceRecord]], now_ms: int, size: int, deadline: float) -> dict[int, int]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ...controller.models import TopicDoc
-from ...log.records import build_batch
+from ...log.records import HEADER_SIZE, build_batch
 from ...partitioners import Partitioner
 from ...protocol.build import make, nested
 from ...protocol.codec import request_class
@@ -50,9 +50,26 @@ _MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, Erro
 Offset = dict[str, object]  # one record's answer: partition, offset, error_code, error
 _PARTITION = operator.attrgetter("partition")
 _KEY = operator.attrgetter("key")
+_VALUE = operator.attrgetter("value")
 _TIMESTAMP = operator.attrgetter("timestamp")
 _HEADERS = operator.attrgetter("headers")
 _KEY_VALUE_HEADERS = operator.attrgetter("key", "value", "headers")
+
+
+# The most a record's varints and attributes take in a batch: length, timestamp delta (a long), offset delta,
+# key length, value length, header count.
+RECORD_OVERHEAD_BOUND = 5 + 1 + 10 + 5 + 5 + 5 + 5
+HEADER_OVERHEAD_BOUND = 5 + 5  # a header's key and value lengths
+
+
+def batch_bytes_bound(records: Sequence[ProduceRecord]) -> int:
+    """The most bytes `records` can take in a batch of their own (header included), so that a gathering never
+    grows a batch past max.message.bytes when each of its requests' batches alone would have fitted."""
+    keys = sum(map(len, filter(None, map(_KEY, records))))
+    values = sum(map(len, filter(None, map(_VALUE, records))))
+    headers = sum(len(h.key.encode()) + len(h.value or b"") + HEADER_OVERHEAD_BOUND
+                  for r in records for h in r.headers) if any(map(_HEADERS, records)) else 0
+    return HEADER_SIZE + keys + values + headers + RECORD_OVERHEAD_BOUND * len(records)
 
 
 @dataclass
@@ -100,10 +117,10 @@ class RestProducer:
             raise not_found_topic(name)
         return doc
 
-    async def produce(self, doc: TopicDoc, records: Sequence[ProduceRecord], fixed: int | None, size: int,
-                      session: Session, arrival: Arrival) -> list[Offset]:
+    async def produce(self, doc: TopicDoc, records: Sequence[ProduceRecord], fixed: int | None, session: Session,
+                      arrival: Arrival) -> list[Offset]:
         """Writes `records` (to partition `fixed`, or each where it says or the topic's partitioner chooses) and
-        answers each one's offset or error, in order; `size`: the body's bytes they came in."""
+        answers each one's offset or error, in order."""
         topic = doc.name
         if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
             raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
@@ -119,7 +136,7 @@ class RestProducer:
             groups = {partition: list(indexes) for partition, indexes in itertools.groupby(order, chosen.__getitem__)}
         parts = {partition: records if fixed is not None else list(map(records.__getitem__, indexes))
                  for partition, indexes in groups.items()}
-        outcomes = await self._gathered(doc, parts, size, session, deadline, arrival)
+        outcomes = await self._gathered(doc, parts, batch_bytes_bound(records), session, deadline, arrival)
         offsets: list[Offset] = [{}] * len(records)
         for partition, indexes in groups.items():
             base, code, message = outcomes[partition]
@@ -156,7 +173,8 @@ class RestProducer:
     async def _gathered(self, doc: TopicDoc, parts: dict[int, Sequence[ProduceRecord]], size: int, session: Session,
                         deadline: float, arrival: Arrival) -> dict[int, Outcome]:
         """This request's outcome in each of its partitions, written together with the other requests of the
-        same user to the same topic that join its gathering (gathering.py)."""
+        same user to the same topic that join its gathering (gathering.py); `size`: the most its records can
+        add to a batch."""
         limit = int(doc.configs.get("max.message.bytes", self.broker.config["message.max.bytes"]))
         return await self.gatherer.join(gathering_key(doc.name, session), session, parts, size, limit, deadline,
                                         arrival)

@@ -217,14 +217,13 @@ class RestApi:
         doc = self.producer.topic(topic)
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
         with self.producer.gatherer.request() as arrival:
-            raw = await read_body(request)
-            records = parse_produce(fmt, raw)
+            records = parse_produce(fmt, await read_body(request))
             if fixed is not None:
                 named = next((i for i, r in enumerate(records) if r.partition is not None), None)
                 if named is not None:
                     raise unprocessable(f"records[{named}] names a partition; this URL already names partition "
                                         f"{fixed}")
-            offsets = await self.producer.produce(doc, records, fixed, len(raw), request[SESSION], arrival)
+            offsets = await self.producer.produce(doc, records, fixed, request[SESSION], arrival)
         return v2({"key_schema_id": None, "value_schema_id": None, "offsets": offsets})
 
     # -- consumer instances -----------------------------------------------------------------------
