@@ -66,14 +66,23 @@ def key(topic: str = "t", user: str = "alice") -> tuple:
     return (topic, "HTTP", Principal("User", user), "127.0.0.1", None)
 
 
-async def test_requests_arriving_together_share_one_write_and_get_their_own_offsets() -> None:
-    leader = Leader()
+async def joined_and_arriving(leader: Leader, first_parts: dict[int, int] | None = None,
+                              second_parts: dict[int, int] | None = None
+                              ) -> tuple[asyncio.Future, asyncio.Future, asyncio.Event]:
+    """Two requests of one user to one topic: the first has joined its gathering and waits, the second is
+    still arriving until the event is set."""
     gatherer = Gatherer(leader.write)
     arriving = asyncio.Event()
-    first = asyncio.ensure_future(one_request(gatherer, key(), {0: 3, 1: 2}))
-    second = asyncio.ensure_future(one_request(gatherer, key(), {0: 4}, before_join=arriving))
-    await settle()  # the first has joined and waits: the second is still arriving
-    assert leader.written == []
+    first = asyncio.ensure_future(one_request(gatherer, key(), first_parts or {0: 1}))
+    second = asyncio.ensure_future(one_request(gatherer, key(), second_parts or {0: 1}, before_join=arriving))
+    await settle()
+    return first, second, arriving
+
+
+async def test_requests_arriving_together_share_one_write_and_get_their_own_offsets() -> None:
+    leader = Leader()
+    first, second, arriving = await joined_and_arriving(leader, {0: 3, 1: 2}, {0: 4})
+    assert leader.written == []  # the first waits for the second
     arriving.set()
     assert await first == {0: (0, None, None), 1: (0, None, None)}
     assert await second == {0: (3, None, None)}  # after the first request's three records
@@ -107,11 +116,7 @@ async def test_a_full_gathering_goes_and_the_next_request_starts_another() -> No
 
 async def test_a_failed_write_fails_every_request_in_it() -> None:
     leader = Leader(fail=ConnectionError("leader gone"))
-    gatherer = Gatherer(leader.write)
-    arriving = asyncio.Event()
-    first = asyncio.ensure_future(one_request(gatherer, key(), {0: 1}))
-    second = asyncio.ensure_future(one_request(gatherer, key(), {0: 1}, before_join=arriving))
-    await settle()
+    first, second, arriving = await joined_and_arriving(leader)
     arriving.set()
     for request in (first, second):
         with pytest.raises(ConnectionError, match="leader gone"):
@@ -121,11 +126,7 @@ async def test_a_failed_write_fails_every_request_in_it() -> None:
 
 async def test_a_request_whose_client_left_does_not_cancel_the_others_write() -> None:
     leader = Leader()
-    gatherer = Gatherer(leader.write)
-    arriving = asyncio.Event()
-    first = asyncio.ensure_future(one_request(gatherer, key(), {0: 1}))
-    second = asyncio.ensure_future(one_request(gatherer, key(), {0: 1}, before_join=arriving))
-    await settle()
+    first, second, arriving = await joined_and_arriving(leader)
     arriving.set()
     await asyncio.sleep(0)
     first.cancel()
