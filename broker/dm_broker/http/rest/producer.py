@@ -125,8 +125,8 @@ class RestProducer:
         if not self.broker.security.allowed(session, Operation.WRITE, ResourceType.TOPIC, topic):
             raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
         deadline = time.monotonic() + self.broker.config["http.request.timeout.ms"] / 1000
-        # The record indexes of each partition, in record order. What runs once per record is C (map,
-        # sorted, groupby): this is the REST Proxy's per-request path.
+        # The record indexes of each partition, in record order, grouped in C (sorted, groupby, map): this runs
+        # for every REST produce request.
         groups: dict[int, Sequence[int]]
         if fixed is not None:
             groups = {fixed: range(len(records))}
