@@ -1,5 +1,6 @@
 """REST produce: the broker chooses each record's partition (the topic's partitioner settings), writes one
-batch per partition as a Produce request (acks=all) and answers each record's offset or error."""
+batch per partition as a Produce request (acks=all), with the records of concurrent requests of the same user
+(gathering.py), and answers each record's offset or error."""
 
 from __future__ import annotations
 
