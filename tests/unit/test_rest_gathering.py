@@ -41,7 +41,8 @@ class Leader:
         if self.fail is not None:
             raise self.fail
         outcomes: dict[int, Outcome] = {}
-        for partition, count in gathering.counts.items():
+        for partition in gathering.chunks:
+            count = gathering.count(partition)
             outcomes[partition] = (self.ends.get(partition, 0), None, None)
             self.ends[partition] = self.ends.get(partition, 0) + count
         return outcomes

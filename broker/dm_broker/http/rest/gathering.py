@@ -49,7 +49,6 @@ class Gathering:
     requests: int = 0
     # partition -> (records, the arrival time in ms of the request they came in), in arrival order
     chunks: dict[int, list[tuple[Sequence[ProduceRecord], int]]] = field(default_factory=dict)
-    counts: dict[int, int] = field(default_factory=dict)  # partition -> records gathered so far
     sent: bool = False  # its Produce requests are on their way: it takes no more records
     done: asyncio.Future[dict[int, Outcome]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
@@ -57,6 +56,10 @@ class Gathering:
     @property
     def topic(self) -> str:
         return self.key[0]
+
+    def count(self, partition: int) -> int:
+        """The records gathered for `partition` so far."""
+        return sum(len(records) for records, _ in self.chunks.get(partition, ()))
 
     def takes(self, size: int, limit: int) -> bool:
         """Whether a request whose records take at most `size` bytes in a batch still fits every batch under
@@ -68,8 +71,7 @@ class Gathering:
         partition's records start in the gathered batch, which the base offset of the batch is added to."""
         starts = {}
         for partition, records in parts.items():
-            starts[partition] = self.counts.get(partition, 0)
-            self.counts[partition] = starts[partition] + len(records)
+            starts[partition] = self.count(partition)
             self.chunks.setdefault(partition, []).append((records, now_ms))
         self.size += size
         self.requests += 1
@@ -146,21 +148,23 @@ class Gatherer:
         self._quiet_since = time.monotonic()
         gathered = sum(g.requests for g in self._gatherings.values())
         if self._active <= gathered:  # nothing else in progress: at once (after what the loop has ready)
-            loop.call_soon(self._send_if_quiet, True)
+            loop.call_soon(self._send_all)
         elif not self._quiet_check:
             self._quiet_check = True
             loop.call_later(GATHERING_QUIET_S, self._send_if_quiet)
 
-    def _send_if_quiet(self, at_once: bool = False) -> None:
-        if not at_once:
-            self._quiet_check = False
-        if self._arriving or not self._gatherings:
-            return  # a request arriving meanwhile looks again when it has joined
+    def _send_if_quiet(self) -> None:
+        self._quiet_check = False
         quiet = time.monotonic() - self._quiet_since
-        if not at_once and quiet < GATHERING_QUIET_S:  # a request came and went meanwhile: wait its quiet out
+        if not self._arriving and quiet < GATHERING_QUIET_S:  # a request came and went meanwhile: its quiet counts
             self._quiet_check = True
             asyncio.get_running_loop().call_later(GATHERING_QUIET_S - quiet, self._send_if_quiet)
             return
+        self._send_all()
+
+    def _send_all(self) -> None:
+        if self._arriving:
+            return  # a request arriving meanwhile looks again when it has joined
         for gathering in list(self._gatherings.values()):
             self._send(gathering)
 

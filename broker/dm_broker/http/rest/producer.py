@@ -129,14 +129,14 @@ class RestProducer:
         # The record indexes of each partition, in record order, grouped in C (sorted, groupby, map): this runs
         # for every REST produce request.
         groups: dict[int, Sequence[int]]
+        parts: dict[int, Sequence[ProduceRecord]]
         if fixed is not None:
-            groups = {fixed: range(len(records))}
+            groups, parts = {fixed: range(len(records))}, {fixed: records}
         else:
             chosen = await self._placed(topic, doc, records, session)
             order = sorted(range(len(records)), key=chosen.__getitem__)  # stable: record order within each
             groups = {partition: list(indexes) for partition, indexes in itertools.groupby(order, chosen.__getitem__)}
-        parts = {partition: records if fixed is not None else list(map(records.__getitem__, indexes))
-                 for partition, indexes in groups.items()}
+            parts = {partition: list(map(records.__getitem__, indexes)) for partition, indexes in groups.items()}
         outcomes = await self._gathered(doc, parts, batch_bytes_bound(records), session, deadline, arrival)
         offsets: list[Offset] = [{}] * len(records)
         for partition, indexes in groups.items():
