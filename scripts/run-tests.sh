@@ -25,6 +25,11 @@ cd "$(dirname "$0")/.."
 cache=${DM_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dm-testbed}
 export PATH=$cache/kubernetes-v1.20.2/bin:$PATH
 .venv/bin/ruff check . || exit 1
+# The suite starts hundreds of dm processes (brokers, controllers, the CLI), each importing about 150 of
+# dm's modules. Where the environment sets PYTHONDONTWRITEBYTECODE (this machine does), Python reads
+# compiled modules but never writes them, so each start compiled dm's sources again: 0.4 s of CPU. Compiled
+# once here (only what changed since the last run), they are read by every process.
+.venv/bin/python -m compileall -q -j 0 broker operator connectors testbed bench tests || exit 1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

@@ -8,6 +8,12 @@ import signal
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # `python -m dm_broker.cli`, as `dm up` and the tests start brokers and controllers
+    # kio registers a Hypothesis strategy for each of its types at import whenever Hypothesis can be
+    # imported: 0.25 s of CPU at every start where it is installed (as in the test environment, which
+    # starts hundreds of brokers), for strategies a dm process never uses. Importing it now fails.
+    sys.modules.setdefault("hypothesis", None)
+
 from .config import BrokerConfig, ConfigError
 from .tools import cluster, consume, groups, produce, quotas, reassign, strays, topics
 from .tools.client import DEFAULT_BOOTSTRAP, load_command_config
