@@ -126,3 +126,52 @@ def test_a_clean_close_flushes_every_log_in_threads_and_each_log_directory_once(
     again = LogManager(config)
     again.open_all(lambda _: TopicSettings(config, {}))
     assert {key: again.get(*key).log_end_offset for key in ends} == ends
+
+
+async def test_a_log_deleted_while_a_checkpoint_round_or_its_own_flush_runs_is_passed_over(tmp_path):
+    """A topic deleted while the periodic checkpoint is syncing other logs, or while one of its own logs is
+    being synced in a worker thread: its directory is renamed away, neither flush may fail (the checkpoint
+    round failed, with a traceback in the broker's log, in a make test on 2026-12-02), and the round's
+    producer-state snapshot of the deleted log must not create its directory again."""
+    import asyncio
+    import threading
+
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log.manager import LogManager
+    from dm_broker.log.records import build_batch, validate_batches
+
+    config = BrokerConfig.build({"log.dirs": str(tmp_path / "logs")}, environ={})
+    logs = LogManager(config)
+    logs.open_all(lambda _: TopicSettings(config, {}))
+    for p in range(3):  # new logs: their first flush also syncs their directories, by path
+        plog = logs.create("t", p, TopicSettings(config, {}))
+        data = bytearray(build_batch([(None, b"r", [])], timestamp_ms=1))
+        plog.append(data, validate_batches(data, 1 << 20), 0)
+
+    checkpoint = asyncio.create_task(logs.checkpoint())
+    await asyncio.sleep(0)  # the round is syncing t-0 in a worker thread; t-1 and t-2 are next
+    logs.delete_partition("t", 1)
+    await checkpoint
+    assert logs.get("t", 0).recovery_point == 1 and logs.get("t", 2).recovery_point == 1
+
+    # The thread is held inside the sync (a timing only a hold can make certain) while the log is deleted.
+    plog = logs.get("t", 2)
+    data = bytearray(build_batch([(None, b"s", [])], timestamp_ms=1))
+    plog.append(data, validate_batches(data, 1 << 20), 0)
+    plog._dir_dirty = True  # as after a segment roll: the sync goes through the directory's path
+    entered, go = threading.Event(), threading.Event()
+    real_fsync = plog._fsync
+
+    def held(*args: object) -> bool:
+        entered.set()
+        go.wait(10)
+        return real_fsync(*args)
+
+    plog._fsync = held  # type: ignore[method-assign]
+    flush = asyncio.create_task(plog.flush())
+    assert await asyncio.to_thread(entered.wait, 10)
+    logs.delete_partition("t", 2)
+    go.set()
+    await flush
+    live = [p.name for p in (tmp_path / "logs").iterdir() if p.name.startswith("t-") and not p.name.endswith("-delete")]
+    assert live == ["t-0"]  # nothing of the deleted logs was written back

@@ -83,6 +83,7 @@ class PartitionLog:
         self.written_topic_id: str | None = None  # the topic id this process wrote to partition.metadata
         self._start = 0  # DeleteRecords may put the log start inside the first segment
         self.moving = False  # being copied to another log directory: no retention, no compaction
+        self.closed = False  # deleted, set aside, moved or shut down: nothing of it is to be synced
         # Transactions completed whose marker may not be replicated yet (the leader prunes them as
         # its high watermark passes their markers), and markers written per producer.
         self.unreplicated_txns: deque[CompletedTxn] = deque()
@@ -364,14 +365,21 @@ class PartitionLog:
         """fsyncs everything appended so far; concurrent callers share one fsync."""
         target = self.log_end_offset
         async with self._flush_lock:
-            if self.recovery_point >= target:
+            # A flush can be due from before the log was closed: the checkpoint's round over every log, a
+            # follower's flush task. Its directory may be renamed away by then (a deleted topic).
+            if self.closed or self.recovery_point >= target:
                 return
             end = self.log_end_offset
             dirty = [s for s in self.segments if s.next_offset > self.recovery_point]
             self.unflushed_messages = 0
             self.first_unflushed_ms = None
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._fsync, dirty)
+            try:
+                await loop.run_in_executor(None, self._fsync, dirty)
+            except FileNotFoundError:
+                if not self.closed:
+                    raise
+                return  # deleted or set aside while its files were synced: renamed, so their paths are gone
             self.recovery_point = max(self.recovery_point, end)
 
     @guards_log_dir
@@ -598,5 +606,6 @@ class PartitionLog:
 
     @guards_log_dir
     def close(self) -> None:
+        self.closed = True
         for seg in self.segments:
             seg.close()

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checkpoints import atomic_write
+from .checkpoints import replace_durably
 from .records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 MAX_CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
@@ -249,7 +249,9 @@ class ProducerStateManager:
         path = self.directory / f"producer-state-{offset}.json"
         if generation == self.generation:
             try:
-                atomic_write(path, data)
+                # not atomic_write, which creates the directory: a log deleted since the snapshot was taken
+                # (its directory renamed away) would come back holding only this file
+                replace_durably(path, data)
             except FileNotFoundError:  # the log was deleted or moved meanwhile
                 return
             if generation == self.generation:
