@@ -197,3 +197,35 @@ def test_max_compaction_lag_rolls_the_active_segment(tmp_path):
     assert len(plog.segments) == 1
     put(plog, b"c", b"3", ts=start + 90_000)  # the active segment is older than the lag: rolled first
     assert len(plog.segments) == 2
+
+
+async def test_a_log_deleted_while_its_cleaned_files_are_built_is_not_written_again(tmp_path, monkeypatch):
+    """The topic is deleted (its log closed, its directory renamed away, as LogManager.delete_partition does)
+    while the cleaner's thread builds the cleaned files: the swap is dropped, so its marker does not create
+    the deleted log's directory again. The thread is held until the deletion (a timing only a hold makes
+    certain)."""
+    import asyncio
+    import threading
+
+    from dm_broker.log import compaction
+
+    plog = make_log(tmp_path / "c-0")
+    for i in range(40):
+        put(plog, b"k%d" % (i % 4), b"v%d" % i + b"." * 50)
+    built, go = threading.Event(), threading.Event()
+    real_build = compaction._build_cleaned_files
+
+    def held(*args: object) -> object:
+        plan = real_build(*args)
+        built.set()
+        go.wait(10)
+        return plan
+
+    monkeypatch.setattr(compaction, "_build_cleaned_files", held)
+    cleaning = asyncio.create_task(LogCleaner({("c", 0): plog}, 1000).clean(("c", 0), plog))
+    assert await asyncio.to_thread(built.wait, 10)
+    plog.close()
+    plog.directory.rename(tmp_path / "c-0.0123abcd-delete")
+    go.set()
+    assert await cleaning is None
+    assert not (tmp_path / "c-0").exists()

@@ -115,10 +115,12 @@ class LogCleaner:
         outputs, removed = plan
         # Swap on the event loop: nothing reads a segment while this runs.
         current = plog.segments
-        if current[: len(closed)] != closed:
+        if plog.closed or current[: len(closed)] != closed:
             for path, _ in outputs:
                 path.unlink(missing_ok=True)
-            return None  # retention or truncation changed the log meanwhile; try again later
+            # retention or truncation changed the log meanwhile (try again later), or it was deleted, set
+            # aside or moved: its directory must not be written again (the marker would create it)
+            return None
         bytes_before = sum(s.size for s in closed)
         # Crash safety: the cleaned files are complete and fsynced; the marker commits the swap, so
         # a restart rolls it forward (finish_interrupted_swap) instead of mixing old and new files.
