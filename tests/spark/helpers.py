@@ -47,3 +47,10 @@ def raise_if_failed(query: Any) -> None:
     error = query.exception()
     if error is not None:
         raise AssertionError(f"the query failed: {error}")
+
+
+def rows_read(query: Any) -> int:
+    """The rows a streaming query has read so far; for a query that died, its error at once (raise_if_failed),
+    so that a wait on its progress fails with Spark's reason, not with a timeout of its own."""
+    raise_if_failed(query)
+    return sum(p["numInputRows"] for p in query.recentProgress)

@@ -10,7 +10,7 @@ import pytest
 from chaos_tools import FAST_FAILURE, create_topic, fully_replicated, sequence_load
 from group_clients import wait_for
 from harness import Cluster
-from helpers import raise_if_failed
+from helpers import raise_if_failed, rows_read
 from measurements import note
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -31,8 +31,7 @@ def test_streaming_read_through_leader_kills(spark, tmp_path: Path) -> None:
         out, checkpoint = tmp_path / "out", tmp_path / "ck"
         with sequence_load(cluster.bootstrap, "ha", 2) as producer:
             query = start_query(spark, cluster.bootstrap, out, checkpoint, available_now=False)
-            wait_for(lambda: sum(p["numInputRows"] for p in query.recentProgress) > 500, timeout=60,
-                     what="the query reading")
+            wait_for(lambda: rows_read(query) > 500, timeout=60, what="the query reading")
             for partition in (0, 1):
                 victim = cluster.leader("ha", partition)
                 killed_at = time.monotonic()
