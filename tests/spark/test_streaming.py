@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness import running_broker
-from helpers import add_partitions, create_topic, produce, raise_if_failed, read
+from helpers import add_partitions, create_topic, produce, raise_if_failed, read, rows_read
 
 pytestmark = pytest.mark.spark
 
@@ -54,7 +54,7 @@ def test_starting_offsets_default_to_latest(spark, broker, topic_name, tmp_path)
         while not q.recentProgress and q.isActive and time.time() < deadline:
             time.sleep(0.2)
         produce(broker.bootstrap, topic_name, [(0, None, b"after")])
-        while q.isActive and time.time() < deadline and sum(p["numInputRows"] for p in q.recentProgress) < 1:
+        while q.isActive and time.time() < deadline and rows_read(q) < 1:
             time.sleep(0.2)
         raise_if_failed(q)
     finally:
@@ -83,7 +83,7 @@ def test_restart_from_checkpoint_has_no_gap_and_no_duplicate(spark, broker, topi
         time.sleep(0.1)
     raise_if_failed(q)
     q.stop()  # mid-stream: more records are waiting and still arriving
-    first_run = sum(p["numInputRows"] for p in q.recentProgress)
+    first_run = rows_read(q)
     assert 0 < first_run < 7000
     producer.join(60)
     assert done.is_set()

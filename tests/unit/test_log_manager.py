@@ -158,7 +158,7 @@ async def test_a_log_deleted_while_a_checkpoint_round_or_its_own_flush_runs_is_p
     plog = logs.get("t", 2)
     data = bytearray(build_batch([(None, b"s", [])], timestamp_ms=1))
     plog.append(data, validate_batches(data, 1 << 20), 0)
-    plog._dir_dirty = True  # as after a segment roll: the sync goes through the directory's path
+    plog.roll()  # a new segment: the next sync goes through the directory's path
     entered, go = threading.Event(), threading.Event()
     real_fsync = plog._fsync
 
