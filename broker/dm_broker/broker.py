@@ -52,7 +52,7 @@ from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordin
 from .groups.share_protocol import share_settings
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
 from .log import dir_failure, meta_properties
-from .log.checkpoints import atomic_write, read_offsets, write_offsets
+from .log.checkpoints import read_offsets, replace_durably, write_offsets
 from .log.free_space import FreeSpaceGuard
 from .log.manager import LogManager
 from .log.meta_properties import IdentityError
@@ -644,7 +644,7 @@ class Broker:
             plog = self.logs.create(topic.name, index, settings)  # on the log dir holding fewest partitions
         marker = plog.directory / PARTITION_METADATA
         if plog.written_topic_id is None and not marker.exists():
-            atomic_write(marker, topic.topic_id.encode())
+            replace_durably(marker, topic.topic_id.encode())  # into the log's directory, made when it opened
             plog.written_topic_id = topic.topic_id
         part = Partition(topic.name, index, plog, self.node_id, topic_id=topic.topic_id,
                          on_isr_change=self.metrics.count_isr_change)

@@ -175,3 +175,31 @@ async def test_a_log_deleted_while_a_checkpoint_round_or_its_own_flush_runs_is_p
     await flush
     live = [p.name for p in (tmp_path / "logs").iterdir() if p.name.startswith("t-") and not p.name.endswith("-delete")]
     assert live == ["t-0"]  # nothing of the deleted logs was written back
+
+
+def test_no_durable_write_of_a_deleted_log_creates_its_directory_again(tmp_path):
+    """The small files a log keeps in its own directory (leader epochs, log start, the topic id, a compaction
+    swap's marker) are written with replace_durably: into the directory that must exist, so a write that
+    comes after the log's deletion fails instead of making the deleted log's directory again, which the next
+    start would take for a stray log (2026-12-02: the producer-state snapshot did that from a thread)."""
+    import pytest
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log.manager import LogManager
+    from dm_broker.log.records import build_batch, validate_batches
+
+    config = BrokerConfig.build({"log.dirs": str(tmp_path / "logs")}, environ={})
+    logs = LogManager(config)
+    logs.open_all(lambda _: TopicSettings(config, {}))
+    plog = logs.create("t", 0, TopicSettings(config, {}))
+    for i in range(3):
+        data = bytearray(build_batch([(None, b"r%d" % i, [])], timestamp_ms=1))
+        plog.append(data, validate_batches(data, 1 << 20), 0)
+    plog.leader_epochs.assign(1, 0)
+    assert plog.advance_start(1) == 1  # a live log's files are written as before
+    logs.delete_partition("t", 0)
+
+    with pytest.raises(FileNotFoundError):
+        plog.leader_epochs.assign(2, 3)
+    with pytest.raises(FileNotFoundError):
+        plog.advance_start(2)
+    assert not (tmp_path / "logs" / "t-0").exists()

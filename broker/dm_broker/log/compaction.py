@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..tasks import stop_tasks
 from . import dir_failure
-from .checkpoints import atomic_write, fsync_dir
+from .checkpoints import fsync_dir, replace_durably
 from .partition_log import PartitionLog
 from .records import control_marker, decode_records, parse_header, rebuild_batch
 from .segment import Segment
@@ -125,8 +125,8 @@ class LogCleaner:
         # Crash safety: the cleaned files are complete and fsynced; the marker commits the swap, so
         # a restart rolls it forward (finish_interrupted_swap) instead of mixing old and new files.
         marker = plog.directory / SWAP_MARKER
-        atomic_write(marker, json.dumps({"outputs": [[p.name, b] for p, b in outputs],
-                                         "replaced": [s.base_offset for s in closed]}).encode())
+        replace_durably(marker, json.dumps({"outputs": [[p.name, b] for p, b in outputs],
+                                            "replaced": [s.base_offset for s in closed]}).encode())
         for seg in closed:
             seg.close()
         _apply_swap(plog.directory, [(p.name, b) for p, b in outputs], [s.base_offset for s in closed])

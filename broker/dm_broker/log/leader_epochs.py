@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .checkpoints import atomic_write, fsync_dir, fsync_file, replace_durably, replace_unsynced
+from .checkpoints import fsync_dir, fsync_file, replace_durably, replace_unsynced
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -152,8 +152,8 @@ class LeaderEpochCache:
         data = self._encoded()
         with self._file_lock:
             self._generation += 1
-            if durable:
-                atomic_write(self.path, data)
+            if durable:  # the log's directory exists while the log does; a deleted one is not made again
+                replace_durably(self.path, data)
             else:
                 replace_unsynced(self.path, data)
             self.unsynced = not durable

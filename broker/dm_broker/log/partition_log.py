@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import TopicSettings
-from .checkpoints import atomic_write, fsync_dir, fsync_file, replace_unsynced
+from .checkpoints import fsync_dir, fsync_file, replace_durably, replace_unsynced
 from .dir_failure import guards_log_dir
 from .leader_epochs import LeaderEpochCache
 from .producer_state import CachedBatch, CompletedTxn, ProducerStateManager
@@ -219,7 +219,7 @@ class PartitionLog:
         while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
             self._delete_first_segment("log start moved past it")
         self._start = offset
-        atomic_write(self.directory / LOG_START_FILE, str(offset).encode())
+        replace_durably(self.directory / LOG_START_FILE, str(offset).encode())
         self.leader_epochs.truncate_from_start(offset)
         return offset
 
