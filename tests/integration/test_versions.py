@@ -39,6 +39,32 @@ async def test_metadata_every_version(broker, topic_name):
     await conn.close()
 
 
+async def test_metadata_by_topic_id_before_v12_is_an_invalid_request(broker, topic_name):
+    """v10 and v11 have a topic id and a nullable name in the request's schema, but their answer has no null
+    name (the broker closed the connection on the encoding error, found by a fuzz of every API): Kafka refuses
+    such a request, INVALID_REQUEST for every topic in it, and the connection goes on. v12 looks the id up."""
+    import uuid
+
+    conn = await KafkaConnection.open("127.0.0.1", broker.port)
+    created = await conn.request(metadata_request(12, topic_name))
+    topic_id = created.topics[0].topic_id
+    for v in (10, 11):
+        cls = request_class(3, v)
+        entry = nested(cls, "MetadataRequestTopic")
+        for asked in ((entry(name=None, topic_id=topic_id),),
+                      (entry(name=topic_name, topic_id=uuid.uuid4()), entry(name=topic_name, topic_id=None))):
+            resp = await conn.request(make(cls, topics=asked, allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False,
+                                           include_cluster_authorized_operations=False))
+            assert [t.error_code for t in resp.topics] == [ErrorCode.invalid_request] * len(asked), (v, resp)
+            assert [t.name for t in resp.topics] == [e.name or "" for e in asked]
+    by_id = await conn.request(make(request_class(3, 12), topics=(
+        nested(request_class(3, 12), "MetadataRequestTopic")(name=None, topic_id=topic_id),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert by_id.topics[0].error_code == ErrorCode.none and by_id.topics[0].name == topic_name
+    await conn.close()
+
+
 async def test_api_versions_list_offsets_init_producer_describe_cluster_every_version(broker, topic_name):
     conn = await KafkaConnection.open("127.0.0.1", broker.port)
     await conn.request(metadata_request(12, topic_name))  # auto-creates the topic

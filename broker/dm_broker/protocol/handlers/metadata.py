@@ -93,6 +93,11 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
         requested = None  # v0: an empty list means every topic
     auto_create = getattr(req, "allow_auto_topic_creation", True)
     with_ops = getattr(req, "include_topic_authorized_operations", False)
+    if requested is not None and ctx.version < 12 and any(
+            e.name is None or getattr(e, "topic_id", None) not in (None, NULL_UUID) for e in requested):
+        # v10 and v11 have a topic id in the request's schema, but no null name in the answer and no lookup
+        # by id: Kafka refuses the request (every topic INVALID_REQUEST, a null name answered as "")
+        return _refused(ctx, requested, ErrorCode.invalid_request)
     await _wait_for_suspected_leaders(broker, requested)
 
     def describable(name: str) -> bool:
@@ -136,6 +141,16 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
         extra["cluster_authorized_operations"] = _authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     response = make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
                     controller_id=broker.controller_id, topics=(), error_code=ErrorCode.none, **extra)
+    return EncodedResponse([encode_metadata_response(ctx.header.correlation_id, response, topics, cls.__flexible__)],
+                           flexible_header=cls.__flexible__, throttle_first=ctx.version >= 3)
+
+
+def _refused(ctx: RequestContext, requested: Any, error: ErrorCode) -> EncodedResponse:
+    """Kafka's error answer to a Metadata request: each requested topic with `error`, and no brokers."""
+    cls = ctx.response_cls
+    topics = [_missing(ctx, entry.name or "", None, error) for entry in requested]
+    response = make(cls, throttle_time=ZERO, brokers=(), cluster_id=ctx.broker.cluster_id, controller_id=-1,
+                    topics=(), error_code=ErrorCode.none)
     return EncodedResponse([encode_metadata_response(ctx.header.correlation_id, response, topics, cls.__flexible__)],
                            flexible_header=cls.__flexible__, throttle_first=ctx.version >= 3)
 
