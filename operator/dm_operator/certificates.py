@@ -21,14 +21,20 @@ from . import naming
 from .listeners import broker_subject
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# A certificate's dates end in 9999 (X.509) and a timedelta at 999,999,999 days: a longer duration was an
+# OverflowError, which is no ValueError, so the spec was not reported invalid and every pass failed on it.
+LONGEST = datetime.timedelta(days=100 * 365)
 
 
 def duration(text: str) -> datetime.timedelta:
     m = _DURATION.match(text)
     if m is None:
         raise ValueError(f"{text!r} is not a duration like 8760h")
-    return datetime.timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+    seconds = int(m.group(1)) * _SECONDS[m.group(2)]
+    if seconds > LONGEST.total_seconds():
+        raise ValueError(f"{text!r} is longer than 100 years")
+    return datetime.timedelta(seconds=seconds)
 
 
 def now() -> datetime.datetime:

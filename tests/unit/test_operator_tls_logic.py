@@ -75,6 +75,21 @@ def test_listener_specs_that_are_refused(listeners_spec, message):
         spec(listeners=listeners_spec)
 
 
+@pytest.mark.parametrize("ca", [
+    {"renewBefore": "1000000000d"},  # past what a timedelta holds: an OverflowError, which failed every pass
+    {"validity": "3000000d", "renewBefore": "720h"},  # a certificate's dates past the year 9999
+    {"validity": "36501d"},
+])
+def test_durations_longer_than_a_century_are_an_invalid_spec(ca):
+    """Found by drawing DMCluster specs from the CRD's schema (hypothesis-jsonschema, 2026-12-02): the CRD's
+    pattern allows any number of days, and an OverflowError is no ValueError, so the spec was not reported
+    invalid (SpecValid false) and every reconcile pass failed on it instead."""
+    for field in ("clusterCa", "clientsCa"):
+        with pytest.raises(ValidationError, match="longer than 100 years"):
+            spec(**{field: ca})
+    assert spec(clusterCa={"validity": "36500d"}).clusterCa.validity == "36500d"
+
+
 def test_a_ca_is_made_kept_and_renewed_with_the_same_key():
     made = certificates.plan_ca(None, "", "CN=c", True, 10 * DAY, 2 * DAY, at=T0)
     assert made is not None and made.reason == "created" and len(made.ca.bundle) == 1
