@@ -83,6 +83,14 @@ def metadata_all() -> Any:
     return req(3, 12, topics=None, allow_auto_topic_creation=False)
 
 
+def describe_topic_partitions() -> Any:
+    return req(75, 0, topics=(sub(75, 0, "TopicRequest", name=TOPIC),), response_partition_limit=2000)
+
+
+def describe_all_topic_partitions() -> Any:
+    return req(75, 0, topics=(), response_partition_limit=2000)
+
+
 def create_topics() -> Any:
     return req(19, 7, timeout=SECONDS, validate_only=True, topics=(
         sub(19, 7, "CreatableTopic", name=NEW_TOPIC, num_partitions=1, replication_factor=1),))
@@ -428,6 +436,7 @@ RULES: dict[int, Rule] = {
     3: Rule(12, metadata_of_topic, ((T, TOPIC, "DESCRIBE"),),
             _d((T, "DESCRIBE"), (T, "CREATE"), (C, "CREATE"), (C, "DESCRIBE"))),
     18: Rule(3, api_versions, (), _d(), public=True),
+    75: Rule(0, describe_topic_partitions, ((T, TOPIC, "DESCRIBE"),), _d((T, "DESCRIBE"))),
     19: Rule(7, create_topics, ((T, NEW_TOPIC, "CREATE"),), _d((C, "CREATE"), (T, "CREATE"),
                                                                   (T, "DESCRIBE_CONFIGS"))),
     20: Rule(6, delete_topics, ((T, DELETED_TOPIC, "DELETE"),), _d((T, "DELETE"), (T, "DESCRIBE"))),
@@ -503,4 +512,4 @@ RULES: dict[int, Rule] = {
 }
 
 # Answers to a principal that may not describe everything: left out, not refused.
-FILTERED_ALSO = {3: (metadata_all, _hides_topics)}
+FILTERED_ALSO = {3: (metadata_all, _hides_topics), 75: (describe_all_topic_partitions, _hides_topics)}

@@ -265,6 +265,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=1),
         Property("auto.create.topics.enable", "bool", True,
                  "Create a topic when a client asks for its metadata (and allows auto-creation)."),
+        Property("max.request.partition.size.limit", "int", 2000,
+                 "The most partitions a DescribeTopicPartitions answer holds (KIP-966); a client's smaller "
+                 "limit wins, and the answer's cursor says where the next request starts.", minimum=1),
         Property("num.io.threads", "int", 8,
                  "Threads for the work a broker does off its event loop: fsync, creating new partitions' logs "
                  "side by side (ADR 0032), log recovery and compaction passes, recompression of large batches "

@@ -99,7 +99,7 @@ NOT_IMPLEMENTED = {
     41: "DescribeDelegationToken",
     55: "DescribeQuorum (KRaft)", 57: "UpdateFeatures",
     64: "UnregisterBroker (KRaft)",
-    74: "ListClientMetricsResources", 75: "DescribeTopicPartitions", 80: "AddRaftVoter (KRaft)",
+    74: "ListClientMetricsResources", 80: "AddRaftVoter (KRaft)",
     81: "RemoveRaftVoter (KRaft)",
 }
 
@@ -136,3 +136,44 @@ def test_kafka_python_infers_kafka_4_0(broker):
         assert admin._client.check_version() == (4, 0)
     finally:
         admin.close()
+
+
+async def test_describe_topic_partitions_pages_through_topics_with_its_cursor(broker, topic_name):
+    """KIP-966 (what Kafka 3.8+ admin clients ask instead of Metadata): named topics in name order, at most
+    the request's limit of partitions, a cursor where the answer stopped, the next request going on from it;
+    an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, and a cursor outside the named topics an invalid request."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    names = [f"{topic_name}-a", f"{topic_name}-b"]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_topics([NewTopic(names[0], 5, 1), NewTopic(names[1], 2, 1)]).values():
+        future.result(15)
+    cls = request_class(75, 0)
+    wanted = (nested(cls, "TopicRequest")(name=names[1]), nested(cls, "TopicRequest")(name=names[0]))
+    conn = await KafkaConnection.open("127.0.0.1", broker.port)
+
+    seen, cursor = [], None
+    for _ in range(5):
+        resp = await conn.request(make(cls, topics=wanted, response_partition_limit=3, cursor=cursor))
+        assert all(t.error_code == ErrorCode.none for t in resp.topics), resp
+        assert sum(len(t.partitions) for t in resp.topics) <= 3
+        seen += [(t.name, p.partition_index, p.leader_id) for t in resp.topics for p in t.partitions]
+        if resp.next_cursor is None:
+            break
+        cursor = nested(cls, "Cursor")(topic_name=resp.next_cursor.topic_name,
+                                       partition_index=resp.next_cursor.partition_index)
+    assert seen == [(names[0], i, 0) for i in range(5)] + [(names[1], i, 0) for i in range(2)]
+
+    everything = await conn.request(make(cls, topics=(), response_partition_limit=2000, cursor=None))
+    assert {names[0], names[1]} <= {t.name for t in everything.topics} and everything.next_cursor is None
+    topic_ids = {t.name: t.topic_id for t in everything.topics}
+    metadata = await conn.request(metadata_request(12, names[0]))
+    assert topic_ids[names[0]] == metadata.topics[0].topic_id
+
+    missing = await conn.request(make(cls, topics=(nested(cls, "TopicRequest")(name=f"{topic_name}-none"),),
+                                      response_partition_limit=10, cursor=None))
+    assert [t.error_code for t in missing.topics] == [ErrorCode.unknown_topic_or_partition]
+    outside = await conn.request(make(cls, topics=wanted, response_partition_limit=10, cursor=nested(cls, "Cursor")(
+        topic_name=f"{topic_name}-elsewhere", partition_index=0)))
+    assert [t.error_code for t in outside.topics] == [ErrorCode.invalid_request] * 2
+    await conn.close()

@@ -69,6 +69,10 @@ SPECS: list[ApiSpec] = [
             cluster(Op.ALTER)),
     ApiSpec(46, "ListPartitionReassignments", 0, 0, cluster_admin.handle_list_partition_reassignments,
             cluster(Op.DESCRIBE)),
+    ApiSpec(75, "DescribeTopicPartitions", 0, 0, metadata.handle_describe_topic_partitions, per_item(
+        topic(Op.DESCRIBE), filtered=True,
+        note="topics it may not describe are left out of an all-topics answer, TOPIC_AUTHORIZATION_FAILED when "
+             "named")),
     ApiSpec(60, "DescribeCluster", 0, 2, metadata.handle_describe_cluster, per_item(
         on_cluster(Op.DESCRIBE), filtered=True, note="only for the cluster's authorized operations (0 without it)")),
     ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit, per_item(group(Op.READ), topic(Op.READ))),
