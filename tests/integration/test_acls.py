@@ -178,7 +178,10 @@ def test_idempotent_and_transactional_producers_need_their_rights(acl_broker):
     from confluent_kafka import KafkaException, Producer
 
     broker, sasl = acl_broker
-    # carol may describe "metrics" but write nowhere: no producer id for her idempotent producer
+    # carol may describe "metrics" but write nowhere: no producer id for her idempotent producer; bob may write
+    # to logs-* (ACLs earlier tests of this file make too, made here again so that this test runs alone)
+    create_acls(broker.bootstrap, [acl("TOPIC", "metrics", "User:carol", "DESCRIBE"),
+                                   acl("TOPIC", "logs-", "User:bob", "WRITE", pattern="PREFIXED")])
     errors: list[str] = []
     p = Producer({"bootstrap.servers": sasl, **user("carol").librdkafka(), "enable.idempotence": True,
                   "message.timeout.ms": 5000, "error_cb": lambda err: errors.append(str(err))})
