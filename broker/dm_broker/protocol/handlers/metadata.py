@@ -55,17 +55,19 @@ def _topic_entity(ctx: RequestContext, topic: TopicDoc, live: frozenset[int], op
     cls = ctx.response_cls
     part_cls = nested(cls, "MetadataResponsePartition")
     topic_cls = nested(cls, "MetadataResponseTopic")
-    partitions = []
-    for i, state in enumerate(topic.partitions):
-        error = ErrorCode.none if state.leader in live else ErrorCode.leader_not_available
-        partitions.append(make(
-            part_cls, error_code=error, partition_index=i, leader_id=state.leader if state.leader in live else -1,
-            leader_epoch=state.leader_epoch, replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
-            offline_replicas=tuple(r for r in state.replicas if r not in live),
-        ))
+    partitions = tuple(make(part_cls, **_partition_fields(i, state, live)) for i, state in enumerate(topic.partitions))
     extra = {"topic_authorized_operations": operations} if operations is not None else {}
     return make(topic_cls, error_code=ErrorCode.none, name=topic.name, topic_id=topic.uuid,
-                is_internal=topic.name in INTERNAL_TOPICS, partitions=tuple(partitions), **extra)
+                is_internal=topic.name in INTERNAL_TOPICS, partitions=partitions, **extra)
+
+
+def _partition_fields(index: int, state: Any, live: frozenset[int]) -> dict[str, Any]:
+    """A partition as Metadata and DescribeTopicPartitions describe it: a leader that is not live is none."""
+    led = state.leader in live
+    return {"error_code": ErrorCode.none if led else ErrorCode.leader_not_available, "partition_index": index,
+            "leader_id": state.leader if led else -1, "leader_epoch": state.leader_epoch,
+            "replica_nodes": tuple(state.replicas), "isr_nodes": tuple(state.isr),
+            "offline_replicas": tuple(r for r in state.replicas if r not in live)}
 
 
 async def _wait_for_suspected_leaders(broker: Any, requested: Any) -> None:
@@ -139,20 +141,22 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     extra = {}
     if getattr(req, "include_cluster_authorized_operations", False):
         extra["cluster_authorized_operations"] = _authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-    response = make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=broker.cluster_id,
-                    controller_id=broker.controller_id, topics=(), error_code=ErrorCode.none, **extra)
+    return _answer(ctx, brokers, broker.controller_id, topics, extra)
+
+
+def _answer(ctx: RequestContext, brokers: tuple[Any, ...], controller_id: int, topics: list[bytes],
+            extra: dict[str, Any] | None = None) -> EncodedResponse:
+    """A Metadata answer around its topics' encoded entries."""
+    cls = ctx.response_cls
+    response = make(cls, throttle_time=ZERO, brokers=brokers, cluster_id=ctx.broker.cluster_id,
+                    controller_id=controller_id, topics=(), error_code=ErrorCode.none, **(extra or {}))
     return EncodedResponse([encode_metadata_response(ctx.header.correlation_id, response, topics, cls.__flexible__)],
                            flexible_header=cls.__flexible__, throttle_first=ctx.version >= 3)
 
 
 def _refused(ctx: RequestContext, requested: Any, error: ErrorCode) -> EncodedResponse:
     """Kafka's error answer to a Metadata request: each requested topic with `error`, and no brokers."""
-    cls = ctx.response_cls
-    topics = [_missing(ctx, entry.name or "", None, error) for entry in requested]
-    response = make(cls, throttle_time=ZERO, brokers=(), cluster_id=ctx.broker.cluster_id, controller_id=-1,
-                    topics=(), error_code=ErrorCode.none)
-    return EncodedResponse([encode_metadata_response(ctx.header.correlation_id, response, topics, cls.__flexible__)],
-                           flexible_header=cls.__flexible__, throttle_first=ctx.version >= 3)
+    return _answer(ctx, (), -1, [_missing(ctx, entry.name or "", None, error) for entry in requested])
 
 
 def _may_create(ctx: RequestContext, name: str) -> bool:
@@ -193,6 +197,10 @@ async def handle_describe_topic_partitions(ctx: RequestContext, req: Any) -> Any
     topic_cls = nested(cls, "DescribeTopicPartitionsResponseTopic")
     part_cls = nested(cls, "DescribeTopicPartitionsResponsePartition")
     cursor_cls = nested(cls, "Cursor")
+
+    def failed(name: str, error: ErrorCode) -> Any:
+        return make(topic_cls, error_code=error, name=name, topic_id=NULL_UUID, is_internal=False, partitions=())
+
     limit = max(1, min(req.response_partition_limit, broker.config["max.request.partition.size.limit"]))
     everything = broker.topics()
     if req.topics:
@@ -203,9 +211,8 @@ async def handle_describe_topic_partitions(ctx: RequestContext, req: Any) -> Any
     if cursor is not None:
         if (req.topics and cursor.topic_name not in names) or cursor.partition_index < 0:
             # Kafka's error answer: every requested topic INVALID_REQUEST
-            return make(cls, throttle_time=ZERO, next_cursor=None, topics=tuple(
-                make(topic_cls, error_code=ErrorCode.invalid_request, name=t.name, topic_id=NULL_UUID,
-                     is_internal=False, partitions=()) for t in req.topics))
+            return make(cls, throttle_time=ZERO, next_cursor=None,
+                        topics=tuple(failed(t.name, ErrorCode.invalid_request) for t in req.topics))
         names = [n for n in names if n >= cursor.topic_name]
     live = frozenset(e.node_id for e in broker.endpoints())
     topics: list[Any] = []
@@ -216,23 +223,19 @@ async def handle_describe_topic_partitions(ctx: RequestContext, req: Any) -> Any
         if room == 0:
             next_cursor = cursor_cls(topic_name=name, partition_index=first)
             break
-        if ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, name):
-            topics.append(make(topic_cls, error_code=ErrorCode.topic_authorization_failed, name=name,
-                               topic_id=NULL_UUID, is_internal=False, partitions=()))
+        # an all-topics request named only what the principal may describe (checked above, not again)
+        if req.topics and ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            topics.append(failed(name, ErrorCode.topic_authorization_failed))
             continue
         doc = everything.get(name)
         if doc is None:
-            topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_or_partition, name=name,
-                               topic_id=NULL_UUID, is_internal=False, partitions=()))
+            topics.append(failed(name, ErrorCode.unknown_topic_or_partition))
             continue
         shown = doc.partitions[first:first + room]
         room -= len(shown)
-        partitions = tuple(make(
-            part_cls, error_code=ErrorCode.none if state.leader in live else ErrorCode.leader_not_available,
-            partition_index=first + i, leader_id=state.leader if state.leader in live else -1,
-            leader_epoch=state.leader_epoch, replica_nodes=tuple(state.replicas), isr_nodes=tuple(state.isr),
-            eligible_leader_replicas=(), last_known_elr=(),  # dm keeps no ELR (KIP-966's election part)
-            offline_replicas=tuple(r for r in state.replicas if r not in live)) for i, state in enumerate(shown))
+        partitions = tuple(make(part_cls, **_partition_fields(first + i, state, live),
+                                eligible_leader_replicas=(), last_known_elr=())  # dm keeps no ELR (KIP-966)
+                           for i, state in enumerate(shown))
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=doc.uuid,
                            is_internal=name in INTERNAL_TOPICS, partitions=partitions,
                            topic_authorized_operations=_authorized_operations(ctx, ResourceType.TOPIC, name)))
