@@ -17,6 +17,7 @@ from dm import (
     first_ack_after,
     leaders,
     median_ms,
+    parse_acks,
     topic,
     topic_status,
     verdict,
@@ -57,7 +58,7 @@ def test_curl_through_the_service_survives_leader_deletions(e2e_namespace, opera
     producer.wait_for("ACK", 60, since=len(producer.lines))
     # enough writes to judge by, however fast the deletions were over (97 in a run on 2026-12-02, at 20 a
     # second, when both leaders had moved within 0.6 s)
-    wait_until(lambda: sum(line.startswith("ACK ") for line in producer.lines) >= ENOUGH, 120,
+    wait_until(lambda: len(parse_acks(producer.output)) >= ENOUGH, 120,
                f"{ENOUGH} acknowledged HTTP writes")
     produced = producer.stop()
 
