@@ -265,11 +265,11 @@ def test_failures_slow_down_the_same_user_or_address_only():
 
 async def test_password_hashing_leaves_the_event_loop_free():
     """PLAIN against a SCRAM user (PBKDF2, here 100k rounds) runs in the guard's threads: the loop keeps
-    ticking meanwhile. Hashing on the loop would leave one gap between ticks as long as the hash; a count of
-    ticks against the ideal rate failed on a loaded machine (43 of 193 in a make test, 2026-12-02), where
-    every 1 ms sleep takes longer but no gap comes near the hash's time."""
+    ticking meanwhile. Hashing on the loop lets no tick run once the hash has begun, so at most the one or two
+    ticks before it fall inside the step. Timing-based forms of this check (a share of the ideal tick rate, the
+    longest gap under half the hash's time) failed on loaded machines: 43 ticks of 193 ideal, and a 145 ms gap
+    in a 284 ms hash, both with the hash in its thread (make test, 2026-12-02)."""
     import asyncio
-    import itertools
     import time
 
     from dm_broker.security.login_guard import LoginGuard
@@ -291,10 +291,8 @@ async def test_password_hashing_leaves_the_event_loop_free():
         started = time.perf_counter()
         assert await a.step(b"\0bob\0bob-pw") == b""
         ended = time.perf_counter()
-        took = ended - started
-        during = [started, *(t for t in ticks if started < t < ended), ended]
-        longest = max(b - a for a, b in itertools.pairwise(during))
-        assert len(during) > 5 and longest < took / 2, (len(during), longest, took)  # the loop was not blocked
+        during = [t for t in ticks if started < t < ended]
+        assert len(during) >= 8, (len(during), ended - started)  # the loop ran while the hash did
     finally:
         task.cancel()
         guard.close()
