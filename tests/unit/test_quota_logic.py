@@ -124,7 +124,7 @@ async def test_handler_time_counts_work_not_waiting():
 
     timed = TimedCoroutine(handler())
     assert await timed == "done"
-    assert 0 < timed.seconds < 0.15
+    assert 0 < timed.seconds < 0.2  # counting the sleep would give at least 0.2, whatever the machine's load
 
     async def failing() -> None:
         await asyncio.sleep(0)
