@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from kubernetes.client import models as kube_models
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
@@ -124,6 +125,37 @@ class PodTemplate(Model):
     affinity: dict[str, Any] | None = Field(None, description="Pod affinity; replaces the default anti-affinity "
                                                                "across nodes")
     priorityClassName: str | None = Field(None, description="Pod priorityClassName")
+
+    # The CRD keeps these two as preserved objects (their schemas are large and grow with Kubernetes); checked
+    # against the Kubernetes client's own models, a mistake is an invalid spec naming the field, not a 400 on
+    # every pass (a wrong type) or a field the API server drops without a word (a typo, before strict
+    # field validation).
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations_are_kubernetes_tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, toleration in enumerate(value):
+            _as_kubernetes_type(kube_models.V1Toleration, toleration, f"[{i}]")
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity_is_a_kubernetes_affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _as_kubernetes_type(kube_models.V1Affinity, value, "")
+        return value
+
+
+def _as_kubernetes_type(model: type[BaseModel], value: dict[str, Any], prefix: str) -> None:
+    try:
+        model.model_validate(value, strict=True)
+    except ValidationError as exc:
+        raise ValueError("; ".join(
+            f"{(prefix + ''.join(_path_part(p) for p in e['loc'])).lstrip('.')}: "
+            f"{'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}" for e in exc.errors())) from None
+
+
+def _path_part(part: int | str) -> str:
+    return f"[{part}]" if isinstance(part, int) else f".{part}"
 
 
 LISTENER_NAME = r"^[a-z][a-z0-9]{0,10}$"

@@ -184,7 +184,9 @@ def test_a_spec_the_schema_cannot_refuse_is_reported_and_changes_nothing(apiserv
         await runtime.reconcile()
         before = sts(tb, ns)["metadata"]["resourceVersion"]
         clash = {**SECURED, "listeners": [{"name": "plain", "port": 9092}, {"name": "tls", "port": 9092, "tls": True}],
-                 "clusterCa": {"validity": "1h", "renewBefore": "2h"}}
+                 "clusterCa": {"validity": "1h", "renewBefore": "2h"},
+                 "template": {"affinity": {"nodeAfinity": {}},
+                              "tolerations": [{"key": "x", "tolerationSeconds": "30"}]}}
         tb.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
             {"apiVersion": "dm.dev/v1alpha1", "kind": "DMCluster", "metadata": {"name": "c"},
              "spec": {"storage": {"size": "1Gi"}, **clash}}))
@@ -196,6 +198,10 @@ def test_a_spec_the_schema_cannot_refuse_is_reported_and_changes_nothing(apiserv
         assert conditions["SpecValid"]["status"] == "False"
         assert "listener ports must differ" in conditions["SpecValid"]["message"]
         assert "renewBefore (2h) must be shorter than validity (1h)" in conditions["SpecValid"]["message"]
+        # the pod template's preserved objects, which the API server took as they were
+        assert "template.affinity: nodeAfinity: unknown field" in conditions["SpecValid"]["message"]
+        assert "template.tolerations: [0].tolerationSeconds: Input should be a valid integer" in \
+            conditions["SpecValid"]["message"]
         assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
         assert sts(tb, ns)["metadata"]["resourceVersion"] == before, "an invalid spec changed the brokers"
         await runtime.recorder.flush()

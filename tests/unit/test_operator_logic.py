@@ -28,6 +28,7 @@ from dm_operator.planning import (
 )
 from dm_operator.settings import OperatorSettings
 from dm_operator.store import doc_from_status, topic_status
+from pydantic import ValidationError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -170,6 +171,35 @@ def test_statefulset_manifest():
     assert other["spec"]["affinity"] == {"nodeAffinity": {}} and other["spec"]["priorityClassName"] == "high"
     assert other["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "example.com/rack"
     assert other["metadata"]["labels"]["team"] == "a"
+
+
+def test_pod_template_affinity_and_tolerations_are_checked_as_kubernetes_types():
+    """They are preserved objects in the CRD: a typo or a wrong type is an invalid spec naming the field,
+    not a StatefulSet the API server refuses on every pass or silently strips."""
+    full = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}},
+            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+                "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "dm"}}}}]}}
+    tolerations = [{"key": "dedicated", "operator": "Equal", "value": "dm", "effect": "NoSchedule"},
+                   {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
+    spec = DMClusterSpec.model_validate({"template": {"affinity": full, "tolerations": tolerations}})
+    assert spec.template.affinity == full and spec.template.tolerations == tolerations  # kept as written
+
+    def refusal(template: dict) -> str:
+        with pytest.raises(ValidationError) as refused:
+            DMClusterSpec.model_validate({"template": template})
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in refused.value.errors())
+
+    assert "nodeAfinity: unknown field" in refusal({"affinity": {"nodeAfinity": {}}})
+    assert "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey: " \
+           "Field required" in refusal({"affinity": {"podAntiAffinity": {
+               "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {}}]}}})
+    assert "[1].tolerationSeconds: Input should be a valid integer" in refusal(
+        {"tolerations": [{"operator": "Exists"}, {"key": "a", "tolerationSeconds": "30"}]})
+    assert "[0].tolerationSeconds: Input should be a valid integer" in refusal(
+        {"tolerations": [{"key": "a", "tolerationSeconds": True}]})
+    assert "[0].effect: Input should be a valid string" in refusal({"tolerations": [{"effect": 1}]})
+    assert "tolerations.0: Input should be a valid dictionary" in refusal({"tolerations": ["dedicated"]})
 
 
 def test_revision_changes_with_what_needs_a_restart_only():
