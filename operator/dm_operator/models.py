@@ -6,8 +6,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from kubernetes.client import models as kube_models
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from kubernetes import client
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
@@ -130,28 +139,20 @@ class PodTemplate(Model):
     # against the Kubernetes client's own models, a mistake is an invalid spec naming the field, not a 400 on
     # every pass (a wrong type) or a field the API server drops without a word (a typo, before strict
     # field validation).
-    @field_validator("tolerations")
+    @field_validator("tolerations", "affinity")
     @classmethod
-    def _tolerations_are_kubernetes_tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for i, toleration in enumerate(value):
-            _as_kubernetes_type(kube_models.V1Toleration, toleration, f"[{i}]")
-        return value
-
-    @field_validator("affinity")
-    @classmethod
-    def _affinity_is_a_kubernetes_affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            _as_kubernetes_type(kube_models.V1Affinity, value, "")
+    def _is_its_kubernetes_type(cls, value: Any, info: ValidationInfo) -> Any:
+        try:
+            _KUBERNETES_TYPES[info.field_name].validate_python(value, strict=True)
+        except ValidationError as exc:
+            raise ValueError("; ".join(
+                f"{''.join(_path_part(p) for p in e['loc']).lstrip('.')}: "
+                f"{'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}" for e in exc.errors())) from None
         return value
 
 
-def _as_kubernetes_type(model: type[BaseModel], value: dict[str, Any], prefix: str) -> None:
-    try:
-        model.model_validate(value, strict=True)
-    except ValidationError as exc:
-        raise ValueError("; ".join(
-            f"{(prefix + ''.join(_path_part(p) for p in e['loc'])).lstrip('.')}: "
-            f"{'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}" for e in exc.errors())) from None
+_KUBERNETES_TYPES = {"tolerations": TypeAdapter(list[client.V1Toleration]),
+                     "affinity": TypeAdapter(client.V1Affinity | None)}
 
 
 def _path_part(part: int | str) -> str:
