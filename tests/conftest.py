@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import BrokerProcess
+from harness import STARTED_PROCESSES, BrokerProcess
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +53,35 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("measurements")
         for line in NOTED:
             terminalreporter.write_line(line)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
+
+_STARTED = pytest.StashKey[float]()  # when the test's setup began
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed test shows the log tail of every broker and controller that is running or wrote its log
+    while the test ran: the failure of a test that talks to processes is usually explained there, and a
+    CI run keeps nothing else (a timeout in particular leaves only the test's own stack)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "setup":
+        item.stash[_STARTED] = call.start
+    if not report.failed or call.when not in ("setup", "call"):
+        return
+    since = item.stash.get(_STARTED, call.start)
+    for process in STARTED_PROCESSES:
+        running = process.proc is not None and process.proc.poll() is None
+        try:
+            written = process.log_path.stat().st_mtime >= since
+        except OSError:
+            written = False
+        if running or written:
+            report.sections.append((f"log {process.log_path}", _tail(process.log_path, 40)))

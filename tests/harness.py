@@ -93,6 +93,15 @@ def reserve(ports: list[int]) -> bool:
     return False
 
 
+# Every broker and controller this process started, so a failed test can show their logs (conftest.py)
+STARTED_PROCESSES: list[BrokerProcess | ControllerProcess] = []
+
+
+def _remember(process: BrokerProcess | ControllerProcess) -> None:
+    if process not in STARTED_PROCESSES:
+        STARTED_PROCESSES.append(process)
+
+
 def run_dm(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The `dm` CLI as a user runs it, its output as text."""
     return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], input=stdin, capture_output=True,
@@ -137,6 +146,7 @@ class BrokerProcess:
         return cmd
 
     def start(self, timeout: float = 30) -> BrokerProcess:
+        _remember(self)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, cwd=REPO)
         deadline = time.monotonic() + timeout
@@ -373,6 +383,7 @@ class ControllerProcess:
                "--port", str(self.port), "--host", self.host]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
+        _remember(self)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log_path.open("ab"), cwd=REPO)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
