@@ -67,9 +67,10 @@ _STARTED = pytest.StashKey[float]()  # when the test's setup began
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    """A failed test shows the log tail of every broker and controller that is running or wrote its log
-    while the test ran: the failure of a test that talks to processes is usually explained there, and a
-    CI run keeps nothing else (a timeout in particular leaves only the test's own stack)."""
+    """A failed test shows the log tail of every broker and controller that wrote its log while the test
+    ran (not the worker's shared broker serving other tests): the failure of a test that talks to
+    processes is usually explained there, and a CI run keeps nothing else (a timeout in particular
+    leaves only the test's own stack)."""
     outcome = yield
     report = outcome.get_result()
     if call.when == "setup":
@@ -78,10 +79,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     since = item.stash.get(_STARTED, call.start)
     for process in STARTED_PROCESSES:
-        running = process.proc is not None and process.proc.poll() is None
         try:
             written = process.log_path.stat().st_mtime >= since
         except OSError:
-            written = False
-        if running or written:
+            continue
+        if written:
             report.sections.append((f"log {process.log_path}", _tail(process.log_path, 40)))

@@ -39,6 +39,7 @@ class CopyLoop(threading.Thread):
         super().__init__(daemon=True)
         self.bootstrap = bootstrap
         self.commits = 0
+        self.position = -1  # the consumer's position when it last found nothing to copy
         self.committed_offsets: list[int] = []  # the group's committed offset after each commit we know of
         self.errors: list[str] = []
         self.stop_flag = threading.Event()
@@ -62,9 +63,12 @@ class CopyLoop(threading.Thread):
         while not self.stop_flag.is_set() and not self.done.is_set():
             try:
                 records = consumer.consume(PER_TXN, 1.0)
+                # kept for the failure message: a consumer that only ever gets errors would stall silently
+                self.errors += [f"consume: {r.error()}" for r in records if r.error()]
                 records = [r for r in records if not r.error()]
                 if not records:
                     position = consumer.position([TopicPartition("in", 0)])[0].offset
+                    self.position = position
                     if position >= RECORDS:
                         self.done.set()
                     continue
@@ -123,7 +127,8 @@ def test_exactly_once_survives_killed_followers_and_a_lost_leader_disk(tmp_path:
             try:
                 wait_for(lambda: loop.commits > done or loop.done.is_set(), timeout=timeout, what=what)
             except AssertionError as exc:
-                raise AssertionError(f"{exc}: {loop.commits} commits, client errors {loop.errors[-8:]}") from None
+                raise AssertionError(f"{exc}: {loop.commits} commits, the consumer at {loop.position} when it last "
+                                 f"found nothing, client errors {loop.errors[-8:]}") from None
 
         progressing(4, 90, "the first transactions")
         txn_part = partition_of(cluster, "__transaction_state", TXN_ID)
