@@ -11,8 +11,10 @@ never went back."""
 from __future__ import annotations
 
 import shutil
+import sys
 import threading
 import time
+import traceback
 import uuid
 from pathlib import Path
 
@@ -127,8 +129,12 @@ def test_exactly_once_survives_killed_followers_and_a_lost_leader_disk(tmp_path:
             try:
                 wait_for(lambda: loop.commits > done or loop.done.is_set(), timeout=timeout, what=what)
             except AssertionError as exc:
-                raise AssertionError(f"{exc}: {loop.commits} commits, the consumer at {loop.position} when it last "
-                                 f"found nothing, client errors {loop.errors[-8:]}") from None
+                # where the copy loop is waiting, or that it died: nothing else tells a stall apart
+                frame = sys._current_frames().get(loop.ident or -1)
+                where = "".join(traceback.format_stack(frame)[-4:]) if frame is not None else "(not running)\n"
+                raise AssertionError(f"{exc}: {loop.commits} commits, the consumer at {loop.position} when it "
+                                     f"last found nothing, client errors {loop.errors[-8:]}; the loop is at:\n"
+                                     f"{where}") from None
 
         progressing(4, 90, "the first transactions")
         txn_part = partition_of(cluster, "__transaction_state", TXN_ID)
