@@ -55,13 +55,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line)
 
 
-def _tail(path: Path, lines: int) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as exc:
-        return f"(unreadable: {exc})"
-
-
 _STARTED = pytest.StashKey[float]()  # when the test's setup began
 
 
@@ -84,4 +77,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         except OSError:
             continue
         if written:
-            report.sections.append((f"log {process.log_path}", _tail(process.log_path, 40)))
+            report.sections.append((f"log {process.log_path}", process.log_tail()))

@@ -102,6 +102,14 @@ def _remember(process: BrokerProcess | ControllerProcess) -> None:
         STARTED_PROCESSES.append(process)
 
 
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a process's log ("" before it has one)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
 def run_dm(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The `dm` CLI as a user runs it, its output as text."""
     return subprocess.run([sys.executable, "-m", "dm_broker.cli", *args], input=stdin, capture_output=True,
@@ -167,10 +175,7 @@ class BrokerProcess:
                 pass
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, lines)
 
     def kill(self) -> None:
         """SIGKILL: no flush, no checkpoint, like a crash."""
@@ -393,7 +398,10 @@ class ControllerProcess:
                 return self
             if not line and self.proc.poll() is not None:
                 break
-        raise RuntimeError("controller did not start:\n" + self.log_path.read_text(errors="replace")[-3000:])
+        raise RuntimeError("controller did not start:\n" + self.log_tail())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -69,9 +69,8 @@ class CopyLoop(threading.Thread):
                 self.errors += [f"consume: {r.error()}" for r in records if r.error()]
                 records = [r for r in records if not r.error()]
                 if not records:
-                    position = consumer.position([TopicPartition("in", 0)])[0].offset
-                    self.position = position
-                    if position >= RECORDS:
+                    self.position = consumer.position([TopicPartition("in", 0)])[0].offset
+                    if self.position >= RECORDS:
                         self.done.set()
                     continue
                 producer.begin_transaction()
