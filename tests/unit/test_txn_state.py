@@ -262,7 +262,7 @@ def test_a_new_coordinator_loads_its_whole_log_not_only_up_to_its_lagging_high_w
     broker = SimpleNamespace(partition=lambda topic, p: partition if (topic, p) == (TXN_TOPIC, 0) else None)
     completing: list[set] = []
 
-    async def write_markers(meta, coordinator_epoch, remaining):
+    async def write_markers(meta, coordinator_epoch, remaining, reasons=None):
         completing.append(set(remaining))
         return Outcome.STALE  # this test only asks what the new coordinator would finish
 
@@ -276,3 +276,45 @@ def test_a_new_coordinator_loads_its_whole_log_not_only_up_to_its_lagging_high_w
     asyncio.run(go())
     assert completing == [{("orders", 0), ("orders", 1), ("orders", 2)}], "the commit is finished everywhere"
     plog.close()
+
+
+def test_a_transaction_whose_markers_cannot_be_written_says_so_in_the_log(tmp_path: Path, monkeypatch, caplog):
+    """Marker retries are debug lines: a transaction stuck in PrepareCommit (a leader that keeps refusing its
+    marker) held every next transaction of its producer with CONCURRENT_TRANSACTIONS and no word at INFO. After
+    UNFINISHED_WARN_S the coordinator names the markers left and why each was not written."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from dm_broker.txn import coordinator as txn_coordinator
+    from dm_broker.txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
+    from dm_broker.txn.markers import Outcome
+
+    monkeypatch.setattr(txn_coordinator, "UNFINISHED_WARN_S", 0.1)
+    value = TxnLogValue(7, 3, 60_000, TxnState.PREPARE_COMMIT, {"orders": [0, 1]}, 1, 1)
+    plog = PartitionLog(tmp_path / f"{TXN_TOPIC}-0", TXN_TOPIC, 0, settings())
+    plog.open()
+    data = bytearray(build_batch([(encode_key("t"), encode_value(value), [])], timestamp_ms=1))
+    plog.append(data, validate_batches(data, 1 << 20), 0)
+    partition = SimpleNamespace(log=plog, high_watermark=plog.log_end_offset)
+    broker = SimpleNamespace(partition=lambda topic, p: partition if (topic, p) == (TXN_TOPIC, 0) else None)
+
+    async def write_markers(meta, coordinator_epoch, remaining, reasons=None):
+        remaining.discard(("orders", 0))  # written; orders-1's leader keeps refusing
+        reasons[("orders", 1)] = "NOT_ENOUGH_REPLICAS from broker 2"
+        return Outcome.RETRY
+
+    async def go() -> None:
+        coordinator = TransactionCoordinator(broker, TxnSettings(partitions=1), write_markers)
+        coordinator.load(0, 5)
+        await asyncio.sleep(0.4)
+        assert coordinator.txns["t"].state == TxnState.PREPARE_COMMIT
+        await coordinator.close()
+
+    with caplog.at_level(logging.WARNING, logger="dm_broker.txn.coordinator"):
+        asyncio.run(go())
+    plog.close()
+    warnings = [r.getMessage() for r in caplog.records if "not finished" in r.getMessage()]
+    assert warnings, "a stuck transaction is logged"
+    assert "orders-1 (NOT_ENOUGH_REPLICAS from broker 2)" in warnings[0] and "orders-0" not in warnings[0]
+    assert warnings[0].startswith("t: PREPARE_COMMIT not finished after")

@@ -40,6 +40,8 @@ MarkerWriter = Callable[[TxnMetadata, int, set[TopicPartition]], Awaitable[Outco
 
 
 SETTLE_WAIT_S = 0.5  # longest a request waits for the previous transaction's markers (then: retry later)
+UNFINISHED_WARN_S = 10.0  # a transaction whose markers are not all written by then is logged, and again every
+UNFINISHED_REPEAT_S = 30.0
 
 
 @dataclass
@@ -313,17 +315,28 @@ class TransactionCoordinator:
         the coordinator moves away)."""
         backoff = 0.05
         remaining: set[TopicPartition] | None = None
+        reasons: dict[TopicPartition, str] = {}
+        started = time.monotonic()
+        warn_at = started + UNFINISHED_WARN_S
         while True:
             meta = self.txns.get(tid)
             if meta is None or meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 return
+            if time.monotonic() >= warn_at:
+                # Retries are silent (each is a debug line): a producer whose every next transaction is
+                # refused as concurrent with this one would otherwise wait without a word in any log.
+                log.warning("%s: %s not finished after %.0f s; markers still to write: %s", tid, meta.state.name,
+                            time.monotonic() - started, _unwritten(remaining, reasons))
+                warn_at = time.monotonic() + UNFINISHED_REPEAT_S
             if meta.pending is None:
                 if remaining is None:
                     remaining = set(meta.partitions)
+                reasons.clear()
                 try:
-                    outcome = await self.write_markers(meta, self.coordinator_epoch(tid), remaining)
-                except Exception:  # whatever went wrong, the transaction must still complete: retry
+                    outcome = await self.write_markers(meta, self.coordinator_epoch(tid), remaining, reasons)
+                except Exception as exc:  # whatever went wrong, the transaction must still complete: retry
                     log.exception("%s: writing the markers failed; retrying", tid)
+                    reasons.update(dict.fromkeys(remaining, f"{type(exc).__name__}: {exc}"))
                     outcome = Outcome.RETRY
                 if outcome == Outcome.STALE:
                     return
@@ -331,6 +344,7 @@ class TransactionCoordinator:
                     error = await self._transit(meta, txn.complete(meta, now_ms()))
                     if error in (E.none, E.not_coordinator):
                         return
+                    reasons[COMPLETED_STATE] = error.name
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
@@ -372,3 +386,14 @@ class TransactionCoordinator:
                 log.info("%s: transactional id expired (idle %d ms)", tid, now - meta.last_update_ms)
                 count += 1
         return count
+
+
+COMPLETED_STATE: TopicPartition = ("", -1)  # in `reasons`: why the Complete* record was not written
+
+
+def _unwritten(remaining: set[TopicPartition] | None, reasons: dict[TopicPartition, str]) -> str:
+    if remaining is None:
+        return "not started (the prepared state is still being written)"
+    if not remaining:
+        return f"none; the completed state not written: {reasons.get(COMPLETED_STATE, 'under way')}"
+    return ", ".join(f"{t}-{p} ({reasons.get((t, p), 'not tried yet')})" for t, p in sorted(remaining))
