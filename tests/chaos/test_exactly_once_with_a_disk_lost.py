@@ -63,6 +63,13 @@ class CopyLoop(threading.Thread):
         return consumer, producer
 
     def run(self) -> None:
+        try:
+            self._copy()
+        except BaseException as exc:  # the thread ends: the failure message says with what
+            self.errors.append(f"the loop died: {exc!r}")
+            raise
+
+    def _copy(self) -> None:
         consumer, producer = self._retrying(self._clients)
         while not self.stop_flag.is_set() and not self.done.is_set():
             try:
