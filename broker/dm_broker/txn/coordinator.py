@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TXN_TOPIC = "__transaction_state"
-MarkerWriter = Callable[[TxnMetadata, int, set[TopicPartition]], Awaitable[Outcome]]
+MarkerWriter = Callable[[TxnMetadata, int, set[TopicPartition], dict[TopicPartition, str]], Awaitable[Outcome]]
 
 
 SETTLE_WAIT_S = 0.5  # longest a request waits for the previous transaction's markers (then: retry later)
@@ -316,6 +316,7 @@ class TransactionCoordinator:
         backoff = 0.05
         remaining: set[TopicPartition] | None = None
         reasons: dict[TopicPartition, str] = {}
+        complete_error = "under way"  # why the Complete* record was not written, once every marker is
         started = time.monotonic()
         warn_at = started + UNFINISHED_WARN_S
         while True:
@@ -326,7 +327,7 @@ class TransactionCoordinator:
                 # Retries are silent (each is a debug line): a producer whose every next transaction is
                 # refused as concurrent with this one would otherwise wait without a word in any log.
                 log.warning("%s: %s not finished after %.0f s; markers still to write: %s", tid, meta.state.name,
-                            time.monotonic() - started, _unwritten(remaining, reasons))
+                            time.monotonic() - started, _unwritten(remaining, reasons, complete_error))
                 warn_at = time.monotonic() + UNFINISHED_REPEAT_S
             if meta.pending is None:
                 if remaining is None:
@@ -344,7 +345,7 @@ class TransactionCoordinator:
                     error = await self._transit(meta, txn.complete(meta, now_ms()))
                     if error in (E.none, E.not_coordinator):
                         return
-                    reasons[COMPLETED_STATE] = error.name
+                    complete_error = error.name
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
@@ -388,12 +389,9 @@ class TransactionCoordinator:
         return count
 
 
-COMPLETED_STATE: TopicPartition = ("", -1)  # in `reasons`: why the Complete* record was not written
-
-
-def _unwritten(remaining: set[TopicPartition] | None, reasons: dict[TopicPartition, str]) -> str:
+def _unwritten(remaining: set[TopicPartition] | None, reasons: dict[TopicPartition, str], complete_error: str) -> str:
     if remaining is None:
         return "not started (the prepared state is still being written)"
     if not remaining:
-        return f"none; the completed state not written: {reasons.get(COMPLETED_STATE, 'under way')}"
+        return f"none; the completed state not written: {complete_error}"
     return ", ".join(f"{t}-{p} ({reasons.get((t, p), 'not tried yet')})" for t, p in sorted(remaining))

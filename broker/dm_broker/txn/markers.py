@@ -56,7 +56,7 @@ class MarkerWriter:
         self.channels = channels
 
     async def write(self, meta: TxnMetadata, coordinator_epoch: int, remaining: set[TopicPartition],
-                    reasons: dict[TopicPartition, str] | None = None) -> Outcome:
+                    reasons: dict[TopicPartition, str]) -> Outcome:
         """Writes the markers of `remaining` (removing those done from it); `reasons` gets why each one left
         in it was not written (the coordinator says so when a transaction stays unfinished)."""
         commit = meta.state == TxnState.PREPARE_COMMIT
@@ -70,8 +70,7 @@ class MarkerWriter:
         stale = False
         for leader, partitions in by_leader.items():
             if leader < 0:
-                if reasons is not None:
-                    reasons.update(dict.fromkeys(partitions, "no leader"))
+                reasons.update(dict.fromkeys(partitions, "no leader"))
                 continue
             if leader == self.broker.node_id:
                 errors = await asyncio.gather(*(self.broker.write_marker(*tp, meta.producer_id, meta.producer_epoch,
@@ -89,8 +88,7 @@ class MarkerWriter:
                     stale = True
                 else:
                     log.debug("%s: marker for %s-%d not written yet: %s", meta.transactional_id, *tp, error.name)
-                    if reasons is not None:
-                        reasons[tp] = f"{error.name} from broker {leader}"
+                    reasons[tp] = f"{error.name} from broker {leader}"
         if stale:
             return Outcome.STALE
         return Outcome.DONE if not remaining else Outcome.RETRY
