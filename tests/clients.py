@@ -280,3 +280,23 @@ def no_open_transactions(bootstrap: str, topic: str, partitions: int) -> bool:
     finally:
         committed.close()
         uncommitted.close()
+
+
+def committed_after_failures(consumer, partitions: list, timeout: float = 60.0) -> list:
+    """A confluent-kafka consumer's committed offsets of `partitions`, asked again until `timeout` when the
+    group's coordinator is moving. librdkafka's committed() hands back NOT_COORDINATOR and
+    COORDINATOR_LOAD_IN_PROGRESS instead of asking again (it marks neither retriable) when a broker is lost
+    or a preferred election moves the coordinator during the call; a Java consumer retries both."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    moving_coordinator = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                          KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.committed(partitions, min(30.0, max(1.0, deadline - time.monotonic())))
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in moving_coordinator) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from chaos_tools import FAST_FAILURE, create_topic, fully_replicated
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from clients import committed_after_failures
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from dm_broker.partitioners import murmur2_partition
 from group_clients import wait_for
 from harness import Cluster
@@ -32,8 +33,6 @@ PER_TXN = 10
 PAUSE_S = 0.02  # between transactions: the workload outlasts the failures
 GROUP = "eos"
 TXN_ID = "eos-loop"
-# what committed_offset asks again after (librdkafka does not mark the two coordinator errors retriable)
-RETRIED = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT}
 
 
 class CopyLoop(threading.Thread):
@@ -113,21 +112,12 @@ def partition_of(cluster: Cluster, topic: str, key: str) -> int:
     return murmur2_partition(key.encode(), count)
 
 
-def committed_offset(bootstrap: str, timeout: float = 60) -> int:
-    """The group's committed offset. librdkafka's committed() hands back NOT_COORDINATOR instead of asking
-    again when the coordinator moves during the call (a preferred election right after a broker is lost), as
-    it does COORDINATOR_LOAD_IN_PROGRESS: retried here until `timeout`, as a Java consumer would."""
-    deadline = time.monotonic() + timeout
+def committed_offset(bootstrap: str) -> int:
+    """The group's committed offset, asked again while the coordinator moves (a preferred election right
+    after a broker is lost)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
     try:
-        while True:
-            try:
-                return c.committed([TopicPartition("in", 0)], 30)[0].offset
-            except KafkaException as exc:
-                error = exc.args[0]
-                if not (error.retriable() or error.code() in RETRIED) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        return committed_after_failures(c, [TopicPartition("in", 0)])[0].offset
     finally:
         c.close()
 

@@ -52,14 +52,26 @@ print("PRODUCED")
 
 CHECK = """
 import time
-from confluent_kafka import Consumer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 admin = AdminClient({"bootstrap.servers": b})
 print("CLUSTER", admin.describe_cluster().result(60).cluster_id)
 for t in ("keep", "made.here"):
     print("TOPICID", t, admin.describe_topics(TopicCollection([t]))[t].result(60).topic_id)
 group = Consumer({"bootstrap.servers": b, "group.id": "billing"})
-print("COMMITTED", sum(tp.offset for tp in group.committed([TopicPartition("keep", p) for p in range(3)], timeout=60)))
+# librdkafka's committed() does not ask again while the coordinator moves (brokers just restarted)
+deadline = time.time() + 120
+while True:
+    try:
+        offsets = group.committed([TopicPartition("keep", p) for p in range(3)], timeout=30)
+        break
+    except KafkaException as exc:
+        if time.time() > deadline or exc.args[0].code() not in (
+                KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+            raise
+        time.sleep(1)
+print("COMMITTED", sum(tp.offset for tp in offsets))
 group.close()
 for t in ("keep", "made.here"):
     c = Consumer({"bootstrap.servers": b, "group.id": "check-%s-%d" % (t, time.time()),

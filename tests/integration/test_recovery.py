@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from clients import committed_after_failures
 from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess, ControllerProcess, consecutive_free_ports, free_port
@@ -93,7 +94,7 @@ def describe(bootstrap: str, topic: str) -> tuple[str, str]:
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    offsets = committed_after_failures(consumer, [TopicPartition(topic, p) for p in range(partitions)])
     consumer.close()
     return sum(max(tp.offset, 0) for tp in offsets)
 
