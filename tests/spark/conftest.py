@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from helpers import recover_the_session
 
 
 @pytest.fixture(scope="session")
@@ -52,33 +53,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
     if call.when == "call" and failed and _is_spark_test(item):
         try:
-            _recover_the_session()
+            recover_the_session()
         except Exception as e:  # the test's own failure is what gets reported; this must not replace it
             print(f"\nSpark session not recovered after {item.nodeid}: {e!r}", file=sys.stderr)
-
-
-def _recover_the_session() -> None:
-    """After a failed Spark test, the next one starts on a py4j connection that is known to be in step.
-
-    PySpark pins one py4j connection to each Python thread. pytest-timeout stops a test by raising inside
-    that connection's read of the JVM's answer, which py4j does not catch (the exception is not an
-    `Exception`), so the connection stays pinned with the answer still to come: every later command of the
-    worker then reads the answer meant for the one before it ("… does not exist in the JVM"), and at
-    00bfcb0 one timeout failed 21 later tests that way. Closing it makes py4j open a new one. The streaming
-    queries the failed test left running are stopped too, so they do not load the tests after it."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    client = gateway._gateway_client
-    pinned = client.get_thread_connection() if hasattr(client, "get_thread_connection") else None
-    if pinned is not None:
-        pinned.close(reset=True)
-    session = SparkSession.getActiveSession()
-    for query in session.streams.active if session is not None else []:
-        query.stop()
 
 
 def _time_the_test_only(config: pytest.Config, item: pytest.Item) -> None:

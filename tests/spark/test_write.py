@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from helpers import create_topic, produce, read, rows
+from helpers import create_topic, produce, read, recover_the_session, rows
 
 pytestmark = pytest.mark.spark
 
@@ -61,3 +63,64 @@ def test_producer_options_pass_through(spark, broker, topic_name) -> None:
     with pytest.raises(Exception, match=r"kafka\.\*"):
         (df.write.format("dm").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic_name)
          .option("kafka.compression.type", "brotli").mode("append").save())
+
+
+def _write_values(spark, bootstrap: str, topic: str, count: int, prefix: str) -> None:
+    """`count` records valued prefix0, prefix1, …; from spark.range, which (unlike createDataFrame of local
+    rows) leaves the calling thread's active session as it found it."""
+    spark.range(count).selectExpr(f"CONCAT('{prefix}', id) AS value").write.format("dm") \
+        .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).mode("append").save()
+
+
+def _in_a_thread(work) -> BaseException | None:
+    """Runs `work` in a new Python thread (served by a JVM thread of its own); what it raised, if anything."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the test's own thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(300)
+    assert not thread.is_alive(), "the thread's write did not finish"
+    return raised[0] if raised else None
+
+
+def test_a_write_from_another_thread_needs_use_in_this_thread(spark, broker, topic_name) -> None:
+    """Spark finds a Python data source for a write through the JVM thread's active session (docs/spark.md).
+    Whether the JVM thread serving a new Python thread has one depends on which py4j connection it was
+    given and on what ran there before (createDataFrame of local rows sets it), so the thread here first
+    clears it, as a fresh connection has none: the write is refused as DATA_SOURCE_NOT_FOUND, and after
+    pyspark_dm.use_in_this_thread the records arrive."""
+    import pyspark_dm
+
+    create_topic(broker.bootstrap, topic_name, 1)
+    outcome: dict[str, BaseException | None] = {}
+
+    def write_without_then_with() -> None:
+        spark._jvm.SparkSession.clearActiveSession()
+        try:
+            _write_values(spark, broker.bootstrap, topic_name, 1, "lost")
+            outcome["without"] = None
+        except Exception as exc:  # what Spark said is the test's subject
+            outcome["without"] = exc
+        pyspark_dm.use_in_this_thread(spark)
+        _write_values(spark, broker.bootstrap, topic_name, 3, "v")
+
+    assert _in_a_thread(write_without_then_with) is None
+    refused = outcome["without"]
+    assert refused is not None and "DATA_SOURCE_NOT_FOUND" in str(refused), (
+        f"Spark now finds format('dm') without an active session ({refused!r}): use_in_this_thread can go")
+    assert sorted(v for _, _, _, v in rows(read(spark, broker.bootstrap, topic_name))) == [b"v0", b"v1", b"v2"]
+
+
+def test_writes_work_after_the_session_is_recovered_from_a_failed_test(spark, broker, topic_name) -> None:
+    """The recovery after a failed Spark test (a new py4j connection, so a new JVM thread) leaves the worker's
+    session usable for writes, not only reads."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    recover_the_session()
+    _write_values(spark, broker.bootstrap, topic_name, 1, "after")
+    assert [v for _, _, _, v in rows(read(spark, broker.bootstrap, topic_name))] == [b"after0"]
