@@ -8,9 +8,11 @@ another cluster refuses to start, and the DMCluster's ClusterIdentity condition 
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 
 import pytest
+from clients import committed_after_failures
 from dm import (
     OPERATOR_NAMESPACE,
     bootstrap,
@@ -52,25 +54,14 @@ print("PRODUCED")
 
 CHECK = """
 import time
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 admin = AdminClient({"bootstrap.servers": b})
 print("CLUSTER", admin.describe_cluster().result(60).cluster_id)
 for t in ("keep", "made.here"):
     print("TOPICID", t, admin.describe_topics(TopicCollection([t]))[t].result(60).topic_id)
 group = Consumer({"bootstrap.servers": b, "group.id": "billing"})
-# librdkafka's committed() does not ask again while the coordinator moves (brokers just restarted)
-deadline = time.time() + 120
-while True:
-    try:
-        offsets = group.committed([TopicPartition("keep", p) for p in range(3)], timeout=30)
-        break
-    except KafkaException as exc:
-        if time.time() > deadline or exc.args[0].code() not in (
-                KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
-            raise
-        time.sleep(1)
+offsets = committed_after_failures(group, [TopicPartition("keep", p) for p in range(3)], timeout=120)
 print("COMMITTED", sum(tp.offset for tp in offsets))
 group.close()
 for t in ("keep", "made.here"):
@@ -89,7 +80,9 @@ for t in ("keep", "made.here"):
 
 
 def facts(sub, ns: str) -> dict[str, str]:
-    out = run_script(sub, ns, f"b = {bootstrap(ns)!r}\n" + textwrap.dedent(CHECK), image=sub.image, timeout_s=300)
+    # the pod has no tests/ tree: the brokers just restarted, so the retry of committed() goes along as source
+    script = f"b = {bootstrap(ns)!r}\n" + inspect.getsource(committed_after_failures) + textwrap.dedent(CHECK)
+    out = run_script(sub, ns, script, image=sub.image, timeout_s=300)
     found = {}
     for line in out.splitlines():
         parts = line.split()
