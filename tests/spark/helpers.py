@@ -1,4 +1,5 @@
-"""Producing test data and reading it back for the Spark tests."""
+"""Producing test data and reading it back for the Spark tests, and putting the worker's session right
+after a test fails."""
 
 from __future__ import annotations
 
