@@ -6,7 +6,7 @@
 # pods), so side by side they take the time of the longer one on this 2-core machine instead of the
 # sum (DM_TEST_SERIAL=1 runs them one after the other). The cluster is deleted at the end. A failure
 # to set it up fails the run, and the e2e and image tests then fail rather than skip
-# (DM_E2E_REQUIRED, DM_IMAGE_REQUIRED). Skip reasons are printed (-rs), with the slowest tests, and a
+# (DM_E2E_REQUIRED, DM_IMAGE_REQUIRED). Skip reasons and rerun tests are printed (-rsR), with the slowest tests, and a
 # run in which Kubernetes tests skipped says so at the end. pytest's "no tests collected" (exit 5)
 # is a failure. The rest of the suite runs in DM_TEST_WORKERS pytest-xdist workers (2), a test file
 # per worker at a time: its tests mostly wait on broker processes, so two workers halve its time.
@@ -61,7 +61,7 @@ cluster_down() {
 }
 niced=  # a pytest run beside the e2e lane is given its nice value for that call
 pytest() {  # one pytest run; its exit code (5, no tests collected, is a failure)
-  ${niced:+nice -n "$niced"} .venv/bin/python -m pytest -q -rs --durations="${DM_TEST_DURATIONS:-15}" --durations-min=1 -p no:cacheprovider \
+  ${niced:+nice -n "$niced"} .venv/bin/python -m pytest -q -rsR --durations="${DM_TEST_DURATIONS:-15}" --durations-min=1 -p no:cacheprovider \
     "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then
