@@ -139,6 +139,9 @@ class Broker:
         self.controller = controller
         self.logs = LogManager(config)
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # the partitions a reassignment grows (adding replicas): every heartbeat reports their lag, and
+        # looking at every partition for them cost an idle broker at 10,000 partitions a seventh of its CPU
+        self._growing: set[tuple[str, int]] = set()
         # Partitions are frozen out of the collector's way once hosted: at start, then after each
         # metadata step that hosts some (gc_tuning; the recovered logs are frozen by tune_gc).
         self.long_lived = LongLivedObjects(0)
@@ -302,9 +305,14 @@ class Broker:
         """For each partition this broker leads that a reassignment grows: the bytes its slowest added
         replica still lacks (from the offset it last fetched from)."""
         lag = {}
-        for (topic, index), p in self.partitions.items():
-            if not p.is_leader or not p.adding_replicas:
+        for key in list(self._growing):
+            p = self.partitions.get(key)
+            if p is None or not p.adding_replicas:
+                self._growing.discard(key)  # gone from this broker, or grown
                 continue
+            if not p.is_leader:
+                continue
+            topic, index = key
             behind = [p.log.bytes_from(max(f.log_end_offset, p.log.log_start_offset))
                       for r, f in p.followers.items() if r in p.adding_replicas]
             missing = [r for r in p.adding_replicas if r not in p.followers]
@@ -553,6 +561,8 @@ class Broker:
                     continue
                 part.log.settings = settings
                 part.adding_replicas = list(state.adding_replicas)
+                if part.adding_replicas:
+                    self._growing.add(key)
                 if state.leader == self.node_id and (part.role != LEADER or part.leader_epoch != state.leader_epoch):
                     self.replicas.stop_following(part)
                     part.become_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)

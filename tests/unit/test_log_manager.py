@@ -203,3 +203,36 @@ def test_no_durable_write_of_a_deleted_log_creates_its_directory_again(tmp_path)
     with pytest.raises(FileNotFoundError):
         plog.advance_start(2)
     assert not (tmp_path / "logs" / "t-0").exists()
+
+
+def test_a_flush_is_due_by_flush_messages_or_flush_ms_and_never_with_nothing_unflushed(tmp_path):
+    import asyncio
+
+    from dm_broker.config import BrokerConfig, TopicSettings
+    from dm_broker.log.manager import LogManager
+    from dm_broker.log.records import build_batch, validate_batches
+
+    config = BrokerConfig.build({"log.dirs": str(tmp_path / "logs")}, environ={})
+    logs = LogManager(config)
+    logs.open_all(lambda _: TopicSettings(config, {}))
+    by_time = logs.create("t", 0, TopicSettings(config, {"flush.ms": "1000"}))
+    by_count = logs.create("t", 1, TopicSettings(config, {"flush.messages": "3"}))
+    now = [1_000_000]
+    by_time.clock = by_count.clock = lambda: now[0]
+
+    def append(plog, records: int) -> None:
+        data = bytearray(build_batch([(None, b"v", [])] * records, timestamp_ms=1))
+        plog.append(data, validate_batches(data, 1 << 20), 0)
+
+    now[0] += 10_000
+    assert not by_time.flush_due() and not by_count.flush_due(), "nothing appended, nothing due however late"
+    append(by_time, 1)
+    append(by_count, 2)
+    now[0] += 999
+    assert not by_time.flush_due() and not by_count.flush_due()
+    now[0] += 1
+    assert by_time.flush_due(), "flush.ms after the first unflushed record"
+    append(by_count, 1)
+    assert by_count.flush_due(), "flush.messages reached"
+    asyncio.run(by_time.flush())
+    assert not by_time.flush_due(), "flushed: nothing due until the next append"

@@ -355,10 +355,11 @@ class PartitionLog:
     # -- flushing --------------------------------------------------------------------------
 
     def flush_due(self) -> bool:
-        if self.unflushed_messages >= self.settings["flush.messages"]:
-            return True
         first = self.first_unflushed_ms
-        return first is not None and self.clock() - first >= self.settings["flush.ms"]
+        if first is None:  # nothing unflushed (asked of every log each second: the cheap answer first)
+            return False
+        return (self.unflushed_messages >= self.settings["flush.messages"]
+                or self.clock() - first >= self.settings["flush.ms"])
 
     @guards_log_dir
     async def flush(self) -> None:

@@ -5,6 +5,7 @@ deleted only by an explicit request (`dm strays delete`), which is recorded in t
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -24,20 +25,31 @@ class Stray:
 
 
 def find(directories: list[Path]) -> list[Stray]:
+    """Every stray log in `directories`, by name within each. The names are looked at before anything
+    is stat'ed: a broker rescans every STRAY_RESCAN_S, and a Path and a stat per partition directory
+    made this a quarter of an idle broker's CPU at 10,000 partitions."""
     found = []
     for directory in directories:
-        if not directory.is_dir():
+        try:
+            with os.scandir(directory) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(SUFFIX) and e.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        for path in sorted(directory.iterdir()):
-            found += find_in(path)
+        for name in names:
+            found += find_in(directory / name)
     return found
 
 
 def find_in(path: Path) -> list[Stray]:
     """The stray log at `path` (one or none)."""
-    if not (path.is_dir() and path.name.endswith(SUFFIX)):
+    if not (path.name.endswith(SUFFIX) and path.is_dir()):
         return []
-    return [Stray(path.name, path, sum(f.stat().st_size for f in path.iterdir() if f.is_file()))]
+    try:
+        with os.scandir(path) as entries:
+            size = sum(e.stat().st_size for e in entries if e.is_file())
+    except FileNotFoundError:  # deleted meanwhile (`dm strays delete` beside a rescan)
+        return []
+    return [Stray(path.name, path, size)]
 
 
 def delete(directories: list[Path], name: str, by: str) -> Stray:
