@@ -17,8 +17,10 @@ For each count: a local cluster (a controller and 3 brokers as processes, defaul
 - full Metadata: a Metadata request for all topics on one connection, median of 7 (wall time until the
   whole response frame is read, not decoded: what the broker costs a client);
 - event-loop stalls: each broker's dm_event_loop_lag_seconds (a 50 ms timer's lateness) read from
-  /metrics around creation (+10 s), the idle period and the produce run: probes late by over 100 ms, and
-  the bound the longest stayed under;
+  /metrics around creation (+10 s), the idle period and the produce run: probes late by over 100 ms, the
+  bound the longest stayed under, and their causes (dm_event_loop_stalls_total: busy = the loop's own
+  work, run_queue = waiting for a CPU, other_thread = another thread of the broker on the CPU, blocked =
+  a blocking call);
 - produce over all partitions (bench.mock_ceiling measures the same producer against librdkafka's mock
   cluster): confluent-kafka, idempotent, acks=all, linger.ms 5, 100-byte records
   sent round-robin over every partition for `--produce-seconds`: acknowledged records per second.
@@ -37,6 +39,7 @@ import statistics
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from .brokers import cpu_seconds, rss_mb
@@ -180,24 +183,47 @@ def scraped(port: int, family_name: str) -> list:
             for sample in family.samples]
 
 
-def loop_lag(cluster: LocalCluster, brokers: list[int] | None = None) -> list[dict[float, float]]:
-    """Each broker's (or the listed brokers') event-loop lag histogram (dm_event_loop_lag_seconds: how late
-    a 50 ms timer fired), as cumulative counts by upper bound (+Inf included)."""
+@dataclass(frozen=True)
+class LoopReading:
+    """One broker's event-loop figures at one moment: the lag histogram (dm_event_loop_lag_seconds, how late
+    a 50 ms timer fired) as cumulative counts by upper bound (+Inf included), and the probes late by more
+    than 100 ms by cause (dm_event_loop_stalls_total: busy, run_queue, other_thread, blocked)."""
+
+    buckets: dict[float, float]
+    causes: dict[str, float]
+
+
+def loop_lag(cluster: LocalCluster, brokers: list[int] | None = None) -> list[LoopReading]:
+    """Each broker's (or the listed brokers') event-loop figures."""
     ports = cluster.http_ports if brokers is None else [cluster.http_ports[i] for i in brokers]
-    return [{float(sample.labels["le"]): sample.value for sample in scraped(port, "dm_event_loop_lag_seconds")
-             if sample.name.endswith("_bucket")} for port in ports]
+    return [LoopReading(
+        {float(sample.labels["le"]): sample.value for sample in scraped(port, "dm_event_loop_lag_seconds")
+         if sample.name.endswith("_bucket")},
+        {sample.labels["cause"]: sample.value for sample in scraped(port, "dm_event_loop_stalls")
+         if sample.name.endswith("_total")},
+    ) for port in ports]
 
 
-def stalls(before: list[dict[float, float]], after: list[dict[float, float]]) -> dict:
-    """Between two loop_lag readings, over all brokers: probes late by more than 100 ms, and the
-    smallest histogram bound no probe exceeded (the longest stall is at most that)."""
+def stalls(before: list[LoopReading], after: list[LoopReading]) -> dict:
+    """Between two loop_lag readings, over all brokers: probes late by more than 100 ms, the smallest
+    histogram bound no probe exceeded (the longest stall is at most that), and the late probes by cause."""
     over_100ms, longest = 0.0, 0.0
+    causes: dict[str, int] = {}
     for b, a in zip(before, after, strict=True):
-        delta = {le: a[le] - b.get(le, 0.0) for le in a}
+        delta = {le: a.buckets[le] - b.buckets.get(le, 0.0) for le in a.buckets}
         total = delta[float("inf")]
         over_100ms += total - delta[0.1]
         longest = max(longest, min(le for le, n in delta.items() if n >= total))
-    return {"over_100ms": int(over_100ms), "longest_at_most_s": longest}
+        for cause, n in a.causes.items():
+            causes[cause] = causes.get(cause, 0) + int(n - b.causes.get(cause, 0.0))
+    return {"over_100ms": int(over_100ms), "longest_at_most_s": longest, "causes": causes}
+
+
+def described(s: dict) -> str:
+    """A phase's stalls in words: "2 probes > 100 ms (busy 1, run_queue 1), longest <= 0.25 s"."""
+    causes = ", ".join(f"{cause} {n}" for cause, n in s.get("causes", {}).items() if n)
+    return (f"{s['over_100ms']} probes > 100 ms{f' ({causes})' if causes else ''}, "
+            f"longest <= {s['longest_at_most_s']:g} s")
 
 
 def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = PER_TOPIC) -> dict:
@@ -225,9 +251,8 @@ def measure(partitions: int, idle_s: float, produce_s: float, per_topic: int = P
           f"{on_brokers:.1f} s), shutdown {stopped:.1f} s, idle CPU {cpu:5.1f} % per broker, "
           f"RSS {rss:5.0f} MB, full Metadata {meta:6.1f} ms, produce over all {rate:>9,.0f} rec/s; the file system "
           f"took {fs_ms:.2f} ms per new log before the run", flush=True)
-    print("        event loop, all brokers: " + "; ".join(
-        f"{phase} {s['over_100ms']} probes > 100 ms, longest <= {s['longest_at_most_s']:g} s"
-        for phase, s in loop.items()), flush=True)
+    print("        event loop, all brokers: " + "; ".join(f"{phase} {described(s)}" for phase, s in loop.items()),
+          flush=True)
     return row
 
 

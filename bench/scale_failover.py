@@ -26,7 +26,7 @@ import urllib.request
 
 from .brokers import rss_mb
 from .replication import RESULTS, LocalCluster
-from .scale import create_all, loop_lag, stalls
+from .scale import create_all, described, loop_lag, stalls
 
 
 def metadata(cluster: LocalCluster) -> dict:
@@ -90,8 +90,7 @@ def measure(partitions: int) -> dict:
            "restart_after_stop_recovered_s": after_stop[0], "restart_after_stop_serving_s": after_stop[1],
            "rss_mb": rss, "kb_per_replica": rss * 1024 / partitions}
     print(f"{partitions} partitions: broker 0 led {leading}, all led elsewhere {failover:.2f} s after SIGKILL "
-          f"(survivors' loop: {survivors['over_100ms']} probes > 100 ms, "
-          f"longest <= {survivors['longest_at_most_s']:g} s); "
+          f"(survivors' loop: {described(survivors)}); "
           f"restart after SIGKILL: recovered {after_kill[0]:.1f} s, serving {after_kill[1]:.1f} s; after a clean "
           f"stop: recovered {after_stop[0]:.1f} s, serving {after_stop[1]:.1f} s; RSS {rss:.0f} MB "
           f"({row['kb_per_replica']:.1f} KB per replica)", flush=True)

@@ -253,7 +253,7 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     if banner:
         print_banner(listeners["kafka"], http_port)
     print(f"DM_READY {json.dumps(listeners)}", flush=True)
-    loop_watch = asyncio.create_task(watch_event_loop(broker.metrics))
+    loop_watch = asyncio.create_task(watch_event_loop(broker.metrics.event_loop_lag, broker.metrics.event_loop_stalls))
     stall_watch = watch_for_stalls(config)
 
     fatal = asyncio.create_task(broker.fatal_event.wait())

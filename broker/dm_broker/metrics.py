@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .log.free_space import floor_for
+from .loop_stalls import STALL_SECONDS, StallCause, ThreadClock, stall_cause
 from .protocol.request_memory import RequestMemory
 
 if TYPE_CHECKING:
@@ -326,6 +327,13 @@ class BrokerMetrics:
             "dm_event_loop_lag_seconds", "How late a timer probing the event loop every 50 ms fired: time the "
             "loop (and so every request) was kept from running", registry=r, buckets=LATENCY_BUCKETS,
         )
+        self.event_loop_stalls = Counter(
+            "dm_event_loop_stalls", "Event-loop probes late by more than 100 ms, by cause: busy (the loop's thread "
+            "on a CPU: work on the loop), run_queue (waiting for a CPU), other_thread (another thread of the "
+            "broker on a CPU), blocked (a blocking call)", ["cause"], registry=r,
+        )
+        for cause in StallCause:
+            self.event_loop_stalls.labels(cause.value)  # every cause reads 0 before its first stall
         self.closed_bad_frames = Counter("dm_connections_closed_bad_input",
                                          "Connections closed for malformed or oversized frames", registry=r)
         self.authentications = Counter("dm_authentications", "Authentications by listener, mechanism (SSL for TLS "
@@ -386,16 +394,30 @@ LOOP_PROBE_SECONDS = 0.05
 SLOW_LOOP_SECONDS = 0.5
 
 
-async def watch_event_loop(metrics: BrokerMetrics) -> None:
+async def watch_event_loop(lag_seconds: Histogram, stalls: Counter) -> None:
     """Records how late a periodic timer fires. A Python broker is one event loop: anything that
     holds it (a slow handler, a GC pause, a starved CPU) delays every request at once, and this is
     where an operator sees it."""
     loop = asyncio.get_running_loop()
-    while True:
-        started = loop.time()
-        await asyncio.sleep(LOOP_PROBE_SECONDS)
-        lag = max(loop.time() - started - LOOP_PROBE_SECONDS, 0.0)
-        metrics.event_loop_lag.observe(lag)
-        if lag > SLOW_LOOP_SECONDS:
-            log.warning("the event loop was blocked for %.0f ms", lag * 1000)
+    clock = ThreadClock()
+    try:
+        times = clock.read()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LOOP_PROBE_SECONDS)
+            lag = max(loop.time() - started - LOOP_PROBE_SECONDS, 0.0)
+            now = clock.read()
+            lag_seconds.observe(lag)
+            if lag > STALL_SECONDS:
+                spent = now.since(times)
+                cause = stall_cause(lag, spent)
+                stalls.labels(cause.value).inc()
+                if lag > SLOW_LOOP_SECONDS:
+                    log.warning("the event loop was late by %.0f ms (%s: its thread on a CPU %.0f ms, waiting for "
+                                "one %.0f ms, the process's other threads on a CPU %.0f ms)", lag * 1000,
+                                cause.value, spent.on_cpu * 1000, spent.run_queue * 1000,
+                                (spent.process_cpu - spent.on_cpu) * 1000)
+            times = now
+    finally:
+        clock.close()
 

@@ -95,6 +95,9 @@ def test_http_health_ready_and_metrics(broker, topic_name):
     assert 'dm_request_duration_seconds_bucket{api="Produce"' in text
     # the event-loop probe runs every 50 ms from start-up on
     assert broker.metric("dm_event_loop_lag_seconds_count") > 0
+    # late probes by cause, each cause exported from the start
+    for cause in ("busy", "run_queue", "other_thread", "blocked"):
+        assert broker.metric("dm_event_loop_stalls_total", cause=cause) >= 0
 
 
 def run_dm(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -1,0 +1,80 @@
+"""Why the event loop was late: its own work, the CPU it waited for, another thread, or a blocking call.
+
+A late loop probe says that every request waited, not why. The cure differs with the cause: work on
+the loop that grows with the partition count must be cut into pieces (ADR 0039); a loop that waited
+for a CPU means the node has more runnable processes than cores; another thread on the CPU while the
+loop was off it is a worker holding the interpreter lock; a loop neither on the CPU nor waiting for one
+made a blocking call (a file system, a page fault on a cold mapping, a throttled cgroup). The kernel
+keeps, per thread, the time it spent on a CPU and waiting in the run queue
+(/proc/thread-self/schedstat), and the process's CPU time covers its other threads; read at both ends
+of a probe, they tell the causes apart.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+STALL_SECONDS = 0.1  # a probe later than this is a stall (issue 31's bound)
+
+
+class StallCause(StrEnum):
+    BUSY = "busy"  # the loop's own thread was on a CPU: work on the loop
+    RUN_QUEUE = "run_queue"  # runnable, waiting for a CPU the node did not have free
+    OTHER_THREAD = "other_thread"  # off the CPU while another thread of the process was on one
+    BLOCKED = "blocked"  # off the CPU and not waiting for one: a blocking call
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadTimes:
+    """Cumulative seconds, as the kernel counts them for the loop's thread and its process."""
+
+    on_cpu: float
+    run_queue: float
+    process_cpu: float
+
+    def since(self, earlier: ThreadTimes) -> ThreadTimes:
+        return ThreadTimes(self.on_cpu - earlier.on_cpu, self.run_queue - earlier.run_queue,
+                           self.process_cpu - earlier.process_cpu)
+
+
+def stall_cause(lateness_s: float, spent: ThreadTimes) -> StallCause:
+    """What the lateness of one probe is put down to, from what the thread and process spent over the
+    probe's whole interval. The first cause that covers half of the lateness wins: the loop's own CPU
+    first (the interval's ordinary work counts too, so only a late probe is judged)."""
+    half = lateness_s / 2
+    if spent.on_cpu >= half:
+        return StallCause.BUSY
+    if spent.run_queue >= half:
+        return StallCause.RUN_QUEUE
+    if spent.process_cpu - spent.on_cpu >= half:
+        return StallCause.OTHER_THREAD
+    return StallCause.BLOCKED
+
+
+class ThreadClock:
+    """Reads the calling thread's times. Linux gives the run-queue wait; elsewhere it reads as 0 and the
+    thread's CPU comes from `time.thread_time`. Create and read it on the loop's thread."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> ThreadTimes:
+        process_cpu = time.process_time()
+        if self._fd is not None:
+            try:
+                on_cpu_ns, waiting_ns = os.pread(self._fd, 128, 0).split()[:2]
+                return ThreadTimes(int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9, process_cpu)
+            except (OSError, ValueError):
+                self.close()
+        return ThreadTimes(time.thread_time(), 0.0, process_cpu)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

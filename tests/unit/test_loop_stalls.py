@@ -1,0 +1,134 @@
+"""A late event loop is put down to its cause, read from the kernel's own accounting: the loop's own
+work, a CPU it had to wait for, another thread holding the interpreter, or a blocking call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from dm_broker.loop_stalls import StallCause, ThreadClock, ThreadTimes, stall_cause
+from dm_broker.metrics import watch_event_loop
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+@pytest.mark.parametrize(("spent", "cause"), [
+    (ThreadTimes(on_cpu=0.25, run_queue=0.0, process_cpu=0.25), StallCause.BUSY),
+    (ThreadTimes(on_cpu=0.11, run_queue=0.15, process_cpu=0.11), StallCause.BUSY),  # its own work first
+    (ThreadTimes(on_cpu=0.01, run_queue=0.19, process_cpu=0.01), StallCause.RUN_QUEUE),
+    (ThreadTimes(on_cpu=0.01, run_queue=0.0, process_cpu=0.23), StallCause.OTHER_THREAD),
+    (ThreadTimes(on_cpu=0.01, run_queue=0.02, process_cpu=0.04), StallCause.BLOCKED),
+])
+def test_the_cause_that_covers_half_the_lateness(spent: ThreadTimes, cause: StallCause) -> None:
+    assert stall_cause(0.2, spent) is cause
+
+
+def test_the_clock_reads_this_threads_cpu_and_its_wait() -> None:
+    clock = ThreadClock()
+    try:
+        before = clock.read()
+        deadline = time.thread_time() + 0.05
+        while time.thread_time() < deadline:
+            pass
+        spent = clock.read().since(before)
+    finally:
+        clock.close()
+    assert 0.04 <= spent.on_cpu <= 1.0
+    assert spent.run_queue >= 0.0 and spent.process_cpu >= spent.on_cpu - 0.01
+
+
+def spins_on_the_loop(seconds: float) -> None:
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
+
+
+def holds_the_interpreter(n: int) -> None:
+    sum(range(n))  # one C call: no other thread runs Python until it returns
+
+
+async def stalls_while(block) -> dict[str, float]:
+    """Run the probe, stall the loop once with `block`, and return the stall counts by cause."""
+    registry = CollectorRegistry()
+    lag = Histogram("lag_seconds", "", registry=registry)
+    stalls = Counter("stalls", "", ["cause"], registry=registry)
+    probe = asyncio.create_task(watch_event_loop(lag, stalls))
+    try:
+        await asyncio.sleep(0.2)
+        block()
+        await asyncio.sleep(0.2)
+    finally:
+        probe.cancel()
+    return {cause.value: registry.get_sample_value("stalls_total", {"cause": cause.value}) or 0.0
+            for cause in StallCause}
+
+
+async def test_work_on_the_loop_is_a_busy_stall() -> None:
+    counts = await stalls_while(lambda: spins_on_the_loop(0.4))
+    assert counts["busy"] == 1 and sum(counts.values()) == 1, counts
+
+
+async def test_a_blocking_call_on_the_loop_is_a_blocked_stall() -> None:
+    counts = await stalls_while(lambda: time.sleep(0.4))
+    assert counts["blocked"] == 1 and sum(counts.values()) == 1, counts
+
+
+async def test_a_thread_holding_the_interpreter_is_an_other_thread_stall() -> None:
+    def start_holder_and_wait() -> None:
+        holder = threading.Thread(target=holds_the_interpreter, args=(30_000_000,))
+        started = time.monotonic()
+        holder.start()
+        holder.join()
+        assert time.monotonic() - started > 0.3, "the call must hold the interpreter long enough to judge"
+
+    counts = await stalls_while(start_holder_and_wait)
+    assert counts["other_thread"] >= 1, counts
+    assert counts["busy"] == 0, counts
+
+
+RUN_QUEUE_PROBE = textwrap.dedent("""
+    import asyncio, json, os, sys
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from dm_broker.metrics import watch_event_loop
+
+    async def main():
+        # imported first, at full speed; then onto the contended CPU at the lowest priority
+        os.sched_setaffinity(0, {int(sys.argv[2])})
+        os.nice(19)
+        registry = CollectorRegistry()
+        lag = Histogram("lag_seconds", "", registry=registry)
+        stalls = Counter("stalls", "", ["cause"], registry=registry)
+        probe = asyncio.create_task(watch_event_loop(lag, stalls))
+        await asyncio.sleep(float(sys.argv[1]))
+        probe.cancel()
+        print(json.dumps({s.labels["cause"]: s.value for s in registry.collect() for s in s.samples
+                          if s.name == "stalls_total"}))
+
+    asyncio.run(main())
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux's CPU affinity")
+def test_a_loop_that_waits_for_its_cpu_is_a_run_queue_stall() -> None:
+    """The probe in a process at nice 19 on one CPU shared with two spinning processes at nice 0: the
+    scheduler gives it a sliver of the CPU, so its probes are late while it does nothing itself."""
+    cpu = min(os.sched_getaffinity(0))
+    spin = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        probe = subprocess.run(
+            [sys.executable, "-c", RUN_QUEUE_PROBE, "3", str(cpu)], capture_output=True, timeout=60, check=True)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    counts = {cause.value: 0.0 for cause in StallCause} | json.loads(probe.stdout)
+    assert counts["run_queue"] >= 1, counts
+    assert counts["run_queue"] > counts["busy"] + counts["blocked"] + counts["other_thread"], counts
