@@ -105,6 +105,41 @@ async def test_a_long_poll_in_a_session_wakes_on_an_append(broker, topic_name):
     await producer.close()
 
 
+async def test_an_answer_carries_records_of_at_most_500_partitions_and_the_skipped_come_first(broker, topic_name):
+    """ADR 0057: what a session's answer carries (and a follower appends) is bounded, not every partition
+    that changed; the partitions left out are owed and go first in the next answer."""
+    n = 1_100
+    conn = await KafkaConnection.open("127.0.0.1", broker.port)
+    resp = await conn.request(create_topics_request(topic_name, n), timeout=120)
+    assert resp.topics[0].error_code == ErrorCode.none
+    for p in range(n):
+        await produce_one(conn, topic_name, p)
+
+    full = await conn.request(session_fetch(0, 0, topic_name, dict.fromkeys(range(n), 0)))
+    assert len(answered(full)) == n, "a full fetch answers every partition it names"
+    first = {p for p, (_, _, size) in answered(full).items() if size}
+    assert len(first) == 500 and all(answered(full)[p][:2] == (0, 1) for p in range(n))
+    for p in first:  # the answered partitions get more records: still, the skipped ones are owed first
+        await produce_one(conn, topic_name, p)
+    position = {p: 1 for p in first}
+    everything = {p: 2 if p in first else 1 for p in range(n)}
+    sid, epoch, sizes, moved = full.session_id, 1, [500], position.copy()
+    while position != everything and epoch < 10:
+        resp = await conn.request(session_fetch(sid, epoch, topic_name, moved))
+        carried = {p for p, (_, _, size) in answered(resp).items() if size}
+        if epoch == 1:
+            assert not carried & first, "the partitions skipped last time go first"
+        moved = {p: position.get(p, 0) + 1 for p in carried}
+        position.update(moved)
+        sizes.append(len(carried))
+        epoch += 1
+    assert sizes == [500, 500, 500, 100], sizes
+    assert position == everything
+    resp = await conn.request(session_fetch(sid, epoch, topic_name, moved))
+    assert answered(resp) == {}
+    await conn.close()
+
+
 async def test_session_errors_and_closing(broker, topic_name):
     conn = await KafkaConnection.open("127.0.0.1", broker.port)
     await open_topic(conn, topic_name)

@@ -86,6 +86,9 @@ class FetchSession:
     partitions: dict[SessionKey, CachedPartition] = field(default_factory=dict)
     topic_ids: dict[str, bytes] = field(default_factory=dict)  # topic name or id -> the 16-byte id to answer
     dirty: set[SessionKey] = field(default_factory=set)
+    # Skipped by the last answer (its size, a throttle, or the partitions-with-records limit): read first
+    # in the next one, so a partition late in the order is not left out answer after answer.
+    owed: set[SessionKey] = field(default_factory=set)
     closed: bool = False
     _waiter: asyncio.Future[None] | None = None
 
@@ -107,6 +110,7 @@ class FetchSession:
     def forget(self, key: SessionKey) -> None:
         cached = self.partitions.pop(key, None)
         self.dirty.discard(key)
+        self.owed.discard(key)
         if cached is not None and cached.watched is not None:
             cached.watched.unwatch(self)
         # topic_ids keeps the topic's id: bounded by the topics ever named, and looking for the topic's
@@ -153,6 +157,7 @@ class FetchSession:
                 cached.watched = None
         self.partitions.clear()
         self.dirty.clear()
+        self.owed.clear()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
