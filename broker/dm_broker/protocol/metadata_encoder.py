@@ -41,12 +41,15 @@ class TopicEntries:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[type, str], tuple[tuple, bytes]] = {}
+        self.partitions_encoded = 0  # a running count, so a request can tell how much it had to encode
 
     def get(self, topic_cls: type, name: str, key: tuple, build: Callable[[], Any]) -> bytes:
         found = self._entries.get((topic_cls, name))
         if found is not None and found[0] == key:
             return found[1]
-        encoded = encode_topic(topic_cls, build())
+        entity = build()
+        self.partitions_encoded += len(entity.partitions)
+        encoded = encode_topic(topic_cls, entity)
         self._entries[(topic_cls, name)] = (key, encoded)
         return encoded
 

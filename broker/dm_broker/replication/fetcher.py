@@ -41,6 +41,7 @@ MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 8 << 20
 THROTTLED_MIN_BYTES = 64 << 10  # a throttled partition still asks for whole batches
 BACKOFF_S = 0.2
+PLAN_STEP = 500  # partitions whose wants a full refresh of the plan works out between two turns of the loop
 REFRESH_S = 5.0
 TRUNCATION_BATCH = 500  # partitions per OffsetForLeaderEpoch request
 SESSION_BATCH = 500  # partitions named per session fetch request at most (FetchSessionClient.limit)
@@ -190,6 +191,27 @@ class ReplicaFetcher:
                               log_start_offset=plog.log_start_offset,
                               partition_max_bytes=self._max_bytes(part, throttled, allowance))
 
+    async def _all_wanted(self, ready: list[Partition], throttled: set[tuple[str, int]], allowance: int
+                          ) -> dict[tuple[str, int], PartitionFetch]:
+        """What the next request wants of every ready partition, PLAN_STEP partitions between two turns of
+        the loop (a follower of thousands of partitions; ADR 0039). What is touched meanwhile (appended,
+        removed, truncated) is looked at again once all are done."""
+        self._touched = set()
+        wanted: dict[tuple[str, int], PartitionFetch] = {}
+        for first in range(0, len(ready), PLAN_STEP):
+            if first:
+                await asyncio.sleep(0)
+            for part in ready[first:first + PLAN_STEP]:
+                wanted[(part.topic, part.index)] = self._wants(part, throttled, allowance)
+        for key in self._touched:
+            part = self._ready(key)
+            if part is None:
+                wanted.pop(key, None)
+            else:
+                wanted[key] = self._wants(part, throttled, allowance)
+        self._touched = set()
+        return wanted
+
     def _ready(self, key: tuple[str, int]) -> Partition | None:
         part = self.partitions.get(key)
         return part if part is not None and key not in self.needs_truncation and part.role == FOLLOWER else None
@@ -217,8 +239,7 @@ class ReplicaFetcher:
                 if not ready:
                     await asyncio.sleep(min(quota.seconds_until_available(), MAX_WAIT_MS / 1000))
                     return
-            self._wanted = {(p.topic, p.index): self._wants(p, throttled, allowance) for p in ready}
-            self._touched.clear()
+            self._wanted = await self._all_wanted(ready, throttled, allowance)
             self._refresh_at = now + REFRESH_S
             changed = None
         if not self._wanted:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -18,6 +19,23 @@ from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
 from ..metadata_encoder import encode_metadata_response, encode_topic
 
 NULL_UUID = uuid.UUID(int=0)
+# Entries encoded again (their topics changed) between two turns of the event loop: after a wave of
+# leader or ISR changes a full Metadata request at 10,000 partitions re-encodes all of them (issue 31,
+# ADR 0039's step).
+PARTITIONS_PER_STEP = 500
+
+
+class _Turns:
+    """Gives the loop its turn once a request has encoded PARTITIONS_PER_STEP partitions since the last."""
+
+    def __init__(self, entries: Any) -> None:
+        self._entries = entries
+        self._mark = entries.partitions_encoded
+
+    async def now_and_then(self) -> None:
+        if self._entries.partitions_encoded - self._mark >= PARTITIONS_PER_STEP:
+            await asyncio.sleep(0)
+            self._mark = self._entries.partitions_encoded
 
 
 async def handle_api_versions(ctx: RequestContext, req: Any) -> Any:
@@ -107,13 +125,18 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
 
     live = frozenset(e.node_id for e in broker.endpoints())
     topics: list[bytes] = []
+    turns = _Turns(broker.metadata_entries)
     if requested is None:  # every topic this principal may describe, and no word of the others
         everything = broker.topics()
-        topics = [_topic_metadata(ctx, t, live, with_ops) for t in everything.values() if describable(t.name)]
+        for t in everything.values():
+            if describable(t.name):
+                topics.append(_topic_metadata(ctx, t, live, with_ops))
+                await turns.now_and_then()
         if len(broker.metadata_entries) > 2 * len(everything) + 64:
             broker.metadata_entries.forget_except(set(everything))
     else:
         for entry in requested:
+            await turns.now_and_then()  # for what the entries before this one encoded
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
             if name is None:
