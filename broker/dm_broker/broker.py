@@ -75,6 +75,7 @@ from .security.scram import ScramCredential
 from .security.setup import SecuritySetup
 from .share.partitions import SharePartitions, share_fetch_settings
 from .share.state_store import STATE_TOPIC, ShareCoordinator, ShareStateClient
+from .steps import PARTITIONS_PER_STEP  # changed partitions applied between two turns of the loop
 from .tasks import stop_tasks
 from .topic_view import TopicView
 from .txn.coordinator import TXN_TOPIC, TransactionCoordinator, TxnSettings
@@ -86,10 +87,6 @@ log = logging.getLogger(__name__)
 # kernel, creating files): more jobs than a node's cores only take CPU from the event loop, whose
 # timers then fire late (ADR 0033).
 LOG_PREPARATION_JOBS = 2
-# Partitions whose state an update changes, applied between two turns of the event loop: a topic of
-# thousands of partitions (or a broker's share of 10,000) applied in one piece held the loop for a
-# tenth of a second and more (issue 31).
-PARTITIONS_PER_STEP = 500
 # what _new_log is given: the topic, the partition, its settings, the log directory, and the first leader
 # epoch where this broker leads it
 NewLog = tuple[TopicDoc, int, TopicSettings, Path, int | None]

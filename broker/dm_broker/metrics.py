@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from .log.free_space import floor_for
 from .loop_stalls import STALL_SECONDS, StallCause, ThreadClock, stall_cause
 from .protocol.request_memory import RequestMemory
+from .steps import PARTITIONS_PER_STEP  # a scrape's copy of the partitions' figures, per turn of the loop
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A scrape copies this many partitions' figures between two turns of the event loop: at 10,000 partitions
-# the copy in one piece held the loop for tens of milliseconds, more on a busy machine (issue 31).
-PARTITIONS_PER_STEP = 500
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 

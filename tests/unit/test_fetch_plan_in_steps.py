@@ -1,5 +1,5 @@
 """A follower's full refresh of its fetch plan (every REFRESH_S, the safety net behind the plan it keeps
-for touched partitions) works PLAN_STEP partitions between two turns of the event loop, and what changes
+for touched partitions) works PARTITIONS_PER_STEP partitions between two turns of the event loop, and what changes
 meanwhile is in the plan it ends with (issue 31: a follower of 3,333 partitions held its loop for a tenth
 of a second with it). A real Broker with real logs on disk, following a leader that is not there."""
 
@@ -24,7 +24,7 @@ def followed(partitions: int) -> ClusterMetadata:
 
 
 async def test_a_full_refresh_turns_the_loop_and_keeps_what_changed_meanwhile(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(fetcher_module, "PLAN_STEP", 40)
+    monkeypatch.setattr(fetcher_module, "PARTITIONS_PER_STEP", 40)
     config = BrokerConfig.build({"node.id": 0, "log.dirs": str(tmp_path / "data")}, environ={})
     broker = Broker(config, controller=None)  # type: ignore[arg-type]  # never called here
     try:

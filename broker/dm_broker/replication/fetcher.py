@@ -27,6 +27,7 @@ from ..protocol.codec import request_class
 from ..protocol.fetch_decoder import VERSION as FETCH_VERSION
 from ..protocol.fetch_decoder import decode_fetch_response
 from ..protocol.fetch_encoder import PartitionResult
+from ..steps import PARTITIONS_PER_STEP
 from ..tasks import cancelling, stop_tasks
 from .fetch_session_client import FetchSessionClient, PartitionFetch
 from .partition import EPOCH_WRITER_THREADS, EPOCH_WRITERS, FOLLOWER, Partition
@@ -41,7 +42,6 @@ MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 8 << 20
 THROTTLED_MIN_BYTES = 64 << 10  # a throttled partition still asks for whole batches
 BACKOFF_S = 0.2
-PLAN_STEP = 500  # partitions whose wants a full refresh of the plan works out between two turns of the loop
 REFRESH_S = 5.0
 TRUNCATION_BATCH = 500  # partitions per OffsetForLeaderEpoch request
 SESSION_BATCH = 500  # partitions named per session fetch request at most (FetchSessionClient.limit)
@@ -193,15 +193,15 @@ class ReplicaFetcher:
 
     async def _all_wanted(self, ready: list[Partition], throttled: set[tuple[str, int]], allowance: int
                           ) -> dict[tuple[str, int], PartitionFetch]:
-        """What the next request wants of every ready partition, PLAN_STEP partitions between two turns of
+        """What the next request wants of every ready partition, PARTITIONS_PER_STEP partitions between two turns of
         the loop (a follower of thousands of partitions; ADR 0039). What is touched meanwhile (appended,
         removed, truncated) is looked at again once all are done."""
         self._touched = set()
         wanted: dict[tuple[str, int], PartitionFetch] = {}
-        for first in range(0, len(ready), PLAN_STEP):
+        for first in range(0, len(ready), PARTITIONS_PER_STEP):
             if first:
                 await asyncio.sleep(0)
-            for part in ready[first:first + PLAN_STEP]:
+            for part in ready[first:first + PARTITIONS_PER_STEP]:
                 wanted[(part.topic, part.index)] = self._wants(part, throttled, allowance)
         for key in self._touched:
             part = self._ready(key)

@@ -22,6 +22,7 @@ from ...quotas.entities import CONSUMER_BYTE_RATE
 from ...replication.partition import Partition
 from ...replication.throttle import ByteRateQuota
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
+from ...steps import PARTITIONS_PER_STEP
 from ..codec import EncodedResponse
 from ..dispatch import RequestContext
 from ..fetch_encoder import FLEXIBLE_FROM, TOPIC_IDS_FROM, PartitionResult, TopicResult, encode_fetch_response
@@ -33,7 +34,8 @@ SESSIONS_FROM = 7
 # encoding them here, and appending them on a follower, is work on the event loop in one piece whose size
 # is otherwise every partition that changed since the last fetch: at 10,000 partitions under load, a few
 # thousand. The rest stay marked, go first in the next answer, and that answer follows at once.
-PARTITIONS_WITH_RECORDS_PER_ANSWER = 500
+PARTITIONS_WITH_RECORDS_PER_ANSWER = PARTITIONS_PER_STEP
+NOTHING_OWED: frozenset[SessionKey] = frozenset()
 
 
 class _PartitionRead:
@@ -58,7 +60,8 @@ def _check_epoch(part: Partition, current_leader_epoch: int) -> ErrorCode:
     return ErrorCode.unknown_leader_epoch
 
 
-def _in_turn(reads: list[list[_PartitionRead]], owed: set[SessionKey]) -> Iterable[_PartitionRead]:
+def _in_turn(reads: list[list[_PartitionRead]], owed: set[SessionKey] | frozenset[SessionKey]
+             ) -> Iterable[_PartitionRead]:
     """The reads, those a session's last answer skipped first."""
     if not owed:
         return (r for topic_reads in reads for r in topic_reads)
@@ -76,7 +79,7 @@ def _read_all(reads: list[list[_PartitionRead]], max_bytes: int, committed: bool
     with_records = 0
     room = PARTITIONS_WITH_RECORDS_PER_ANSWER if session is not None else None
     allowance = quota.available() if quota is not None else 0
-    for r in _in_turn(reads, session.owed if session is not None else set()):
+    for r in _in_turn(reads, session.owed if session is not None else NOTHING_OWED):
         part = r.partition
         if part is None or r.error != ErrorCode.none:
             continue

@@ -12,23 +12,21 @@ from ...controller.models import TopicDoc
 from ...endpoints import endpoint_on as _fenced_endpoint
 from ...errors import KafkaError
 from ...security.acls import CLUSTER_NAME, OPERATIONS, Operation, ResourceType
+from ...steps import PARTITIONS_PER_STEP
 from ...topics import INTERNAL_TOPICS
 from ..build import ZERO, make, nested
 from ..codec import EncodedResponse
 from ..dispatch import CLIENT_SOFTWARE, RequestContext, api_versions_response
-from ..metadata_encoder import encode_metadata_response, encode_topic
+from ..metadata_encoder import TopicEntries, encode_metadata_response, encode_topic
 
 NULL_UUID = uuid.UUID(int=0)
-# Entries encoded again (their topics changed) between two turns of the event loop: after a wave of
-# leader or ISR changes a full Metadata request at 10,000 partitions re-encodes all of them (issue 31,
-# ADR 0039's step).
-PARTITIONS_PER_STEP = 500
 
 
 class _Turns:
-    """Gives the loop its turn once a request has encoded PARTITIONS_PER_STEP partitions since the last."""
+    """Gives the loop its turn once a request has encoded PARTITIONS_PER_STEP partitions since the last: after
+    a wave of leader or ISR changes a full Metadata request at 10,000 partitions re-encodes all of them."""
 
-    def __init__(self, entries: Any) -> None:
+    def __init__(self, entries: TopicEntries) -> None:
         self._entries = entries
         self._mark = entries.partitions_encoded
 
