@@ -203,14 +203,19 @@ class ReplicaFetcher:
                 await asyncio.sleep(0)
             for part in ready[first:first + PARTITIONS_PER_STEP]:
                 wanted[(part.topic, part.index)] = self._wants(part, throttled, allowance)
-        for key in self._touched:
+        self._update_wanted(wanted, self._touched, throttled, allowance)
+        self._touched = set()
+        return wanted
+
+    def _update_wanted(self, wanted: dict[tuple[str, int], PartitionFetch], keys: set[tuple[str, int]],
+                       throttled: set[tuple[str, int]], allowance: int) -> None:
+        """`wanted` brought up to date for `keys`: a partition no longer ready to fetch leaves it."""
+        for key in keys:
             part = self._ready(key)
             if part is None:
                 wanted.pop(key, None)
             else:
                 wanted[key] = self._wants(part, throttled, allowance)
-        self._touched = set()
-        return wanted
 
     def _ready(self, key: tuple[str, int]) -> Partition | None:
         part = self.partitions.get(key)
@@ -222,12 +227,7 @@ class ReplicaFetcher:
         changed: set[tuple[str, int]] | None
         throttled: set[tuple[str, int]] = set()
         if quota.unlimited() and now < self._refresh_at and self.session.enabled:
-            for key in self._touched:
-                part = self._ready(key)
-                if part is None:
-                    self._wanted.pop(key, None)
-                else:
-                    self._wanted[key] = self._wants(part, set(), 0)
+            self._update_wanted(self._wanted, self._touched, set(), 0)
             changed, self._touched = self._touched, set()
         else:  # in full: now and then, and always under a replication throttle (its shares move)
             ready = [p for k, p in self.partitions.items() if self._ready(k) is not None]
