@@ -173,14 +173,23 @@ def produce_over(client: dict, topics: list[str], per_topic: int, seconds: float
     return acked[0] / (time.monotonic() - started)
 
 
-def scraped(port: int, family_name: str) -> list:
-    """The samples of one metric family from a broker's /metrics."""
+def scraped_families(port: int, *family_names: str) -> dict[str, list]:
+    """The samples of the named metric families from one scrape of a broker's /metrics (a scrape at 10,000
+    partitions is work for the broker: one per reading, not one per family)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         text = r.read().decode()
-    return [sample for family in text_string_to_metric_families(text) if family.name == family_name
-            for sample in family.samples]
+    found: dict[str, list] = {name: [] for name in family_names}
+    for family in text_string_to_metric_families(text):
+        if family.name in found:
+            found[family.name].extend(family.samples)
+    return found
+
+
+def scraped(port: int, family_name: str) -> list:
+    """The samples of one metric family from a broker's /metrics."""
+    return scraped_families(port, family_name)[family_name]
 
 
 @dataclass(frozen=True)
@@ -196,12 +205,15 @@ class LoopReading:
 def loop_lag(cluster: LocalCluster, brokers: list[int] | None = None) -> list[LoopReading]:
     """Each broker's (or the listed brokers') event-loop figures."""
     ports = cluster.http_ports if brokers is None else [cluster.http_ports[i] for i in brokers]
-    return [LoopReading(
-        {float(sample.labels["le"]): sample.value for sample in scraped(port, "dm_event_loop_lag_seconds")
-         if sample.name.endswith("_bucket")},
-        {sample.labels["cause"]: sample.value for sample in scraped(port, "dm_event_loop_stalls")
-         if sample.name.endswith("_total")},
-    ) for port in ports]
+    readings = []
+    for port in ports:
+        found = scraped_families(port, "dm_event_loop_lag_seconds", "dm_event_loop_stalls")
+        readings.append(LoopReading(
+            {float(sample.labels["le"]): sample.value for sample in found["dm_event_loop_lag_seconds"]
+             if sample.name.endswith("_bucket")},
+            {sample.labels["cause"]: sample.value for sample in found["dm_event_loop_stalls"]
+             if sample.name.endswith("_total")}))
+    return readings
 
 
 def stalls(before: list[LoopReading], after: list[LoopReading]) -> dict:
@@ -221,7 +233,7 @@ def stalls(before: list[LoopReading], after: list[LoopReading]) -> dict:
 
 def described(s: dict) -> str:
     """A phase's stalls in words: "2 probes > 100 ms (busy 1, run_queue 1), longest <= 0.25 s"."""
-    causes = ", ".join(f"{cause} {n}" for cause, n in s.get("causes", {}).items() if n)
+    causes = ", ".join(f"{cause} {n}" for cause, n in s["causes"].items() if n)
     return (f"{s['over_100ms']} probes > 100 ms{f' ({causes})' if causes else ''}, "
             f"longest <= {s['longest_at_most_s']:g} s")
 
