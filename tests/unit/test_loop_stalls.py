@@ -33,9 +33,7 @@ def test_the_clock_reads_this_threads_cpu_and_its_wait() -> None:
     clock = ThreadClock()
     try:
         before = clock.read()
-        deadline = time.thread_time() + 0.05
-        while time.thread_time() < deadline:
-            pass
+        spins_on_the_loop(0.05)
         spent = clock.read().since(before)
     finally:
         clock.close()
