@@ -429,19 +429,82 @@ def build_batch(
     deltas = timestamp_deltas or [0] * len(records)
     pieces: list[bytes] = []
     _encode_records(pieces, zip(deltas, itertools.count(), records))
-    payload = compress(codec, b"".join(pieces))
-    attributes = codec | attributes_extra
+    return _framed(compress(codec, b"".join(pieces)), len(records), base_offset=base_offset,
+                   timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms + max(deltas, default=0),
+                   attributes=codec | attributes_extra, producer_id=producer_id, producer_epoch=producer_epoch,
+                   base_sequence=base_sequence)
+
+
+def build_keyless_batch(values: Sequence[bytes], *, timestamp_ms: int,
+                        runs: Sequence[tuple[int, int]] | None = None) -> bytes:
+    """build_batch of records with no key and no headers (the REST Proxy's common produce request): the
+    same bytes at about a quarter of its time. `runs` are (record count, timestamp delta) of consecutive
+    records, in order (a REST batch gathers requests that arrived in different milliseconds); without
+    them every record has `timestamp_ms`. A record's bytes before its value depend only on its offset
+    delta, timestamp delta and value length (_keyless_head), so records of one value length take their
+    heads from a table and the batch is one join of heads and values."""
+    count = len(values)
+    runs = [(count, 0)] if runs is None else runs
+    if not count or count >= _SMALL_LIMIT or None in values or not all(0 <= d < _SMALL_LIMIT for _, d in runs):
+        deltas = list(itertools.chain.from_iterable(itertools.repeat(d, n) for n, d in runs))
+        return build_batch([(None, v, ()) for v in values], timestamp_ms=timestamp_ms, timestamp_deltas=deltas)
+    lengths = set(map(len, values))
+    heads: list[bytes] = []
+    first = 0
+    for n, delta in runs:
+        if len(lengths) == 1:
+            heads += keyless_heads(next(iter(lengths)), delta, first + n)[first:]
+        else:
+            heads += [_keyless_head(i, delta, len(values[i])) for i in range(first, first + n)]
+        first += n
+    pieces: list[bytes] = [b""] * (2 * count + 1)
+    pieces[0:-1:2] = heads
+    pieces[1::2] = values
+    pieces[-1] = _NO_HEADERS
+    largest = max(delta for _, delta in runs)
+    return _framed(b"".join(pieces), count, timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms + largest)
+
+
+def _keyless_head(offset_delta: int, timestamp_delta: int, value_length: int) -> bytes:
+    """What precedes a keyless, header-less record's value (length, attributes, timestamp delta, offset
+    delta, null key, value length); after the first record, the previous record's header count of 0
+    comes first (a record ends with its header count, so the next record's head carries it)."""
+    deltas = _small_varint(timestamp_delta) + _small_varint(offset_delta)
+    length = _small_varint(value_length)
+    size = 1 + len(deltas) + len(_NULL) + len(length) + value_length + len(_NO_HEADERS)
+    head = _small_varint(size) + b"\x00" + deltas + _NULL + length
+    return _NO_HEADERS + head if offset_delta else head
+
+
+# (value length, timestamp delta) -> the heads of records 0, 1, 2, ...: a producer's values are mostly of
+# one size, and a REST batch's timestamp deltas a few milliseconds; dropped when others come
+_KEYLESS_HEADS: dict[tuple[int, int], list[bytes]] = {}
+_KEYLESS_HEADS_KEPT = 64
+
+
+def keyless_heads(value_length: int, timestamp_delta: int, count: int) -> list[bytes]:
+    """The heads (_keyless_head) of records 0 .. count-1 whose values are `value_length` bytes long."""
+    key = (value_length, timestamp_delta)
+    heads = _KEYLESS_HEADS.get(key)
+    if heads is None or len(heads) < count:
+        if heads is None and len(_KEYLESS_HEADS) >= _KEYLESS_HEADS_KEPT:
+            _KEYLESS_HEADS.clear()
+        heads = _KEYLESS_HEADS[key] = [_keyless_head(i, timestamp_delta, value_length)
+                                       for i in range(max(count, 128))]
+    return heads[:count]
+
+
+def _framed(payload: bytes, count: int, *, timestamp_ms: int, max_timestamp_ms: int, base_offset: int = 0,
+            last_offset_delta: int | None = None, leader_epoch: int = -1, attributes: int = 0,
+            producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE) -> bytes:
+    """The batch of `count` records whose (compressed) records are `payload`: header, CRC and payload,
+    copied once."""
     length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    out = bytearray(
-        BATCH_HEADER.pack(
-            base_offset, length, -1, MAGIC_V2, 0, attributes, len(records) - 1,
-            timestamp_ms, timestamp_ms + max(deltas, default=0), producer_id, producer_epoch, base_sequence,
-            len(records),
-        )
-    )
-    out += payload
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
+    header = BATCH_HEADER.pack(base_offset, length, leader_epoch, MAGIC_V2, 0, attributes,
+                               count - 1 if last_offset_delta is None else last_offset_delta, timestamp_ms,
+                               max_timestamp_ms, producer_id, producer_epoch, base_sequence, count)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(header[CRC_START:]))
+    return b"".join((header[:17], crc.to_bytes(4, "big"), header[CRC_START:], payload))
 
 
 def renumbered(batch: bytes | bytearray | memoryview) -> bytes:
@@ -467,14 +530,10 @@ def rebuild_batch(original: bytes | bytearray | memoryview, kept: list[Record]) 
 def with_payload(header: BatchHeader, payload: bytes, attributes: int, records_count: int) -> bytes:
     """A batch with `header`'s offsets, timestamps and producer fields around a new (compressed)
     payload, its length and CRC computed (compaction drops records, recompression re-encodes them)."""
-    out = bytearray(BATCH_HEADER.pack(
-        header.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), header.partition_leader_epoch, MAGIC_V2, 0,
-        attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
-        header.producer_epoch, header.base_sequence, records_count,
-    ))
-    out += payload
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
+    return _framed(payload, records_count, timestamp_ms=header.base_timestamp, max_timestamp_ms=header.max_timestamp,
+                   base_offset=header.base_offset, last_offset_delta=header.last_offset_delta,
+                   leader_epoch=header.partition_leader_epoch, attributes=attributes, producer_id=header.producer_id,
+                   producer_epoch=header.producer_epoch, base_sequence=header.base_sequence)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ...controller.models import TopicDoc
-from ...log.records import HEADER_SIZE, build_batch
+from ...log.records import HEADER_SIZE, build_batch, build_keyless_batch
 from ...partitioners import Partitioner
 from ...protocol.build import make, nested
 from ...protocol.codec import request_class
@@ -191,8 +191,13 @@ class RestProducer:
         records = chunks[0][0] if len(chunks) == 1 else list(itertools.chain.from_iterable(c for c, _ in chunks))
         stamps = list(map(_TIMESTAMP, records))
         first = min(when for _, when in chunks)
+        plain = stamps.count(None) == len(stamps)  # no record has a timestamp of its own
+        if plain and list(map(_KEY, records)).count(None) == len(records) and not any(map(_HEADERS, records)):
+            # the common request (values alone): the keyless encoder, a run per request
+            return build_keyless_batch(list(map(_VALUE, records)), timestamp_ms=first,
+                                       runs=[(len(chunk), when - first) for chunk, when in chunks])
         deltas = None
-        if stamps.count(None) < len(stamps):  # records with timestamps of their own
+        if not plain:  # records with timestamps of their own
             arrivals = itertools.chain.from_iterable(itertools.repeat(when, len(chunk)) for chunk, when in chunks)
             stamps = [when if stamp is None else stamp for stamp, when in zip(stamps, arrivals, strict=True)]
             first = min(stamps)
