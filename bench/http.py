@@ -1,7 +1,7 @@
 """The REST Proxy against the Kafka protocol on one broker, in the same run (issue 27).
 
     .venv/bin/python -m bench.http [--records 100000] [--partitions 6] [--concurrency 4]
-                                   [--client raw|aiohttp|both] [--repeat 1] [--warm-memory GB] [--plot]
+                                   [--client raw|aiohttp|both] [--repeat 1] [--warm-memory GB] [--floor] [--plot]
 
 1. Kafka protocol: `dm bench produce` (confluent-kafka), 1 KiB records, acks=all, into one topic.
 2. HTTP: POST /topics/{t} with batches of 100 binary (base64) 1 KiB records and no partition (the broker
@@ -11,6 +11,9 @@
    built once, so the figure is the broker's and not the Python HTTP client's (aiohttp's client costs
    more CPU per record than the broker's Kafka path, on the same two cores); `--client aiohttp`, and
    `--client both` for the two in the same run.
+   `--floor` adds, in every round, the same raw client against bench.http_floor: a process that only reads,
+   parses, encodes and writes each request with dm's own pieces and answers it (no Produce path, no log):
+   the most an in-process REST Proxy could reach on this machine, as a ratio to the Kafka protocol too.
 3. Consume: `dm bench consume` against a REST consumer instance reading the same records with
    GET …/records (4 MB at most per answer); its rate counts from the first records, after the instance
    joined its group (group.initial.rebalance.delay.ms, 3 s as in Kafka, is reported apart).
@@ -25,10 +28,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -167,6 +174,21 @@ def with_client_cpu(records: int, run: Callable[[], dict]) -> dict:
     return result | {"client_cpu_us_per_record": round((time.process_time() - before) / records * 1e6, 2)}
 
 
+@contextlib.contextmanager
+def floor_server() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """bench.http_floor in a process of its own (as the broker is), on a free port."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="dm-http-floor-") as directory:
+        proc = subprocess.Popen([sys.executable, "-m", "bench.http_floor", "--port", str(port), "--dir", directory],
+                                stdout=subprocess.DEVNULL)
+        try:
+            wait_port(port)
+            yield port, proc
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000)
@@ -180,6 +202,8 @@ def main() -> None:
     parser.add_argument("--warm-memory", type=float, default=0, metavar="GB",
                         help="touch this much memory before each phase, so that page-cache pages are not first-touch "
                         "host faults on a VM with free page reporting (bench.brokers.warm_memory)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the raw client against bench.http_floor (the least a request can cost)")
     parser.add_argument("--label", default="")
     parser.add_argument("--plot", action="store_true")
     args = parser.parse_args()
@@ -205,6 +229,15 @@ def main() -> None:
             http_runs = {name: costs(lambda name=name: with_client_cpu(args.records,
                                                                        lambda: asyncio.run(clients[name]())))
                          for name in chosen}
+            if args.floor:
+                with floor_server() as (port, floor):
+                    def floor_run(port: int = port) -> dict:
+                        return asyncio.run(raw_http_produce("127.0.0.1", port, "floor", args.records,
+                                                            args.concurrency))
+
+                    asyncio.run(raw_http_produce("127.0.0.1", port, "floor", args.records // 10, args.concurrency))
+                    warm_memory(args.warm_memory)
+                    http_runs["floor"] = cpu_per_record([floor.pid], args.records, floor_run)
             rounds.append((kafka, http_runs))
         # the round of the median ratio stands for the run; every round's figures are kept
         rounds.sort(key=lambda r: r[1][chosen[0]]["records_per_s"] / r[0]["records_per_s"])
@@ -225,11 +258,17 @@ def main() -> None:
         aiohttp_rate = http_runs["aiohttp"]["records_per_s"]
         row["http_over_kafka_produce_aiohttp"] = round(aiohttp_rate / kafka["records_per_s"], 2)
     row["http_over_kafka_produce"] = round(http["records_per_s"] / kafka["records_per_s"], 2)
+    if args.floor:
+        row["floor_produce"] = http_runs["floor"]
+        row["floor_over_kafka_produce"] = round(http_runs["floor"]["records_per_s"] / kafka["records_per_s"], 2)
+    measured = chosen + (["floor"] if args.floor else [])
     row["rounds"] = [{"kafka_records_per_s": round(k["records_per_s"]),
-                      **{f"{name}_records_per_s": h[name]["records_per_s"] for name in chosen},
-                      **{f"{name}_broker_cpu_us_per_record": h[name]["broker_cpu_us_per_record"] for name in chosen},
+                      **{f"{name}_records_per_s": h[name]["records_per_s"] for name in measured},
+                      **{f"{name}_broker_cpu_us_per_record": h[name]["broker_cpu_us_per_record"] for name in measured},
                       "kafka_broker_cpu_us_per_record": k["broker_cpu_us_per_record"],
-                      "ratio": round(h[chosen[0]]["records_per_s"] / k["records_per_s"], 2)} for k, h in rounds]
+                      "ratio": round(h[chosen[0]]["records_per_s"] / k["records_per_s"], 2),
+                      **({"floor_ratio": round(h["floor"]["records_per_s"] / k["records_per_s"], 2)}
+                         if args.floor else {})} for k, h in rounds]
     row["http_over_kafka_consume"] = round(http_read["records_per_s"] / kafka_read["records_per_s"], 2)
     RESULTS.parent.mkdir(exist_ok=True)
     with RESULTS.open("a") as f:

@@ -6,6 +6,9 @@
    rows/s over the whole query (planning, fetches, Arrow decoding, JVM transfer). The same rows
    (every column the connector gives) are written to Parquet once and read the same way: the
    baseline issue 31 compares with (a batch read of a topic against a read of local files).
+   Each read also reports the CPU seconds it took in the JVM, in Spark's Python workers (the
+   connector's side) and in the broker: on local[2] the two cores bound a read to at least half
+   their sum.
 2. Write: spark.range(N) as string values into a topic through the connector (idempotent
    producer, acks=all); rows/s until every record is acknowledged.
 
@@ -15,6 +18,7 @@ Results are appended to bench/results/spark.jsonl; `--plot` draws docs/bench/spa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -44,6 +48,41 @@ def timed(action) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - start
 
 
+def _process_cpu(pid: int) -> tuple[float, int]:
+    """(CPU seconds of the process and of its children it has reaped, parent pid)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK"), int(fields[1])
+
+
+def cpu_by_process(jvm: int, broker: int) -> dict[str, float]:
+    """CPU seconds so far of the Spark JVM, of the Python workers it started (every live process under it,
+    with the workers they have reaped), and of the broker."""
+    parents: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):  # a worker that exits meanwhile is counted by its parent
+                spent[int(entry)], parents[int(entry)] = _process_cpu(int(entry))
+
+    def under_jvm(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == jvm:
+                return True
+        return False
+
+    return {"jvm": spent.get(jvm, 0.0), "python_workers": sum(c for pid, c in spent.items() if under_jvm(pid)),
+            "broker": spent.get(broker, 0.0)}
+
+
+def cpu_timed(action, jvm: int, broker: int) -> tuple[float, dict[str, float]]:  # type: ignore[no-untyped-def]
+    """timed(action) and the CPU seconds it cost each kind of process (cpu_by_process)."""
+    before = cpu_by_process(jvm, broker)
+    seconds = timed(action)
+    after = cpu_by_process(jvm, broker)
+    return seconds, {kind: round(after[kind] - before[kind], 3) for kind in after}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -54,7 +93,8 @@ def main() -> None:
     args = parser.parse_args()
     spark = session()
     results = []
-    with dm_broker() as (bootstrap, _proc):
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]  # the JVM py4j started
+    with dm_broker() as (bootstrap, broker):
         dm_bench("produce", bootstrap, "--topic", "spark-read", "--partitions", str(args.partitions),
                  "--records", str(args.records), "--record-size", str(args.record_size), "--acks", "1")
 
@@ -66,7 +106,8 @@ def main() -> None:
         count = spark.read.format("dm").option("kafka.bootstrap.servers", bootstrap) \
             .option("subscribe", "spark-read").load().count()
         assert count == args.records, f"read {count} of {args.records} records"
-        reads = [timed(read) for _ in range(args.repeat)]
+        read_runs = [cpu_timed(read, jvm, broker.pid) for _ in range(args.repeat)]
+        reads = [seconds for seconds, _ in read_runs]
 
         import tempfile
 
@@ -78,7 +119,8 @@ def main() -> None:
                 spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
 
             read_parquet()  # warm-up
-            parquet_reads = [timed(read_parquet) for _ in range(args.repeat)]
+            parquet_runs = [cpu_timed(read_parquet, jvm, broker.pid) for _ in range(args.repeat)]
+            parquet_reads = [seconds for seconds, _ in parquet_runs]
 
         from pyspark.sql import functions as F
 
@@ -91,15 +133,20 @@ def main() -> None:
                 .mode("append").save()
 
         writes = [timed(write) for _ in range(args.repeat)]
+    cpu = {"read": [c for _, c in read_runs], "parquet-read": [c for _, c in parquet_runs]}
     for kind, times in (("read", reads), ("parquet-read", parquet_reads), ("write", writes)):
         median = statistics.median(times)
         result = {"benchmark": f"spark-{kind}", "records": args.records, "record_size": args.record_size,
                   "partitions": args.partitions, "master": "local[2]", "seconds": [round(t, 3) for t in times],
                   "rows_per_s": round(args.records / median), "mb_per_s": round(
                       args.records * args.record_size / median / 1e6, 1)}
+        if kind in cpu:
+            result["cpu_seconds"] = cpu[kind]
         results.append(result)
         print(f"{kind:>12}: {result['rows_per_s']:>10,} rows/s  {result['mb_per_s']:>7} MB/s  "
               f"(median of {times})")
+        if kind in cpu:
+            print(f"{'':>12}  CPU seconds per read: {cpu[kind]}")
     print(f"read / Parquet read: {statistics.median(parquet_reads) / statistics.median(reads):.2f}")
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "spark.jsonl").open("a") as out:
