@@ -5,7 +5,8 @@
 1. acks=all throughput and latency, RF=3 (min.insync.replicas=2) against RF=1, 1 KiB records,
    as fast as possible; then both at half of the RF=3 maximum, where latency is meaningful. Each run
    also reports the CPU the brokers spent per record (summed over the three), which says what a
-   replica costs apart from how two cores were shared.
+   replica costs apart from how two cores were shared, and the client's (`dm bench`'s process,
+   librdkafka's threads included, over its timed part): the client shares the same two cores.
 2. Failover: SIGKILL the leader of a partition under acks=all load; time to the next acknowledged
    record on that partition.
 """
@@ -170,6 +171,8 @@ def main() -> None:
             row = by_rate[len(runs) // 2] | {"runs_records_per_s": [round(r["records_per_s"]) for r in runs],
                                              "runs_p99_ms": [r["latency_ms"]["p99"] for r in runs],
                                              "runs_broker_cpu_us_per_record": [r["broker_cpu_us_per_record"]
+                                                                               for r in runs],
+                                             "runs_client_cpu_us_per_record": [r["client_cpu_us_per_record"]
                                                                                for r in runs]}
             if "rate" in kw:
                 row["latency_ms"] = {q: statistics.median(r["latency_ms"][q] for r in runs) for q in ("p50", "p99")}
@@ -190,7 +193,8 @@ def main() -> None:
         lat = r["latency_ms"]
         print(f"{name:14s} {r['records_per_s']:>10,.0f} rec/s {r['mb_per_s']:>7.1f} MB/s  p50 {lat['p50']:.2f} ms  "
               f"p99 {lat['p99']:.2f} ms  runs {r['runs_records_per_s']}  p99s {[round(x, 1) for x in r['runs_p99_ms']]}"
-              f"  broker CPU µs/record {r['runs_broker_cpu_us_per_record']}")
+              f"  broker CPU µs/record {r['runs_broker_cpu_us_per_record']}"
+              f"  client CPU µs/record {r['runs_client_cpu_us_per_record']}")
     print(f"RF=3/RF=1 throughput: {rf3['records_per_s'] / rf1['records_per_s']:.2f}")
     if fo:
         print(f"failover after leader SIGKILL: median {statistics.median(fo):.2f} s, runs {[round(x, 2) for x in fo]}")

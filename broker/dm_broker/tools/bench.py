@@ -33,6 +33,9 @@ class BenchResult:
     mb_per_s: float
     latency_ms: dict[str, float] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)
+    # this process's CPU (librdkafka's threads included) over the timed part, per record: on a machine the
+    # client shares with the brokers it is part of what bounds the rate
+    client_cpu_us_per_record: float | None = None
 
     def line(self) -> str:
         lat = ""
@@ -111,6 +114,7 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
     with _progress(args.quiet) as progress:
         task = progress.add_task(f"produce → {bootstrap}", total=n)
         started = time.perf_counter()
+        cpu_started = time.process_time()
         for i in range(n):
             while True:
                 try:
@@ -132,12 +136,13 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult
                     time.sleep(ahead)
         remaining = producer.flush(300)
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
     errors += remaining
     if errors:
         fail(f"{errors} records failed against {bootstrap}")
     return BenchResult("produce", bootstrap, n, args.record_size, elapsed, n / elapsed,
                        n * args.record_size / elapsed / 1e6, percentiles(latencies),
-                       {k: v for k, v in settings.items() if k != "bootstrap.servers"})
+                       {k: v for k, v in settings.items() if k != "bootstrap.servers"}, round(cpu / n * 1e6, 2))
 
 
 def consume(bootstrap: str, topic: str, args: argparse.Namespace) -> BenchResult:
