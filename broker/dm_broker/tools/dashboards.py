@@ -92,6 +92,10 @@ BROKER_VIEW = Dashboard("dm-brokers", "dm / Brokers", "Requests, latency, the ev
        unit="ops"),
     _p("Event loop lag p99", (_p99("dm_event_loop_lag_seconds", "instance"), "{{instance}}"), unit="s",
        description="How late a 50 ms timer fires: time the loop spent on something else."),
+    _p("Event loop stalls by cause", (_rate("dm_event_loop_stalls_total", "instance, cause"), "{{instance}} {{cause}}"),
+       unit="ops", description="Loop probes late by over 100 ms per second, by cause: busy (the broker's own work "
+       "on the loop), run_queue (waiting for a CPU), other_thread (another broker thread holding the CPU), blocked "
+       "(a blocking call). docs/operations.md says what to do for each."),
     _p("CPU", (f"sum by (instance) (rate(process_cpu_seconds_total{{{BROKERS}}}[{RATE}]))", "{{instance}}"),
        unit="percentunit"),
     _p("Resident memory", (f"process_resident_memory_bytes{{{BROKERS}}}", "{{instance}}"), unit="bytes"),
