@@ -477,21 +477,25 @@ def _keyless_head(offset_delta: int, timestamp_delta: int, value_length: int) ->
 
 
 # (value length, timestamp delta) -> the heads of records 0, 1, 2, ...: a producer's values are mostly of
-# one size, and a REST batch's timestamp deltas a few milliseconds; dropped when others come
+# one size, and a REST batch's timestamp deltas a few milliseconds. At most _KEYLESS_HEADS_KEPT tables of
+# _KEYLESS_HEADS_LENGTH heads each (about 3 MB at most); the heads of records past that are computed.
 _KEYLESS_HEADS: dict[tuple[int, int], list[bytes]] = {}
 _KEYLESS_HEADS_KEPT = 64
+_KEYLESS_HEADS_LENGTH = 1024
 
 
 def keyless_heads(value_length: int, timestamp_delta: int, count: int) -> list[bytes]:
     """The heads (_keyless_head) of records 0 .. count-1 whose values are `value_length` bytes long."""
     key = (value_length, timestamp_delta)
     heads = _KEYLESS_HEADS.get(key)
-    if heads is None or len(heads) < count:
-        if heads is None and len(_KEYLESS_HEADS) >= _KEYLESS_HEADS_KEPT:
+    if heads is None:
+        if len(_KEYLESS_HEADS) >= _KEYLESS_HEADS_KEPT:
             _KEYLESS_HEADS.clear()
         heads = _KEYLESS_HEADS[key] = [_keyless_head(i, timestamp_delta, value_length)
-                                       for i in range(max(count, 128))]
-    return heads[:count]
+                                       for i in range(_KEYLESS_HEADS_LENGTH)]
+    if count <= len(heads):
+        return heads[:count]
+    return heads + [_keyless_head(i, timestamp_delta, value_length) for i in range(len(heads), count)]
 
 
 def _framed(payload: bytes, count: int, *, timestamp_ms: int, max_timestamp_ms: int, base_offset: int = 0,
