@@ -446,14 +446,15 @@ def build_keyless_batch(values: Sequence[bytes], *, timestamp_ms: int,
     count = len(values)
     runs = [(count, 0)] if runs is None else runs
     if not count or count >= _SMALL_LIMIT or None in values or not all(0 <= d < _SMALL_LIMIT for _, d in runs):
-        deltas = list(itertools.chain.from_iterable(itertools.repeat(d, n) for n, d in runs))
-        return build_batch([(None, v, ()) for v in values], timestamp_ms=timestamp_ms, timestamp_deltas=deltas)
+        return build_batch([(None, v, ()) for v in values], timestamp_ms=timestamp_ms,
+                           timestamp_deltas=run_deltas(runs))
     lengths = set(map(len, values))
+    one_length = lengths.pop() if len(lengths) == 1 else None
     heads: list[bytes] = []
     first = 0
     for n, delta in runs:
-        if len(lengths) == 1:
-            heads += keyless_heads(next(iter(lengths)), delta, first + n)[first:]
+        if one_length is not None:
+            heads += keyless_heads(one_length, delta, first, first + n)
         else:
             heads += [_keyless_head(i, delta, len(values[i])) for i in range(first, first + n)]
         first += n
@@ -463,6 +464,11 @@ def build_keyless_batch(values: Sequence[bytes], *, timestamp_ms: int,
     pieces[-1] = _NO_HEADERS
     largest = max(delta for _, delta in runs)
     return _framed(b"".join(pieces), count, timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms + largest)
+
+
+def run_deltas(runs: Sequence[tuple[int, int]]) -> list[int]:
+    """Each record's timestamp delta, from (record count, timestamp delta) runs."""
+    return list(itertools.chain.from_iterable(itertools.repeat(delta, n) for n, delta in runs))
 
 
 def _keyless_head(offset_delta: int, timestamp_delta: int, value_length: int) -> bytes:
@@ -484,8 +490,8 @@ _KEYLESS_HEADS_KEPT = 64
 _KEYLESS_HEADS_LENGTH = 1024
 
 
-def keyless_heads(value_length: int, timestamp_delta: int, count: int) -> list[bytes]:
-    """The heads (_keyless_head) of records 0 .. count-1 whose values are `value_length` bytes long."""
+def keyless_heads(value_length: int, timestamp_delta: int, start: int, end: int) -> list[bytes]:
+    """The heads (_keyless_head) of records start .. end-1 whose values are `value_length` bytes long."""
     key = (value_length, timestamp_delta)
     heads = _KEYLESS_HEADS.get(key)
     if heads is None:
@@ -493,9 +499,9 @@ def keyless_heads(value_length: int, timestamp_delta: int, count: int) -> list[b
             _KEYLESS_HEADS.clear()
         heads = _KEYLESS_HEADS[key] = [_keyless_head(i, timestamp_delta, value_length)
                                        for i in range(_KEYLESS_HEADS_LENGTH)]
-    if count <= len(heads):
-        return heads[:count]
-    return heads + [_keyless_head(i, timestamp_delta, value_length) for i in range(len(heads), count)]
+    if end <= len(heads):
+        return heads[start:end]
+    return heads[start:] + [_keyless_head(i, timestamp_delta, value_length) for i in range(max(start, len(heads)), end)]
 
 
 def _framed(payload: bytes, count: int, *, timestamp_ms: int, max_timestamp_ms: int, base_offset: int = 0,

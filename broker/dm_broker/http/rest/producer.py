@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from ...controller.models import TopicDoc
-from ...log.records import HEADER_SIZE, build_batch, build_keyless_batch
+from ...log.records import HEADER_SIZE, build_batch, build_keyless_batch, run_deltas
 from ...partitioners import Partitioner
 from ...protocol.build import make, nested
 from ...protocol.codec import request_class
@@ -191,20 +191,19 @@ class RestProducer:
         records = chunks[0][0] if len(chunks) == 1 else list(itertools.chain.from_iterable(c for c, _ in chunks))
         stamps = list(map(_TIMESTAMP, records))
         first = min(when for _, when in chunks)
+        runs = [(len(chunk), when - first) for chunk, when in chunks]  # each request's records, its arrival
         plain = stamps.count(None) == len(stamps)  # no record has a timestamp of its own
         if plain and list(map(_KEY, records)).count(None) == len(records) and not any(map(_HEADERS, records)):
-            # the common request (values alone): the keyless encoder, a run per request
-            return build_keyless_batch(list(map(_VALUE, records)), timestamp_ms=first,
-                                       runs=[(len(chunk), when - first) for chunk, when in chunks])
+            # the common request (values alone): the keyless encoder
+            return build_keyless_batch(list(map(_VALUE, records)), timestamp_ms=first, runs=runs)
         deltas = None
         if not plain:  # records with timestamps of their own
             arrivals = itertools.chain.from_iterable(itertools.repeat(when, len(chunk)) for chunk, when in chunks)
             stamps = [when if stamp is None else stamp for stamp, when in zip(stamps, arrivals, strict=True)]
             first = min(stamps)
             deltas = [stamp - first for stamp in stamps]
-        elif any(when != first for _, when in chunks):  # requests that arrived in different milliseconds
-            deltas = list(itertools.chain.from_iterable(itertools.repeat(when - first, len(chunk))
-                                                        for chunk, when in chunks))
+        elif any(delta for _, delta in runs):  # requests that arrived in different milliseconds
+            deltas = run_deltas(runs)
         if any(map(_HEADERS, records)):
             rows = [(r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in records]
         else:  # no headers: an empty tuple stands for them
