@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -95,9 +96,23 @@ def dm_bench(kind: str, bootstrap: str, *flags: str) -> dict:
         return json.loads(out.read_text().splitlines()[-1])
 
 
-def cpu_seconds(pid: int) -> float:
+@dataclass(frozen=True)
+class ProcessStat:
+    cpu_s: float  # the process's user and system CPU so far
+    reaped_cpu_s: float  # that of the children it has waited for
+    parent: int
+
+
+def process_stat(pid: int) -> ProcessStat:
+    """From /proc/<pid>/stat (fields after the command name: the parent pid, then the CPU ticks)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return ProcessStat((int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick,
+                       int(fields[1]))
+
+
+def cpu_seconds(pid: int) -> float:
+    return process_stat(pid).cpu_s
 
 
 def cpu_per_record(pids: list[int], records: int, run: Callable[[], dict]) -> dict:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from .brokers import dm_bench, dm_broker
+from .brokers import dm_bench, dm_broker, process_stat
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -48,12 +48,6 @@ def timed(action) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - start
 
 
-def _process_cpu(pid: int) -> tuple[float, int]:
-    """(CPU seconds of the process and of its children it has reaped, parent pid)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK"), int(fields[1])
-
-
 def cpu_by_process(jvm: int, broker: int) -> dict[str, float]:
     """CPU seconds so far of the Spark JVM, of the Python workers it started (every live process under it,
     with the workers they have reaped), and of the broker."""
@@ -62,7 +56,8 @@ def cpu_by_process(jvm: int, broker: int) -> dict[str, float]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):  # a worker that exits meanwhile is counted by its parent
-                spent[int(entry)], parents[int(entry)] = _process_cpu(int(entry))
+                stat = process_stat(int(entry))
+                parents[int(entry)], spent[int(entry)] = stat.parent, stat.cpu_s + stat.reaped_cpu_s
 
     def under_jvm(pid: int) -> bool:
         while pid > 1:
