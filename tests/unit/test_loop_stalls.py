@@ -51,6 +51,14 @@ def holds_the_interpreter(n: int) -> None:
     sum(range(n))  # one C call: no other thread runs Python until it returns
 
 
+def terms_taking(seconds: float) -> int:
+    """How many terms holds_the_interpreter sums in about `seconds` on this machine (a fixed count took
+    0.26 s on a fast VM, too short for the test to judge)."""
+    started = time.thread_time()
+    holds_the_interpreter(2_000_000)
+    return int(2_000_000 * seconds / max(time.thread_time() - started, 1e-4))
+
+
 async def stalls_while(block) -> dict[str, float]:
     """Run the probe, stall the loop once with `block`, and return the stall counts by cause."""
     registry = CollectorRegistry()
@@ -79,7 +87,7 @@ async def test_a_blocking_call_on_the_loop_is_a_blocked_stall() -> None:
 
 async def test_a_thread_holding_the_interpreter_is_an_other_thread_stall() -> None:
     def start_holder_and_wait() -> None:
-        holder = threading.Thread(target=holds_the_interpreter, args=(30_000_000,))
+        holder = threading.Thread(target=holds_the_interpreter, args=(terms_taking(0.5),))
         started = time.monotonic()
         holder.start()
         holder.join()
