@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 STALL_SECONDS = 0.1  # a probe later than this is a stall (issue 31's bound)
+LOOP_PROBE_SECONDS = 0.05  # the probe's interval: the loop's ordinary work in it is no stall
 
 
 class StallCause(StrEnum):
@@ -43,9 +44,11 @@ class ThreadTimes:
 def stall_cause(lateness_s: float, spent: ThreadTimes) -> StallCause:
     """What the lateness of one probe is put down to, from what the thread and process spent over the
     probe's whole interval. The first cause that covers half of the lateness wins: the loop's own CPU
-    first (the interval's ordinary work counts too, so only a late probe is judged)."""
+    first (the interval's ordinary work counts too, so only a late probe is judged). The loop's own work
+    is also the cause when it alone, beyond the probe's interval, was a stall: a CPU-bound callback on a
+    crowded node also waits for a CPU while it runs, and it is the callback that must be cut up."""
     half = lateness_s / 2
-    if spent.on_cpu >= half:
+    if spent.on_cpu >= half or spent.on_cpu - LOOP_PROBE_SECONDS > STALL_SECONDS:
         return StallCause.BUSY
     if spent.run_queue >= half:
         return StallCause.RUN_QUEUE
