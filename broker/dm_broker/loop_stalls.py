@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 STALL_SECONDS = 0.1  # a probe later than this is a stall (issue 31's bound)
-LOOP_PROBE_SECONDS = 0.05  # the probe's interval: the loop's ordinary work in it is no stall
+LOOP_PROBE_SECONDS = 0.05  # how often the probe looks
 
 
 class StallCause(StrEnum):
@@ -43,27 +43,33 @@ class ThreadTimes:
 
 def stall_cause(lateness_s: float, spent: ThreadTimes) -> StallCause:
     """What the lateness of one probe is put down to, from what the thread and process spent over the
-    probe's whole interval. The first cause that covers half of the lateness wins: the loop's own CPU
-    first (the interval's ordinary work counts too, so only a late probe is judged). The loop's own work
-    is also the cause when it alone, beyond the probe's interval, was a stall: a CPU-bound callback on a
-    crowded node also waits for a CPU while it runs, and it is the callback that must be cut up."""
+    probe's whole interval. The first cause that covers half of the lateness wins, the loop's own CPU first
+    (the interval's ordinary work counts too, so only a late probe is judged). A thread runnable for half of
+    it (on a CPU or waiting for one) was working on a crowded node when it got a fair part of that time on a
+    CPU — a quarter or more: a CPU-bound callback shares the cores with its neighbours, and it is the
+    callback that must be cut up — and only waiting for its turn when it got less."""
     half = lateness_s / 2
-    if spent.on_cpu >= half or spent.on_cpu - LOOP_PROBE_SECONDS > STALL_SECONDS:
+    if spent.on_cpu >= half:
         return StallCause.BUSY
-    if spent.run_queue >= half:
-        return StallCause.RUN_QUEUE
+    if spent.on_cpu + spent.run_queue >= half:
+        return StallCause.BUSY if spent.on_cpu * 3 >= spent.run_queue else StallCause.RUN_QUEUE
     if spent.process_cpu - spent.on_cpu >= half:
         return StallCause.OTHER_THREAD
     return StallCause.BLOCKED
 
 
 class ThreadClock:
-    """Reads the calling thread's times. Linux gives the run-queue wait; elsewhere it reads as 0 and the
-    thread's CPU comes from `time.thread_time`. Create and read it on the loop's thread."""
+    """Reads one thread's times: the calling thread's, or the thread whose `threading` ident and native id
+    are given (the loop watchdog reads the loop's thread from its own). Linux gives the run-queue wait;
+    elsewhere it reads as 0 and the thread's CPU comes from its CPU clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, thread: tuple[int, int] | None = None) -> None:
+        """`thread`: (threading.get_ident(), threading.get_native_id()) of another thread; None for the
+        calling one, then create and read it on that thread."""
+        self._cpu_clock: int | None = None if thread is None else time.pthread_getcpuclockid(thread[0])
+        path = "/proc/thread-self/schedstat" if thread is None else f"/proc/self/task/{thread[1]}/schedstat"
         try:
-            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            self._fd: int | None = os.open(path, os.O_RDONLY)
         except OSError:
             self._fd = None
 
@@ -75,7 +81,8 @@ class ThreadClock:
                 return ThreadTimes(int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9, process_cpu)
             except (OSError, ValueError):
                 self.close()
-        return ThreadTimes(time.thread_time(), 0.0, process_cpu)
+        on_cpu = time.thread_time() if self._cpu_clock is None else time.clock_gettime(self._cpu_clock)
+        return ThreadTimes(on_cpu, 0.0, process_cpu)
 
     def close(self) -> None:
         if self._fd is not None:

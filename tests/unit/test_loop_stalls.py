@@ -13,6 +13,8 @@ import threading
 import time
 
 import pytest
+from cpu_work import holds_the_interpreter
+from cpu_work import spins as spins_on_the_loop
 from dm_broker.loop_stalls import StallCause, ThreadClock, ThreadTimes, stall_cause
 from dm_broker.metrics import watch_event_loop
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -32,10 +34,12 @@ def test_the_cause_that_covers_half_the_lateness(spent: ThreadTimes, cause: Stal
 @pytest.mark.parametrize(("lateness", "spent", "cause"), [
     # CI's crowded run: a 400 ms callback that also waited 534 ms for a CPU is still the callback's stall
     (0.915, ThreadTimes(on_cpu=0.40, run_queue=0.534, process_cpu=0.40), StallCause.BUSY),
+    # the loop watchdog's look at a spin on a machine compiling Kubernetes: runnable throughout, half on a CPU
+    (0.4, ThreadTimes(on_cpu=0.143, run_queue=0.147, process_cpu=0.144), StallCause.BUSY),
     # the interval's ordinary work beside a long wait for a CPU is not
     (0.7, ThreadTimes(on_cpu=0.12, run_queue=0.55, process_cpu=0.12), StallCause.RUN_QUEUE),
 ])
-def test_own_work_that_alone_is_a_stall_is_busy(lateness: float, spent: ThreadTimes, cause: StallCause) -> None:
+def test_a_loop_working_on_a_crowded_node_is_busy(lateness: float, spent: ThreadTimes, cause: StallCause) -> None:
     assert stall_cause(lateness, spent) is cause
 
 
@@ -51,14 +55,30 @@ def test_the_clock_reads_this_threads_cpu_and_its_wait() -> None:
     assert spent.run_queue >= 0.0 and spent.process_cpu >= spent.on_cpu - 0.01
 
 
-def spins_on_the_loop(seconds: float) -> None:
-    deadline = time.thread_time() + seconds
-    while time.thread_time() < deadline:
-        pass
+def test_the_clock_reads_another_threads_cpu_from_outside() -> None:
+    """The loop watchdog's view: the loop's thread read from the watchdog's."""
+    started, done = threading.Event(), threading.Event()
+    ids: list[tuple[int, int]] = []
 
+    def spinner() -> None:
+        ids.append((threading.get_ident(), threading.get_native_id()))
+        started.set()
+        spins_on_the_loop(0.2)
+        done.wait(5)
 
-def holds_the_interpreter(n: int) -> None:
-    sum(range(n))  # one C call: no other thread runs Python until it returns
+    worker = threading.Thread(target=spinner)
+    worker.start()
+    started.wait(5)
+    clock = ThreadClock(ids[0])
+    try:
+        before = clock.read()
+        time.sleep(0.4)
+        spent = clock.read().since(before)
+    finally:
+        clock.close()
+        done.set()
+        worker.join()
+    assert 0.05 <= spent.on_cpu <= 0.45, spent  # the spinner's CPU, not this thread's sleep
 
 
 def terms_taking(seconds: float) -> int:
