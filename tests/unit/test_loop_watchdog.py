@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 
+import pytest
 from cpu_work import spins
 from dm_broker.app import watch_for_stalls
 from dm_broker.config import BrokerConfig
@@ -22,32 +23,22 @@ def works_on_the_loop(seconds: float) -> None:
     spins(seconds)
 
 
-async def test_a_blocked_loop_is_reported_with_its_stack(caplog) -> None:
+@pytest.mark.parametrize(("block", "cause", "meaning"), [
+    (sleeps_on_the_loop, StallCause.BLOCKED, "a blocking call, at this stack"),
+    (works_on_the_loop, StallCause.BUSY, "work on the loop, at this stack"),
+])
+async def test_a_stuck_loop_is_reported_once_with_its_stack_and_cause(caplog, block, cause, meaning) -> None:
     caplog.set_level(logging.WARNING, logger="dm_broker.loop_watchdog")
     watchdog = LoopWatchdog(threshold_s=0.3, beat_s=0.05)
     watchdog.start()
     try:
         await asyncio.sleep(0.5)
         assert watchdog.stalls == []
-        sleeps_on_the_loop(1.0)
+        block(1.0)
         await asyncio.sleep(0.2)
         assert len(watchdog.stalls) == 1, "one report per stall"
-        assert "sleeps_on_the_loop" in caplog.text
-        assert watchdog.causes == [StallCause.BLOCKED] and "(blocked: " in caplog.text
-    finally:
-        await watchdog.stop()
-
-
-async def test_work_on_the_loop_is_reported_busy_with_its_stack(caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="dm_broker.loop_watchdog")
-    watchdog = LoopWatchdog(threshold_s=0.3, beat_s=0.05)
-    watchdog.start()
-    try:
-        await asyncio.sleep(0.2)
-        works_on_the_loop(1.0)
-        await asyncio.sleep(0.2)
-        assert watchdog.causes == [StallCause.BUSY], caplog.text
-        assert "works_on_the_loop" in caplog.text and "work on the loop, at this stack" in caplog.text
+        assert watchdog.causes == [cause], caplog.text
+        assert block.__name__ in caplog.text and f"({cause.value}: " in caplog.text and meaning in caplog.text
     finally:
         await watchdog.stop()
 
