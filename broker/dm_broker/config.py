@@ -535,8 +535,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  minimum=0, topic_name="delete.retention.ms"),
         Property("event.loop.stall.report.ms", "int", 1000,
                  "When the event loop has not turned for this long, a thread logs (WARNING) the stack it is stuck "
-                 "in, once per stall: where a stall comes from, not only that it happened "
-                 "(dm_event_loop_lag_seconds). 0 turns it off.", minimum=0),
+                 "in, once per stall, with its cause as dm_event_loop_stalls_total counts it (busy, blocked: the "
+                 "stack is the culprit; run_queue, other_thread: only where the loop was): where a stall comes "
+                 "from, not only that it happened (dm_event_loop_lag_seconds). 0 turns it off.", minimum=0),
         Property("metrics.per.partition.enabled", "bool", True,
                  "Export per-partition series (offsets, log size, group lag). false: the same metrics summed per "
                  "topic, without the partition label, for clusters whose partition count would make too many "

@@ -43,18 +43,20 @@ class ThreadTimes:
 
 def stall_cause(lateness_s: float, spent: ThreadTimes) -> StallCause:
     """What the lateness of one probe is put down to, from what the thread and process spent over the
-    probe's whole interval. The first cause that covers half of the lateness wins, the loop's own CPU first
-    (the interval's ordinary work counts too, so only a late probe is judged). A thread runnable for half of
-    it (on a CPU or waiting for one) was working on a crowded node when it got a fair part of that time on a
-    CPU — a quarter or more: a CPU-bound callback shares the cores with its neighbours, and it is the
-    callback that must be cut up — and only waiting for its turn when it got less."""
+    probe's whole interval (its ordinary work counts too, so only a late probe is judged).
+
+    The loop's own work first: its thread on a CPU for half the lateness, or runnable for half (on a CPU or
+    waiting for one) and on a CPU for a quarter of that or more — a CPU-bound callback on a crowded node
+    shares the cores with its neighbours, and it is the callback that must be cut up. Then the larger of
+    the wait for a CPU and the other threads' CPU, if it covers half: a loop waiting for the interpreter
+    lock wakes every 5 ms to ask for it, and on a crowded node each wake-up waits for a CPU too, so both
+    grow while another thread holds the interpreter. Else a blocking call."""
     half = lateness_s / 2
-    if spent.on_cpu >= half:
+    other_threads = spent.process_cpu - spent.on_cpu
+    if spent.on_cpu >= half or (spent.on_cpu + spent.run_queue >= half and spent.on_cpu * 3 >= spent.run_queue):
         return StallCause.BUSY
-    if spent.on_cpu + spent.run_queue >= half:
-        return StallCause.BUSY if spent.on_cpu * 3 >= spent.run_queue else StallCause.RUN_QUEUE
-    if spent.process_cpu - spent.on_cpu >= half:
-        return StallCause.OTHER_THREAD
+    if max(spent.run_queue, other_threads) >= half:
+        return StallCause.RUN_QUEUE if spent.run_queue >= other_threads else StallCause.OTHER_THREAD
     return StallCause.BLOCKED
 
 
