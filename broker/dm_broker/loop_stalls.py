@@ -63,15 +63,20 @@ def stall_cause(lateness_s: float, spent: ThreadTimes) -> StallCause:
 class ThreadClock:
     """Reads one thread's times: the calling thread's, or the thread whose `threading` ident and native id
     are given (the loop watchdog reads the loop's thread from its own). Linux gives the run-queue wait;
-    elsewhere it reads as 0 and the thread's CPU comes from its CPU clock."""
+    elsewhere it reads as 0 and the thread's CPU comes from its CPU clock; `readable` is False where
+    another thread's CPU cannot be read at all."""
 
     def __init__(self, thread: tuple[int, int] | None = None) -> None:
         """`thread`: (threading.get_ident(), threading.get_native_id()) of another thread; None for the
         calling one, then create and read it on that thread."""
-        self._cpu_clock: int | None = None if thread is None else time.pthread_getcpuclockid(thread[0])
+        self._cpu_clock: int | None = None
+        if thread is not None and hasattr(time, "pthread_getcpuclockid"):  # not on every platform
+            self._cpu_clock = time.pthread_getcpuclockid(thread[0])
+        self.readable = thread is None or self._cpu_clock is not None
         path = "/proc/thread-self/schedstat" if thread is None else f"/proc/self/task/{thread[1]}/schedstat"
         try:
             self._fd: int | None = os.open(path, os.O_RDONLY)
+            self.readable = True
         except OSError:
             self._fd = None
 
@@ -83,8 +88,9 @@ class ThreadClock:
                 return ThreadTimes(int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9, process_cpu)
             except (OSError, ValueError):
                 self.close()
-        on_cpu = time.thread_time() if self._cpu_clock is None else time.clock_gettime(self._cpu_clock)
-        return ThreadTimes(on_cpu, 0.0, process_cpu)
+        if self._cpu_clock is not None:
+            return ThreadTimes(time.clock_gettime(self._cpu_clock), 0.0, process_cpu)
+        return ThreadTimes(time.thread_time() if self.readable else 0.0, 0.0, process_cpu)
 
     def close(self) -> None:
         if self._fd is not None:

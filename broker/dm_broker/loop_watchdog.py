@@ -31,7 +31,7 @@ class LoopWatchdog:
         self.threshold_s = threshold_s
         self.beat_s = beat_s
         self.stalls: list[float] = []  # how long each reported stall had lasted when it was noticed
-        self.causes: list[StallCause] = []  # and what it is put down to
+        self.causes: list[StallCause | None] = []  # and what it is put down to, where that can be read
         self._last_beat = 0.0  # set by start(), on the loop's thread
         self._loop_thread: tuple[int, int] = (0, 0)  # threading's ident and the kernel's id
         self._stopped = threading.Event()
@@ -72,16 +72,20 @@ class LoopWatchdog:
                     reported = True
                     last_beat = self._last_beat
                     since, before = next((look for look in reversed(looks) if look[0] <= last_beat), looks[0])
-                    self._report(late, now - since, looks[-1][1].since(before))
+                    self._report(late, now - since, looks[-1][1].since(before) if clock.readable else None)
         finally:
             clock.close()
 
-    def _report(self, late: float, accounted_s: float, spent: ThreadTimes) -> None:
-        cause = stall_cause(accounted_s, spent)
+    def _report(self, late: float, accounted_s: float, spent: ThreadTimes | None) -> None:
         self.stalls.append(late)
-        self.causes.append(cause)
         frame = sys._current_frames().get(self._loop_thread[0])
         where = "".join(traceback.format_stack(frame)) if frame is not None else "(unknown)\n"
+        if spent is None:  # this platform cannot read the loop thread's CPU
+            self.causes.append(None)
+            log.warning("the event loop has not run for %.1f s; it is at:\n%s", late, where.rstrip())
+            return
+        cause = stall_cause(accounted_s, spent)
+        self.causes.append(cause)
         log.warning("the event loop has not run for %.1f s (%s: over the last %.1f s its thread was on a CPU "
                     "%.0f ms, waiting for one %.0f ms, the process's other threads on a CPU %.0f ms; %s):\n%s",
                     late, cause.value, accounted_s, spent.on_cpu * 1000, spent.run_queue * 1000,

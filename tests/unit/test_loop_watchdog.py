@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import pytest
@@ -56,3 +57,26 @@ async def test_brokers_and_controllers_watch_their_loop_as_configured(caplog) ->
         assert len(watchdog.stalls) == 1 and "sleeps_on_the_loop" in caplog.text
     finally:
         await watchdog.stop()
+
+
+async def test_where_the_loop_threads_cpu_cannot_be_read_the_stack_comes_without_a_cause(caplog, monkeypatch) -> None:
+    """A platform without /proc and without pthread_getcpuclockid (the fault injected: this one has both)."""
+    real_open = os.open
+    monkeypatch.delattr(time, "pthread_getcpuclockid", raising=False)
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: _no_schedstat(path) or real_open(path, *a, **k))
+    caplog.set_level(logging.WARNING, logger="dm_broker.loop_watchdog")
+    watchdog = LoopWatchdog(threshold_s=0.3, beat_s=0.05)
+    watchdog.start()
+    try:
+        await asyncio.sleep(0.2)
+        sleeps_on_the_loop(0.8)
+        await asyncio.sleep(0.2)
+        assert watchdog.causes == [None], caplog.text
+        assert "has not run for" in caplog.text and "sleeps_on_the_loop" in caplog.text
+    finally:
+        await watchdog.stop()
+
+
+def _no_schedstat(path) -> None:
+    if "schedstat" in str(path):
+        raise FileNotFoundError(path)
