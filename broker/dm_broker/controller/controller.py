@@ -46,6 +46,7 @@ from ..security.acls import validate as validate_acl
 from ..security.scram import MAX_ITERATIONS as SCRAM_MAX_ITERATIONS
 from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..security.scram import MIN_ITERATIONS as SCRAM_MIN_ITERATIONS
+from ..steps import PartitionSteps
 from ..tasks import stop_tasks
 from ..topics import InvalidTopicError, validate_topic_name
 from .lost_replicas import lost_replicas, without_replica
@@ -540,10 +541,16 @@ class Controller:
                 self._bump()
 
     async def _move_away_from(self, node_id: int) -> None:
+        """Every partition off a fenced or stopping broker's ISR and leadership, in ADR 0039's steps: at
+        10,000 partitions one pass held the controller's loop for about 50 ms (2026-12-07). The lock is held
+        throughout, so no other change to the topics comes in between."""
         changed = []
-        for doc in self.topics.values():
+        steps = PartitionSteps()
+        for doc in list(self.topics.values()):
             partitions = []
             for index, p in enumerate(doc.partitions):
+                if steps.one_done():
+                    await asyncio.sleep(0)
                 new = p
                 if node_id in p.isr and len(p.isr) > 1:
                     new = new.model_copy(update={"isr": [r for r in p.isr if r != node_id],
