@@ -12,13 +12,14 @@ of a probe, they tell the causes apart.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 STALL_SECONDS = 0.1  # a probe later than this is a stall (issue 31's bound)
-LOOP_PROBE_SECONDS = 0.05  # how often the probe looks
 
 
 class StallCause(StrEnum):
@@ -69,16 +70,19 @@ class ThreadClock:
     def __init__(self, thread: tuple[int, int] | None = None) -> None:
         """`thread`: (threading.get_ident(), threading.get_native_id()) of another thread; None for the
         calling one, then create and read it on that thread."""
-        self._cpu_clock: int | None = None
-        if thread is not None and hasattr(time, "pthread_getcpuclockid"):  # not on every platform
-            self._cpu_clock = time.pthread_getcpuclockid(thread[0])
-        self.readable = thread is None or self._cpu_clock is not None
+        self._cpu_time: Callable[[], float] | None = time.thread_time
+        if thread is not None:  # pthread_getcpuclockid is not on every platform
+            getclock = getattr(time, "pthread_getcpuclockid", None)
+            self._cpu_time = None if getclock is None else functools.partial(time.clock_gettime, getclock(thread[0]))
         path = "/proc/thread-self/schedstat" if thread is None else f"/proc/self/task/{thread[1]}/schedstat"
         try:
             self._fd: int | None = os.open(path, os.O_RDONLY)
-            self.readable = True
         except OSError:
             self._fd = None
+
+    @property
+    def readable(self) -> bool:
+        return self._fd is not None or self._cpu_time is not None
 
     def read(self) -> ThreadTimes:
         process_cpu = time.process_time()
@@ -88,9 +92,7 @@ class ThreadClock:
                 return ThreadTimes(int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9, process_cpu)
             except (OSError, ValueError):
                 self.close()
-        if self._cpu_clock is not None:
-            return ThreadTimes(time.clock_gettime(self._cpu_clock), 0.0, process_cpu)
-        return ThreadTimes(time.thread_time() if self.readable else 0.0, 0.0, process_cpu)
+        return ThreadTimes(self._cpu_time() if self._cpu_time is not None else 0.0, 0.0, process_cpu)
 
     def close(self) -> None:
         if self._fd is not None:

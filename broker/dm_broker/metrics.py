@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .log.free_space import floor_for
-from .loop_stalls import LOOP_PROBE_SECONDS, STALL_SECONDS, StallCause, ThreadClock, stall_cause
+from .loop_stalls import STALL_SECONDS, StallCause, ThreadClock, stall_cause
 from .protocol.request_memory import RequestMemory
 from .steps import PARTITIONS_PER_STEP  # a scrape's copy of the partitions' figures, per turn of the loop
 
@@ -388,6 +388,7 @@ class BrokerMetrics:
                 pass
 
 
+LOOP_PROBE_SECONDS = 0.05
 SLOW_LOOP_SECONDS = 0.5
 
 

@@ -21,15 +21,9 @@ def sleeps_on_the_loop(seconds: float) -> None:
     time.sleep(seconds)  # the kind of call that must not run on the loop
 
 
-def works_on_the_loop(seconds: float) -> None:
-    spins(seconds)
-
-
-@pytest.mark.parametrize(("block", "cause", "meaning"), [
-    (sleeps_on_the_loop, StallCause.BLOCKED, "a blocking call, at this stack"),
-    (works_on_the_loop, StallCause.BUSY, "work on the loop, at this stack"),
-])
-async def test_a_stuck_loop_is_reported_once_with_its_stack_and_cause(caplog, block, cause, meaning) -> None:
+async def reports_of(block, caplog) -> tuple[LoopWatchdog, list[str]]:
+    """A watchdog at 0.3 s while `block` holds the loop for a second, and its reports whose stack is in
+    `block`: a crowded machine may stall the loop once more by itself."""
     caplog.set_level(logging.WARNING, logger="dm_broker.loop_watchdog")
     watchdog = LoopWatchdog(threshold_s=0.3, beat_s=0.05)
     watchdog.start()
@@ -37,14 +31,20 @@ async def test_a_stuck_loop_is_reported_once_with_its_stack_and_cause(caplog, bl
         await asyncio.sleep(0.5)
         block(1.0)
         await asyncio.sleep(0.2)
-        # a crowded machine may stall the loop once more by itself: the report of this stall is the one
-        # whose stack is in `block`
-        reports = [r.getMessage() for r in caplog.records if block.__name__ in r.getMessage()]
-        assert len(reports) == 1, "one report per stall"
-        assert f"({cause.value}: " in reports[0] and meaning in reports[0], reports[0]
-        assert cause in watchdog.causes
     finally:
         await watchdog.stop()
+    return watchdog, [r.getMessage() for r in caplog.records if block.__name__ in r.getMessage()]
+
+
+@pytest.mark.parametrize(("block", "cause", "meaning"), [
+    (sleeps_on_the_loop, StallCause.BLOCKED, "a blocking call, at this stack"),
+    (spins, StallCause.BUSY, "work on the loop, at this stack"),
+])
+async def test_a_stuck_loop_is_reported_once_with_its_stack_and_cause(caplog, block, cause, meaning) -> None:
+    watchdog, reports = await reports_of(block, caplog)
+    assert len(reports) == 1, "one report per stall"
+    assert f"({cause.value}: " in reports[0] and meaning in reports[0], reports[0]
+    assert cause in watchdog.causes
 
 
 async def test_brokers_and_controllers_watch_their_loop_as_configured(caplog) -> None:
@@ -67,18 +67,9 @@ async def test_where_the_loop_threads_cpu_cannot_be_read_the_stack_comes_without
     real_open = os.open
     monkeypatch.delattr(time, "pthread_getcpuclockid", raising=False)
     monkeypatch.setattr(os, "open", lambda path, *a, **k: _no_schedstat(path) or real_open(path, *a, **k))
-    caplog.set_level(logging.WARNING, logger="dm_broker.loop_watchdog")
-    watchdog = LoopWatchdog(threshold_s=0.3, beat_s=0.05)
-    watchdog.start()
-    try:
-        await asyncio.sleep(0.2)
-        sleeps_on_the_loop(0.8)
-        await asyncio.sleep(0.2)
-        reports = [r.getMessage() for r in caplog.records if "sleeps_on_the_loop" in r.getMessage()]
-        assert len(reports) == 1 and "has not run for" in reports[0] and "(blocked" not in reports[0], reports
-        assert watchdog.causes and set(watchdog.causes) == {None}, caplog.text
-    finally:
-        await watchdog.stop()
+    watchdog, reports = await reports_of(sleeps_on_the_loop, caplog)
+    assert len(reports) == 1 and "has not run for" in reports[0] and "(blocked" not in reports[0], reports
+    assert watchdog.causes and set(watchdog.causes) == {None}, caplog.text
 
 
 def _no_schedstat(path) -> None:
