@@ -47,7 +47,7 @@ from .controller.models import (
 from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
 from .gc_tuning import LongLivedObjects
-from .groups.consumer_protocol import compiled, consumer_settings
+from .groups.consumer_protocol import consumer_settings
 from .groups.coordinator import OFFSETS_TOPIC, CoordinatorSettings, GroupCoordinator
 from .groups.share_protocol import share_settings
 from .holdings import DELETE, HOST, PARTITION_METADATA, log_fate
@@ -67,6 +67,7 @@ from .protocol.metadata_encoder import TopicEntries
 from .protocol.request_memory import RequestMemory
 from .quotas.entities import entity_key
 from .quotas.manager import QuotaManager
+from .regexes import compile_topic_regex
 from .replication.manager import ReplicaManager
 from .replication.partition import LEADER, NotEnoughReplicasError, NotLeaderError, Partition
 from .replication.throttle import ByteRateQuota, listed
@@ -150,7 +151,7 @@ class Broker:
         self.port = self.security.listeners.inter_broker_listener.port
         self.bound_ports: dict[str, int] = {}  # listener name -> port it listens on
         self.dispatcher = Dispatcher(self, SPECS)
-        self.topic_view = TopicView(lambda: self.metadata, compiled)
+        self.topic_view = TopicView(lambda: self.metadata, compile_topic_regex)
         self.coordinator = GroupCoordinator(self, CoordinatorSettings(
             partitions=config["offsets.topic.num.partitions"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],

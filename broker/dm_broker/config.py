@@ -147,8 +147,13 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("http.authentication.method", "choice", "NONE",
                  "NONE, or BASIC: HTTP Basic checked like a SASL/PLAIN login (the listener's PlainLoginModule "
                  "users, then the cluster's SCRAM credentials).", choices=("NONE", "BASIC")),
-        Property("http.request.max.bytes", "int", 8 << 20, "Largest HTTP request body the REST Proxy reads.",
+        Property("http.request.max.bytes", "int", 8 << 20, "Largest HTTP request body the REST Proxy reads; a "
+                 "request declaring a larger Content-Length is answered 413 before its body is read.",
                  minimum=1024),
+        Property("http.produce.max.records", "int", 10_000,
+                 "Most records one REST produce request may carry (more: 422, before any is parsed). What a "
+                 "produce costs grows with its records: 10,000 take a few tens of milliseconds of the broker's "
+                 "event loop, the 2.8 million empty ones an 8 MiB body can hold took seconds.", minimum=1),
         Property("http.request.timeout.ms", "int", 30_000,
                  "How long a REST produce waits for the in-sync replicas before its records are reported failed, "
                  "and how long a request body may take to arrive.",
@@ -306,8 +311,17 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("socket.receive.buffer.bytes", "int", -1,
                  "SO_RCVBUF of accepted connections; -1: the operating system's (autotuned; Kafka's default is "
                  "102400).", minimum=-1),
-        Property("socket.request.max.bytes", "int", 100 * 1024 * 1024,
-                 "Largest request frame accepted; larger frames close the connection.", minimum=1024),
+        Property("socket.request.max.bytes", "int", 16 * 1024 * 1024,
+                 "Largest request frame accepted; larger frames close the connection. Kafka's default is 100 MiB; "
+                 "dm's is 16 MiB: a producer's request is at most its max.request.size (1 MiB by default in the "
+                 "Java client, 1,000,000 bytes in librdkafka's message.max.bytes), and every frame being read "
+                 "holds its memory. Raise it with message.max.bytes for larger batches.", minimum=1024),
+        Property("socket.request.max.elements", "int", 50_000,
+                 "Most array elements (topics, partitions, ids, names, nested ones included) one request may "
+                 "carry; a request with more closes the connection before any of it is parsed or acted on. What "
+                 "a request costs grows with its elements, not its bytes (a 1 MiB frame holds 262,144 partition "
+                 "indexes). The default covers a client reading or committing 10,000 partitions at once several "
+                 "times over.", minimum=100),
         Property("queued.max.request.bytes", "int", -1,
                  "Bytes the listeners' requests may hold at once, each counted at the size it declares from when it "
                  "starts arriving until it is handled (an acks=all produce: appended). While they are used up no "

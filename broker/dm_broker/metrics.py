@@ -334,6 +334,9 @@ class BrokerMetrics:
             self.event_loop_stalls.labels(cause.value)  # every cause reads 0 before its first stall
         self.closed_bad_frames = Counter("dm_connections_closed_bad_input",
                                          "Connections closed for malformed or oversized frames", registry=r)
+        self.requests_refused = Counter("dm_requests_refused", "Requests refused before they were parsed, by API "
+                                        "and reason (elements: over socket.request.max.elements)",
+                                        ["api", "reason"], registry=r)
         self.authentications = Counter("dm_authentications", "Authentications by listener, mechanism (SSL for TLS "
                                        "handshakes) and result (success, failure)",
                                        ["listener", "mechanism", "result"], registry=r)

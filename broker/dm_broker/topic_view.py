@@ -5,15 +5,17 @@ version, not per request: a lookup then costs what the request names, not the nu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .regexes import TopicPattern
+
 Topics = dict[str, tuple[str, int]]
+MAX_REMEMBERED_MATCHES = 1024
 
 
 class TopicView:
-    def __init__(self, metadata: Callable[[], Any], compile_regex: Callable[[str], re.Pattern[str]]) -> None:
+    def __init__(self, metadata: Callable[[], Any], compile_regex: Callable[[str], TopicPattern]) -> None:
         self._metadata = metadata  # the broker's current ClusterMetadata (or None)
         self._compile = compile_regex
         self._seen: tuple[Any, int] | None = None  # (metadata object, its version) the index was built from
@@ -49,6 +51,8 @@ class TopicView:
         topics = self.topics()
         found = self._matches.get(regex)
         if found is None:
+            if len(self._matches) >= MAX_REMEMBERED_MATCHES:  # many distinct regexes: their sets are not all kept
+                self._matches.clear()
             pattern = self._compile(regex)
             found = self._matches[regex] = frozenset(n for n in topics if not n.startswith("__")
                                                      and pattern.fullmatch(n))

@@ -47,7 +47,8 @@ def read_back(bootstrap: str, topic: str, count: int) -> list[bytes]:
 
 
 def test_declared_sizes_cost_no_memory_until_their_bytes_arrive(tmp_path):
-    with BrokerProcess(tmp_path / "data") as broker:
+    # Kafka's 100 MiB limit (dm's default is 16 MiB): forty such frames declared at once
+    with BrokerProcess(tmp_path / "data", {"socket.request.max.bytes": 100 * MiB}) as broker:
         before = rss_mb(broker.proc.pid)
         with declared(broker.port, 40, 100 * MiB, 8192):
             wait_for(lambda: broker.metric("dm_request_memory_used_bytes") == 40 * 100 * MiB, 30,

@@ -88,5 +88,7 @@ def test_queued_max_request_bytes_as_kafka_checks_it():
     assert queued(queued_max_request_bytes="0") == 0  # no limit either
     with pytest.raises(ConfigError, match=r"queued\.max\.request\.bytes=1048576 must be at least "
                                           r"socket\.request\.max\.bytes=104857600"):
-        queued(queued_max_request_bytes="1048576")
+        queued(queued_max_request_bytes="1048576", socket_request_max_bytes="104857600")
+    with pytest.raises(ConfigError, match=r"must be at least socket\.request\.max\.bytes=16777216"):
+        queued(queued_max_request_bytes="1048576")  # dm's default, 16 MiB
     assert queued(queued_max_request_bytes="1048576", socket_request_max_bytes="1048576") == 1 << 20

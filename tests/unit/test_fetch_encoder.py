@@ -82,4 +82,4 @@ def test_null_array_in_a_non_nullable_field_is_refused():
     with pytest.raises(ProtocolError, match="null array"):
         decode_body(body, 0, request_class(0, 3))
     # Metadata v4: topics may be null (all topics)
-    assert decode_body(struct.pack(">ib", -1, 1), 0, request_class(3, 4)).topics is None
+    assert decode_body(struct.pack(">ib", -1, 1), 0, request_class(3, 4))[0].topics is None

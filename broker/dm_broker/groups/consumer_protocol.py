@@ -8,9 +8,7 @@ changes. State changes are made in memory, then written (acks=all) before the me
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..binary import FormatError
+from ..regexes import InvalidRegex, compile_topic_regex
 from .assignors import Assignment, MemberSpec, assign, short_name
 from .consumer_group import (
     LEAVE_EPOCH,
@@ -113,11 +112,6 @@ class InvalidHeartbeat(Exception):
         self.error = error
 
 
-@functools.lru_cache(maxsize=1024)
-def compiled(regex: str) -> re.Pattern[str]:
-    return re.compile(regex)
-
-
 def validate(req: HeartbeatRequest, settings: ConsumerSettings) -> None:
     """Kafka's checks of a ConsumerGroupHeartbeat before any state is looked up."""
     if not req.group_id:
@@ -141,8 +135,8 @@ def validate(req: HeartbeatRequest, settings: ConsumerSettings) -> None:
                                f"Supported assignors: {', '.join(settings.assignors)}.")
     if req.subscribed_regex:
         try:
-            compiled(req.subscribed_regex)
-        except re.error as exc:
+            compile_topic_regex(req.subscribed_regex)
+        except InvalidRegex as exc:
             raise InvalidHeartbeat(E.invalid_regular_expression,
                                    f"SubscribedTopicRegex {req.subscribed_regex!r} is invalid: {exc}") from None
 

@@ -32,6 +32,10 @@ class ProtocolError(Exception):
     """The frame cannot be understood; the connection is closed."""
 
 
+class TooManyElements(ProtocolError):
+    """The request has more array elements than socket.request.max.elements; the connection is closed."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int
@@ -80,9 +84,13 @@ def decode_request(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
                          header.client_id), size
 
 
-def decode_body(frame: bytes, offset: int, cls: type) -> Any:
+def decode_body(frame: bytes | memoryview, offset: int, cls: type,
+                max_elements: int = bounds.NO_LIMIT) -> tuple[Any, int]:
+    """The request body and how many array elements it has (bounds.check)."""
     try:
-        bounds.check(cls, frame, offset)
+        elements = bounds.check(cls, frame, offset, max_elements)
+    except bounds.TooManyElements as exc:
+        raise TooManyElements(f"{cls.__name__} refused: {exc}") from None
     except bounds.BoundsError as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
     try:
@@ -90,7 +98,7 @@ def decode_body(frame: bytes, offset: int, cls: type) -> Any:
     except Exception as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from exc
     # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends some after Metadata v12.
-    return body
+    return body, elements
 
 
 def encode_response(correlation_id: int, response: Any, flexible_header: bool) -> bytes:

@@ -8,9 +8,9 @@ import datetime
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +20,7 @@ from .codec import (
     EncodedResponse,
     ProtocolError,
     RequestHeader,
+    TooManyElements,
     decode_body,
     decode_request,
     encode_response,
@@ -35,11 +36,14 @@ from ..quotas.entities import REQUEST_PERCENTAGE
 from ..quotas.handler_time import TimedCoroutine
 from ..security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..security.session import Session
+from ..steps import PARTITIONS_PER_STEP
+from . import offload
 from .access import AUTHORIZATION_ERRORS, Access, UndeclaredCheck
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+T = TypeVar("T")
 FETCH_KEY = 1
 
 
@@ -55,6 +59,17 @@ class RequestContext:
     api: str = ""
     throttle_s: float = 0.0  # a client quota's throttle for this request (the longest asked for)
     size: int = 0  # bytes of the request frame
+    _work: int = 0  # items worked through since the loop's last turn
+    _decided: dict[tuple[Operation, ResourceType, str], bool] | None = None  # the authorizer's answers so far
+
+    async def turn(self, items: int = 1) -> None:
+        """Handlers call this for the items of the request they work through (a topic, a partition, a
+        group): every PARTITIONS_PER_STEP items the loop gets its turn, so other connections wait for at
+        most one step of a large request, never for all of it (ADR 0039's steps, issue 65)."""
+        self._work += items
+        if self._work >= PARTITIONS_PER_STEP:
+            self._work = 0
+            await asyncio.sleep(0)
 
     @property
     def version(self) -> int:
@@ -91,7 +106,14 @@ class RequestContext:
         """Whether this connection's principal may do `operation` on the resource (always, without
         an authorizer). Only what the API's Access declares may be asked."""
         self._declared(operation, resource_type)
-        return self.broker.security.allowed(self.session, operation, resource_type, name)
+        # A request may name one resource many times (a topic per partition): asked once per request.
+        if self._decided is None:
+            self._decided = {}
+        key = (operation, resource_type, name)
+        decided = self._decided.get(key)
+        if decided is None:
+            decided = self._decided[key] = self.broker.security.allowed(self.session, operation, resource_type, name)
+        return decided
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
         self._declared(operation, resource_type)
@@ -105,6 +127,15 @@ class RequestContext:
         log.debug("%s: %s may not %s %s %s", self.api, self.session.principal, operation.name, resource_type.name,
                   name)
         return True
+
+    async def built(self, items: Iterable[T], build: Callable[[T], Any]) -> tuple[Any, ...]:
+        """tuple(build(item) for item in items), giving the loop its turn as turn() does: for the answers
+        that carry an entry per item of the request."""
+        out = []
+        for item in items:
+            await self.turn()
+            out.append(build(item))
+        return tuple(out)
 
     def release_order(self) -> None:
         """The rest of this request does not affect the order of later ones on the connection
@@ -133,6 +164,7 @@ class Dispatcher:
     def __init__(self, broker: Broker, specs: list[ApiSpec]) -> None:
         self.broker = broker
         self.apis = {spec.key: spec for spec in specs}
+        self.max_elements: int = broker.config["socket.request.max.elements"]
 
     def advertised(self) -> list[tuple[int, int, int]]:
         return [
@@ -170,15 +202,39 @@ class Dispatcher:
             )
         req_cls = request_class(api_key, version)
         header, offset = decode_request(frame, req_cls.__flexible__)
-        body = decode_body(frame, offset, req_cls)
-        response = await self._run(spec, header, body, peer, session, ordered, len(frame))
+        codec_cpu = 0.0  # seconds the codec thread spent on this request, charged with the handler's
+        limit = self.max_elements
+        try:
+            if len(frame) > offload.LARGE_FRAME_BYTES:
+                (body, elements), codec_cpu = await offload.on_codec_thread(decode_body, frame, offset, req_cls,
+                                                                           limit)
+            else:
+                body, elements = decode_body(frame, offset, req_cls, limit)
+        except TooManyElements:
+            self.broker.metrics.requests_refused.labels(spec.name, "elements").inc()
+            raise
+        response = await self._run(spec, header, body, peer, session, ordered, len(frame), codec_cpu, elements)
         if response is None:
             return None
         if isinstance(response, EncodedResponse):
             return response.chunks
         # ApiVersions responses always use header v0 so that any client can read them.
         flexible_header = response_class(api_key, version).__flexible__ and api_key != API_VERSIONS_KEY
+        if elements > offload.LARGE_ANSWER_ELEMENTS:
+            encoded, cpu = await offload.on_codec_thread(encode_response, correlation_id, response, flexible_header)
+            self._charge(session, header, cpu)
+            return [encoded]
         return [encode_response(correlation_id, response, flexible_header)]
+
+    def _charge(self, session: Session, header: RequestHeader, seconds: float) -> None:
+        """CPU spent on a request outside its handler (the codec thread's) counted against the principal's
+        request_percentage quota; the throttle it earns holds the connection's next requests back."""
+        if seconds <= 0 or not self.broker.quotas.limits(REQUEST_PERCENTAGE):
+            return
+        throttle = self.broker.quotas.record(REQUEST_PERCENTAGE, session.principal.name, header.client_id or "",
+                                             seconds * 100)
+        if throttle > 0:
+            session.mute(throttle)
 
     async def call(self, body: Any, session: Session, client_id: str, size: int) -> Any:
         """A request made inside this broker for a client of another protocol (the REST Proxy, ADR 0034):
@@ -200,7 +256,8 @@ class Dispatcher:
         return response
 
     async def _run(self, spec: ApiSpec, header: RequestHeader, body: Any, peer: str, session: Session,
-                   ordered: asyncio.Future[None] | None, size: int) -> Any:
+                   ordered: asyncio.Future[None] | None, size: int, codec_cpu: float = 0.0,
+                   elements: int = 0) -> Any:
         """The response to a decoded request: authorization of cluster-wide APIs, the handler (timed for
         request_percentage), latency metrics, throttling."""
         resp_cls = response_class(header.api_key, header.api_version)
@@ -210,8 +267,12 @@ class Dispatcher:
         required = spec.access.requires
         if required is not None and ctx.denied(required.operation, required.resource_type, CLUSTER_NAME):
             assert spec.access.refusal is not None
-            response = spec.access.refusal(body, resp_cls, AUTHORIZATION_ERRORS[required.resource_type],
-                                           f"{required.operation.name} on the cluster is needed for {spec.name}")
+            refusal = (body, resp_cls, AUTHORIZATION_ERRORS[required.resource_type],
+                       f"{required.operation.name} on the cluster is needed for {spec.name}")
+            if elements > offload.LARGE_ANSWER_ELEMENTS:  # an entry per item refused: built off the loop
+                response, _ = await offload.on_codec_thread(spec.access.refusal, *refusal)
+            else:
+                response = spec.access.refusal(*refusal)
         else:
             call: Any = spec.handler(ctx, body)
             timed = None
@@ -222,8 +283,8 @@ class Dispatcher:
             except UndeclaredCheck as exc:
                 log.error("%s", exc)
                 raise ProtocolError(f"{spec.name} is refused: {exc}") from exc
-            if timed is not None:
-                ctx.record_quota(REQUEST_PERCENTAGE, timed.seconds * 100)  # percent of one thread
+            if timed is not None:  # percent of one thread: the handler's time and its request's parsing
+                ctx.record_quota(REQUEST_PERCENTAGE, (timed.seconds + codec_cpu) * 100)
         self.broker.metrics.request_latency.labels(spec.name).observe(time.perf_counter() - started)
         if ctx.throttle_s > 0:  # answered at once, with the throttle time (the connection is muted)
             response = _with_throttle(response, int(ctx.throttle_s * 1000))

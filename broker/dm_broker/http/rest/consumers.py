@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from ...regexes import InvalidRegex, TopicPattern, compile_topic_regex
 from ...security.acls import Operation, ResourceType
 from ...security.session import Session
 from .bodies import ConsumerConfigBody, SubscriptionBody
@@ -50,7 +50,7 @@ class ConsumerInstance:
     consumer: AIOKafkaConsumer
     last_used: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pattern: re.Pattern[str] | None = None
+    pattern: TopicPattern | None = None
     pattern_seen: int = -1  # the metadata version the pattern was last matched against
     used: bool = False  # its consumer has had a subscription or an assignment (see _fresh_consumer)
     assigned: bool = False  # by hand (assignments), not by a subscription: the two exclude each other
@@ -200,7 +200,7 @@ class ConsumerRegistry:
         if denied:
             raise forbidden(f"Not authorized to access topics: [{', '.join(sorted(denied))}]")
 
-    def _readable(self, session: Session, pattern: re.Pattern[str]) -> list[str]:
+    def _readable(self, session: Session, pattern: TopicPattern) -> list[str]:
         md = self.broker.metadata
         names = sorted(md.topics) if md is not None else []
         return [t for t in names if pattern.fullmatch(t) and not t.startswith("__")
@@ -214,8 +214,8 @@ class ConsumerRegistry:
         pattern = None
         if body.topic_pattern is not None:
             try:
-                pattern = re.compile(body.topic_pattern)
-            except re.error as exc:
+                pattern = compile_topic_regex(body.topic_pattern)
+            except InvalidRegex as exc:
                 raise unprocessable(f"topic_pattern is not a regular expression: {exc}") from None
         async with self._using(instance):
             if instance.assigned:

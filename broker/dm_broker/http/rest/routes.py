@@ -25,6 +25,7 @@ from .bodies import (
     SubscriptionBody,
     parse_json,
     parse_produce,
+    records_within,
 )
 from .consumers import ConsumerInstance, ConsumerRegistry
 from .errors import (
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 SESSION = web.AppKey("session", Session)
 READ_TIMEOUT = web.AppKey("read_timeout_s", float)
+MAX_BODY = web.AppKey("max_body_bytes", int)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PATHS = ("/healthy", "/ready", "/openapi", "/openapi.json")
 
@@ -63,6 +65,10 @@ async def read_body(request: web.Request) -> bytes:
     """The body; 408 when it does not arrive within http.request.timeout.ms (a client trickling a body must
     not hold a request open for ever)."""
     timeout_s = request.app[READ_TIMEOUT]
+    declared, largest = request.content_length, request.app[MAX_BODY]
+    if declared is not None and declared > largest:  # refused at once, not after waiting for what it declared
+        raise RestError(413, 41301, f"the request body of {declared} bytes is larger than {largest} "
+                                    "(http.request.max.bytes)")
     try:
         async with asyncio.timeout(timeout_s):
             return await request.read()
@@ -95,6 +101,7 @@ class RestApi:
         app = web.Application(client_max_size=self.broker.config["http.request.max.bytes"],
                               middlewares=[self._serve])
         app[READ_TIMEOUT] = self.broker.config["http.request.timeout.ms"] / 1000
+        app[MAX_BODY] = self.broker.config["http.request.max.bytes"]
         for op in OPERATIONS:  # the routes are the OpenAPI document's operations: one table for both
             app.router.add_route(op.method.upper(), op.path, getattr(self, op.handler))
         return app
@@ -215,9 +222,14 @@ class RestApi:
         fmt = embedded_format_of(request.headers.get("Content-Type", ""))
         topic = request.match_info["topic"]
         doc = self.producer.topic(topic)
+        self._allow(request, Operation.WRITE, ResourceType.TOPIC, doc.name)  # before a byte of the body is read
         fixed = self._partition_index(request, len(doc.partitions)) if "partition" in request.match_info else None
         with self.producer.gatherer.request() as arrival:
-            records = parse_produce(fmt, await read_body(request))
+            raw = await read_body(request)
+            limit = self.broker.config["http.produce.max.records"]
+            if not records_within(raw, limit):
+                raise unprocessable(f"a produce request carries at most {limit} records (http.produce.max.records)")
+            records = parse_produce(fmt, raw)
             if fixed is not None:
                 named = next((i for i, r in enumerate(records) if r.partition is not None), None)
                 if named is not None:

@@ -143,6 +143,7 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> Any:
         wanted = [(t.name, t.topic_id if t.topic_id != NULL_UUID else None) for t in req.topics]
     results = []
     for name, topic_id in wanted:
+        await ctx.turn()
         error, message = ErrorCode.none, None
         try:
             if name is None:
@@ -171,6 +172,7 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> Any:
     result_cls = nested(cls, "CreatePartitionsTopicResult")
     results = []
     for t in req.topics:
+        await ctx.turn()
         error, message = ErrorCode.none, None
         try:
             if ctx.denied(Operation.ALTER, ResourceType.TOPIC, t.name):
@@ -253,6 +255,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
     synonyms = getattr(req, "include_synonyms", False)
     results = []
     for res in req.resources:
+        await ctx.turn()
         error, message, entries = ErrorCode.none, None, []
         keys = set(res.configuration_keys) if res.configuration_keys else None
         if res.resource_type == RESOURCE_TOPIC and ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
@@ -309,6 +312,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
                                               synonyms, read_only=True))
         else:
             error, message = ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}"
+        await ctx.turn(len(entries))
         results.append(make(result_cls, error_code=error, error_message=message, resource_type=res.resource_type,
                             resource_name=res.resource_name, configs=tuple(entries)))
     return make(cls, throttle_time=ZERO, results=tuple(results))
@@ -397,6 +401,7 @@ async def _alter_each(ctx: RequestContext, req: Any, alter: Callable[[Any], Awai
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     for res in req.resources:
+        await ctx.turn(1 + len(res.configs))
         error, message = ErrorCode.none, None
         try:
             if res.resource_type not in resource_types:

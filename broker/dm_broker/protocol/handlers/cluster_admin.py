@@ -3,7 +3,7 @@ ListPartitionReassignments (KIP-455), DescribeLogDirs and AlterReplicaLogDirs (J
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,10 +27,12 @@ def _code(result: PartitionResult) -> ErrorCode:
         return ErrorCode.unknown_server_error
 
 
-def _by_topic(results: list[PartitionResult], entry: Callable[[PartitionResult], Any]) -> dict[str, list[Any]]:
+async def _by_topic(ctx: RequestContext, results: list[PartitionResult],
+                    entry: Callable[[PartitionResult], Any]) -> dict[str, list[Any]]:
     """Per-partition results grouped under their topics, in order, as the responses nest them."""
     grouped: dict[str, list[Any]] = {}
     for r in results:
+        await ctx.turn()
         grouped.setdefault(r.topic, []).append(entry(r))
     return grouped
 
@@ -44,22 +46,36 @@ async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
     part_cls = nested(cls, "DeleteRecordsPartitionResult")
     timeout_s = max(req.timeout.total_seconds(), 0)
 
-    async def one(name: str, p: Any) -> Any:
-        error, low = ErrorCode.none, -1
-        try:
-            if ctx.denied(Operation.DELETE, ResourceType.TOPIC, name):
-                raise KafkaError(ErrorCode.topic_authorization_failed, f"DELETE on topic {name} is not allowed")
-            start = broker.delete_records(name, p.partition_index, p.offset)
-            low = await broker.wait_low_watermark(name, p.partition_index, start, timeout_s)
-        except KafkaError as exc:
-            error = exc.code
-        return make(part_cls, partition_index=p.partition_index, low_watermark=low, error_code=error)
-
-    topics = []
+    # The log starts are moved first, then waited for one after another against one deadline: the wait takes
+    # as long as the slowest partition, without a task (each polling) per partition of the request.
+    moved: list[tuple[str, Any, ErrorCode, int]] = []
     for topic in req.topics:
-        results = await asyncio.gather(*(one(topic.name, p) for p in topic.partitions))
-        topics.append(make(topic_cls, name=topic.name, partitions=tuple(results)))
-    return make(cls, throttle_time=ZERO, topics=tuple(topics))
+        refused = ctx.denied(Operation.DELETE, ResourceType.TOPIC, topic.name)
+        for p in topic.partitions:
+            await ctx.turn()
+            try:
+                if refused:
+                    raise KafkaError(ErrorCode.topic_authorization_failed,
+                                     f"DELETE on topic {topic.name} is not allowed")
+                moved.append((topic.name, p, ErrorCode.none, broker.delete_records(topic.name, p.partition_index,
+                                                                                   p.offset)))
+            except KafkaError as exc:
+                moved.append((topic.name, p, exc.code, -1))
+    deadline = time.monotonic() + timeout_s
+    topics: dict[str, list[Any]] = {}
+    for name, p, error, start in moved:
+        await ctx.turn()
+        low = -1
+        if error == ErrorCode.none:
+            try:
+                low = await broker.wait_low_watermark(name, p.partition_index, start,
+                                                      max(deadline - time.monotonic(), 0))
+            except KafkaError as exc:
+                error = exc.code
+        topics.setdefault(name, []).append(make(part_cls, partition_index=p.partition_index, low_watermark=low,
+                                                error_code=error))
+    return make(cls, throttle_time=ZERO, topics=tuple(make(topic_cls, name=name, partitions=tuple(parts))
+                                                      for name, parts in topics.items()))
 
 
 async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
@@ -75,7 +91,7 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
         results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, partitions)
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, replica_election_results=())
-    by_topic = _by_topic(results, lambda r: make(part_cls, partition_id=r.partition, error_code=_code(r),
+    by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_id=r.partition, error_code=_code(r),
                                                  error_message=r.message))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=tuple(
         make(result_cls, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
@@ -85,9 +101,12 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
     cls = ctx.response_cls
     topic_cls = nested(cls, "ReassignableTopicResponse")
     part_cls = nested(cls, "ReassignablePartitionResponse")
-    requests = [ReassignmentRequest(topic=t.name, partition=p.partition_index,
-                                    replicas=None if p.replicas is None else list(p.replicas))
-                for t in req.topics for p in t.partitions]
+    requests = []
+    for t in req.topics:
+        for p in t.partitions:
+            await ctx.turn(1 + len(p.replicas or ()))
+            requests.append(ReassignmentRequest(topic=t.name, partition=p.partition_index,
+                                                replicas=None if p.replicas is None else list(p.replicas)))
     refused: list[PartitionResult] = []
     if not getattr(req, "allow_replication_factor_change", True):  # v1 (KIP-860)
         refused = [PartitionResult(topic=r.topic, partition=r.partition, error="invalid_replication_factor",
@@ -98,7 +117,7 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
         results = refused + (await ctx.broker.alter_reassignments(requests) if requests else [])
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, error_message=exc.message, responses=())
-    by_topic = _by_topic(results, lambda r: make(part_cls, partition_index=r.partition, error_code=_code(r),
+    by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_index=r.partition, error_code=_code(r),
                                                  error_message=r.message))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=tuple(
         make(topic_cls, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
@@ -165,6 +184,7 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, req: Any) -> Any:
     for target in req.dirs:
         for topic in target.topics:
             for index in topic.partitions:
+                await ctx.turn()
                 error = ErrorCode.none
                 try:
                     await broker.logs.move(topic.name, index, target.path, broker.partition(topic.name, index))

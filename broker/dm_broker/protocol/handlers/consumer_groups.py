@@ -87,14 +87,15 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                             result.heartbeat_interval_ms, result.assignment)
 
 
-def describe_each(ctx: RequestContext, req: Any, kind: str, state_of: Callable[[Any], Any],
-                  used_topics: Callable[[Any], set[str]], build: Callable[[str, Any, Any], Any]) -> Any:
+async def describe_each(ctx: RequestContext, req: Any, kind: str, state_of: Callable[[Any], Any],
+                        used_topics: Callable[[Any], set[str]], build: Callable[[str, Any, Any], Any]) -> Any:
     """ConsumerGroupDescribe and ShareGroupDescribe: DESCRIBE on each group, the coordinator's answer, a
     group of `kind` (`state_of` gives its state or None), DESCRIBE on every topic it uses (Kafka's rule);
     `build` describes what passed."""
     group_cls = nested(ctx.response_cls, "DescribedGroup")
     out = []
     for group_id in req.group_ids:
+        await ctx.turn()
         if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             out.append(described_failure(group_cls, group_id, ErrorCode.group_authorization_failed,
                                          f"DESCRIBE on group {group_id} is not allowed"))
@@ -111,6 +112,7 @@ def describe_each(ctx: RequestContext, req: Any, kind: str, state_of: Callable[[
                                          "The described group uses topics that the client is not authorized to "
                                          "describe."))
         else:
+            await ctx.turn(len(state.members))
             out.append(build(group_id, group, state))
     return make(ctx.response_cls, throttle_time=ZERO, groups=tuple(out))
 
@@ -141,4 +143,4 @@ async def handle_consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
                     assignor_name=cg.preferred_assignor(assignors), members=members,
                     authorized_operations=UNKNOWN_OPERATIONS)
 
-    return describe_each(ctx, req, "consumer", lambda g: g.consumer, used, build)
+    return await describe_each(ctx, req, "consumer", lambda g: g.consumer, used, build)

@@ -152,9 +152,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             session.epoch = next_epoch(req.session_epoch)
 
     if incremental:
-        keys = fetch.apply_to_session(session, req)
+        keys = await fetch.apply_to_session(session, req)
     else:
-        fetch.add_request(req, session)
+        await fetch.add_request(req, session)
         keys = set()
 
     # Kafka's fetch.max.bytes: a client cannot ask for a larger answer (a TLS answer is read into memory);
@@ -191,7 +191,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         # session keeps every partition read here to be looked at again.
         return _encoded(ctx, encode_fetch_response(ctx.version, ctx.header.correlation_id, 0,
                                                      session.id if session is not None and incremental else 0, []))
-    topics = _results(ctx, fetch, session, incremental, committed, replica, quota)
+    topics = await _results(ctx, fetch, session, incremental, committed, replica, quota)
     response_session = session.id if session is not None else 0
     return _encoded(ctx, encode_fetch_response(ctx.version, ctx.header.correlation_id, 0, response_session,
                                                  topics))
@@ -252,29 +252,33 @@ class _Fetch:
             return ""
         return getattr(doc, "name", "")
 
-    def add_request(self, req: Any, session: FetchSession | None) -> None:
+    async def add_request(self, req: Any, session: FetchSession | None) -> None:
         for topic in req.topics:
             topic_key, name, topic_id = self._topic(topic)
             for p in topic.partitions:
+                await self.ctx.turn()
                 key = session.upsert(topic_key, topic_id, p) if session is not None else None
                 request = session.partitions[key] if session is not None else p
                 self._add(topic_key, name, topic_id, key, request, session)
 
-    def apply_to_session(self, session: FetchSession, req: Any) -> set[SessionKey]:
+    async def apply_to_session(self, session: FetchSession, req: Any) -> set[SessionKey]:
         """An incremental request: updates the session with the partitions it names, drops the ones it
         forgets, and reads those plus every partition marked since the last fetch."""
         named: set[SessionKey] = set()
         for topic in req.topics:
             topic_key, _, topic_id = self._topic(topic)
             for p in topic.partitions:
+                await self.ctx.turn()
                 named.add(session.upsert(topic_key, topic_id, p))
         for forgotten in req.forgotten_topics_data:
             topic_key = forgotten.topic if self.ctx.version < TOPIC_IDS_FROM else str(forgotten.topic_id)
+            await self.ctx.turn(len(forgotten.partitions))
             for index in forgotten.partitions:
                 session.forget((topic_key, index))
                 named.discard((topic_key, index))
         keys = named | session.take_dirty()
         for key in keys:
+            await self.ctx.turn()
             if key in session.partitions:
                 self.add_cached(session, key)
         return keys
@@ -316,14 +320,15 @@ class _Fetch:
         return denied
 
 
-def _results(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None, incremental: bool,
-             committed: bool, replica: bool, quota: ByteRateQuota | None) -> list[TopicResult]:
+async def _results(ctx: RequestContext, fetch: _Fetch, session: FetchSession | None, incremental: bool,
+                   committed: bool, replica: bool, quota: ByteRateQuota | None) -> list[TopicResult]:
     metrics = ctx.broker.metrics
     topics = []
     owed: set[SessionKey] = set()
     for name, topic_id, topic_reads in fetch.by_topic.values():
         result = TopicResult(name, topic_id=topic_id)
         for r in topic_reads:
+            await ctx.turn()
             part = r.partition
             hw = lso = start = -1
             if part is not None and r.error == ErrorCode.none:

@@ -54,7 +54,10 @@ async def handle_find_coordinator(ctx: RequestContext, req: Any) -> Any:
     key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
     keys = list(req.coordinator_keys) if has(type(req), "coordinator_keys") else [req.key]
     # Authorized first: an internal topic is created only for a key the principal may describe.
-    refusals = {key: _key_refusal(ctx, key, key_type) for key in dict.fromkeys(keys)}
+    refusals = {}
+    for key in dict.fromkeys(keys):
+        await ctx.turn()
+        refusals[key] = _key_refusal(ctx, key, key_type)
     if any(r is None for r in refusals.values()):
         if key_type == KEY_TYPE_TRANSACTION:
             await ctx.broker.ensure_txn_topic()
@@ -69,6 +72,7 @@ async def handle_find_coordinator(ctx: RequestContext, req: Any) -> Any:
         coordinator_cls = nested(cls, "Coordinator")
         results = []
         for key in keys:
+            await ctx.turn()
             error, message, endpoint = answer(key)
             results.append(coordinator_cls(
                 key=key, node_id=endpoint.node_id if endpoint else -1, host=endpoint.host if endpoint else "",
@@ -140,9 +144,11 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
         single = results[0] if results else code
         return make(cls, throttle_time=ZERO, error_code=ErrorCode(code if code else single))
     member_cls = nested(cls, "MemberResponse")
-    out = tuple(member_cls(member_id=m, group_instance_id=i, error_code=ErrorCode(r))
-                for (m, i), r in zip(members, results, strict=False))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode(code), members=out)
+    out = []
+    for (m, i), r in zip(members, results, strict=False):
+        await ctx.turn()
+        out.append(member_cls(member_id=m, group_instance_id=i, error_code=ErrorCode(r)))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode(code), members=tuple(out))
 
 
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
@@ -156,6 +162,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     for t in req.topics:
         topic_denied = not group_denied and ctx.denied(Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
+            await ctx.turn()
             if group_denied or topic_denied:
                 code = ErrorCode.group_authorization_failed if group_denied else ErrorCode.topic_authorization_failed
                 results[(t.name, p.partition_index)] = code.value
@@ -167,24 +174,25 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
                                                            getattr(req, "group_instance_id", None), offsets))
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     part_cls = nested(cls, "OffsetCommitResponsePartition")
-    topics = tuple(
-        make(topic_cls, name=t.name, partitions=tuple(
-            make(part_cls, partition_index=p.partition_index,
-                 error_code=ErrorCode(results[(t.name, p.partition_index)]))
-            for p in t.partitions))
-        for t in req.topics
-    )
-    return make(cls, throttle_time=ZERO, topics=topics)
+    topics = []
+    for t in req.topics:
+        topics.append(make(topic_cls, name=t.name, partitions=await ctx.built(t.partitions, lambda p, t=t: make(
+            part_cls, partition_index=p.partition_index, error_code=ErrorCode(results[(t.name, p.partition_index)])))))
+    return make(cls, throttle_time=ZERO, topics=tuple(topics))
 
 
-def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type, part_cls: type,
-                   topic_field: str = "partition_indexes",
-                   require_stable: bool = False) -> tuple[ErrorCode, tuple[Any, ...]]:
+async def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: type, part_cls: type,
+                         topic_field: str = "partition_indexes",
+                         require_stable: bool = False) -> tuple[ErrorCode, tuple[Any, ...]]:
     if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed, ()
     # Offsets of topics the principal may not describe are not disclosed: asked for, they are
     # TOPIC_AUTHORIZATION_FAILED; listing every offset of the group, they are left out.
-    hidden = {t.name for t in topics or () if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name)}
+    hidden = set()
+    for t in topics or ():
+        await ctx.turn(1 + len(getattr(t, topic_field)))  # for this and the comprehensions below
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+            hidden.add(t.name)
     wanted = None if topics is None else [(t.name, p) for t in topics if t.name not in hidden
                                           for p in getattr(t, topic_field)]
     code, offsets = ctx.broker.coordinator.fetch_offsets(group_id, wanted)
@@ -194,6 +202,7 @@ def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: t
     unstable = ctx.broker.coordinator.unstable(group_id, wanted) if require_stable else set()
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), value in offsets.items():
+        await ctx.turn()
         error = ErrorCode.unstable_offset_commit if (topic, partition) in unstable else ErrorCode.none
         by_topic.setdefault(topic, []).append(make(
             part_cls, partition_index=partition, committed_offset=value.offset if value and not error else -1,
@@ -203,11 +212,13 @@ def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_cls: t
         for t in topics:
             by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                      metadata="", error_code=ErrorCode(code)) for p in getattr(t, topic_field)]
-    for name in hidden:
-        t = next(t for t in topics if t.name == name)
-        by_topic[name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                               error_code=ErrorCode.topic_authorization_failed) for p in getattr(t, topic_field)]
-    topics_out = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    for t in topics or ():
+        if t.name in hidden:
+            by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                     metadata="", error_code=ErrorCode.topic_authorization_failed)
+                                for p in getattr(t, topic_field)]
+    topics_out = await ctx.built(by_topic.items(), lambda item: make(topic_cls, name=item[0],
+                                                                      partitions=tuple(item[1])))
     return ErrorCode(code), topics_out
 
 
@@ -219,19 +230,20 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
         part_cls = nested(cls, "OffsetFetchResponsePartitions")
         groups = []
         for g in req.groups:
+            await ctx.turn()
             member_error = ctx.broker.coordinator.fetch_member_error(
                 g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             if member_error is not None:
                 groups.append(group_cls(group_id=g.group_id, topics=(), error_code=member_error))
                 continue
-            code, topics = _offset_topics(ctx, g.group_id, g.topics, topic_cls, part_cls,
-                                          require_stable=getattr(req, "require_stable", False))
+            code, topics = await _offset_topics(ctx, g.group_id, g.topics, topic_cls, part_cls,
+                                                require_stable=getattr(req, "require_stable", False))
             groups.append(group_cls(group_id=g.group_id, topics=topics, error_code=code))
         return make(cls, throttle_time=ZERO, groups=tuple(groups))
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     part_cls = nested(cls, "OffsetFetchResponsePartition")
-    code, topics = _offset_topics(ctx, req.group_id, req.topics, topic_cls, part_cls,
-                                  require_stable=getattr(req, "require_stable", False))
+    code, topics = await _offset_topics(ctx, req.group_id, req.topics, topic_cls, part_cls,
+                                        require_stable=getattr(req, "require_stable", False))
     return make(cls, throttle_time=ZERO, topics=topics, error_code=code)
 
 
@@ -255,6 +267,7 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
     member_cls = nested(cls, "DescribedGroupMember")
     out = []
     for group_id in req.groups:
+        await ctx.turn()
         if ctx.denied(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             out.append(make(group_cls, error_code=ErrorCode.group_authorization_failed, group_id=group_id,
                             group_state="", protocol_type="", protocol_data="", members=(),
@@ -275,6 +288,7 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
                              client_id=m.client_id, client_host=m.client_host,
                              member_metadata=m.metadata_for(group.protocol_name or ""), member_assignment=m.assignment)
                         for m in group.members.values())
+        await ctx.turn(len(members))
         out.append(make(group_cls, error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,
                         protocol_type=group.protocol_type or "", protocol_data=group.protocol_name or "",
                         members=members, authorized_operations=-2147483648))
@@ -286,6 +300,7 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
     result_cls = nested(cls, "DeletableGroupResult")
     results = []
     for group_id in req.groups_names:
+        await ctx.turn()
         if ctx.denied(Operation.DELETE, ResourceType.GROUP, group_id):
             results.append(result_cls(group_id=group_id, error_code=ErrorCode.group_authorization_failed))
             continue
@@ -298,15 +313,20 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     if ctx.denied(Operation.DELETE, ResourceType.GROUP, req.group_id):
         return make(cls, error_code=ErrorCode.group_authorization_failed, throttle_time=ZERO, topics=())
-    denied = {t.name for t in req.topics if ctx.denied(Operation.READ, ResourceType.TOPIC, t.name)}
+    denied = set()
+    for t in req.topics:
+        await ctx.turn(1 + len(t.partitions))  # for this and the comprehensions below
+        if ctx.denied(Operation.READ, ResourceType.TOPIC, t.name):
+            denied.add(t.name)
     wanted = [(t.name, p.partition_index) for t in req.topics if t.name not in denied for p in t.partitions]
     code, results = await ctx.broker.coordinator.delete_offsets(req.group_id, wanted) if wanted else (0, {})
     results = {**results, **{(t.name, p.partition_index): ErrorCode.topic_authorization_failed.value
                              for t in req.topics if t.name in denied for p in t.partitions}}
     topic_cls = nested(cls, "OffsetDeleteResponseTopic")
     part_cls = nested(cls, "OffsetDeleteResponsePartition")
-    topics = tuple(make(topic_cls, name=t.name, partitions=tuple(
-        make(part_cls, partition_index=p.partition_index,
-             error_code=ErrorCode(results.get((t.name, p.partition_index), 0)))
-        for p in t.partitions)) for t in req.topics)
-    return make(cls, error_code=ErrorCode(code), throttle_time=ZERO, topics=topics if code == 0 else ())
+    topics = []
+    for t in req.topics if code == 0 else ():
+        topics.append(make(topic_cls, name=t.name, partitions=await ctx.built(t.partitions, lambda p, t=t: make(
+            part_cls, partition_index=p.partition_index,
+            error_code=ErrorCode(results.get((t.name, p.partition_index), 0))))))
+    return make(cls, error_code=ErrorCode(code), throttle_time=ZERO, topics=tuple(topics))

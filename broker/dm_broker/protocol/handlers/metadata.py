@@ -135,6 +135,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> Any:
     else:
         for entry in requested:
             await turns.now_and_then()  # for what the entries before this one encoded
+            await ctx.turn()  # for the entries themselves (named, missing or refused: no partitions)
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
             if name is None:
@@ -240,6 +241,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, req: Any) -> Any
     next_cursor = None
     room = limit
     for name in names:
+        await ctx.turn()
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         if room == 0:
             next_cursor = cursor_cls(topic_name=name, partition_index=first)

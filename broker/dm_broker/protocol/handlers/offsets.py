@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -29,14 +30,18 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
     # Kafka answers OFFSET_NOT_AVAILABLE from ListOffsets v5 (KIP-207), LEADER_NOT_AVAILABLE before it
     lagging = ErrorCode.offset_not_available if ctx.version >= 5 else ErrorCode.leader_not_available
     topics = []
+    duplicates = _named_twice((topic.name, p.partition_index) for topic in req.topics for p in topic.partitions)
     for topic in req.topics:
         results = []
         denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for p in topic.partitions:
+            await ctx.turn()
             part = broker.partition(topic.name, p.partition_index)
             error, offset, timestamp, epoch = ErrorCode.none, -1, -1, -1
             if denied:
                 part, error = None, ErrorCode.topic_authorization_failed
+            elif (topic.name, p.partition_index) in duplicates:
+                part, error = None, ErrorCode.invalid_request  # Kafka's answer to a partition named twice
             elif part is None:
                 error = broker.missing_partition_error(topic.name, p.partition_index)
             elif not part.is_leader:
@@ -72,6 +77,14 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
     return make(cls, throttle_time=ZERO, topics=tuple(topics))
 
 
+def _named_twice(partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+    seen: set[tuple[str, int]] = set()
+    twice: set[tuple[str, int]] = set()
+    for tp in partitions:
+        (twice if tp in seen else seen).add(tp)
+    return twice
+
+
 async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_cls
@@ -84,6 +97,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
         results = []
         denied = cluster_denied or (not follower and ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, topic.topic))
         for p in topic.partitions:
+            await ctx.turn()
             part = broker.partition(topic.topic, p.partition)
             epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
             if denied:

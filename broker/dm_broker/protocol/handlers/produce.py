@@ -70,8 +70,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         refusal = txn_refusal or (KafkaError(ErrorCode.topic_authorization_failed,
                                              f"WRITE on topic {topic.name} is not allowed")
                                   if ctx.denied(Operation.WRITE, ResourceType.TOPIC, topic.name) else None)
-        outcomes.append((topic.name, [await _append(ctx, req, topic.name, pdata, batch_error_cls, refusal)
-                                      for pdata in topic.partition_data]))
+        parts = []
+        for pdata in topic.partition_data:
+            await ctx.turn()
+            parts.append(await _append(ctx, req, topic.name, pdata, batch_error_cls, refusal))
+        outcomes.append((topic.name, parts))
     # Kafka counts the request's size against producer_byte_rate, appended or not; the throttle
     # mutes the connection before its next request is read.
     ctx.record_quota(PRODUCER_BYTE_RATE, ctx.size)

@@ -27,6 +27,9 @@ def _filter_refusal(components: Any) -> str | None:
     types = [c.entity_type for c in components]
     if len(set(types)) != len(types):
         return f"entity type repeated in the filter {types}"
+    types = [c.entity_type for c in components]
+    if len(types) != len(set(types)):  # as Kafka: a filter names each entity type once (so at most three)
+        return "Duplicate entity type in filter"
     for c in components:
         if c.entity_type not in (USER, CLIENT_ID, IP):
             return f"unknown entity type {c.entity_type!r}"
@@ -58,15 +61,18 @@ async def handle_alter_client_quotas(ctx: RequestContext, req: Any) -> Any:
 
     cls = ctx.response_cls
     entry_cls, entity_cls = nested(cls, "EntryData"), nested(cls, "EntityData")
-    alterations = [QuotaAlteration(entity=[(e.entity_type, e.entity_name) for e in entry.entity],
-                                   ops=[QuotaOp(key=op.key, value=float(op.value), remove=op.remove)
-                                        for op in entry.ops]) for entry in req.entries]
+    alterations = []
+    for entry in req.entries:
+        await ctx.turn(1 + len(entry.entity) + len(entry.ops))
+        alterations.append(QuotaAlteration(entity=[(e.entity_type, e.entity_name) for e in entry.entity],
+                                           ops=[QuotaOp(key=op.key, value=float(op.value), remove=op.remove)
+                                                for op in entry.ops]))
     try:
         outcomes = [(ErrorCode[r.error] if r.error else ErrorCode.none, r.message)
                     for r in await ctx.broker.alter_quotas(alterations, req.validate_only)]
     except KafkaError as exc:
         outcomes = [(exc.code, exc.message or exc.code.name)] * len(alterations)
-    return make(cls, throttle_time=ZERO, entries=tuple(
-        entry_cls(error_code=code, error_message=message, entity=tuple(
-            entity_cls(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity))
-        for entry, (code, message) in zip(req.entries, outcomes, strict=True)))
+    return make(cls, throttle_time=ZERO, entries=await ctx.built(
+        zip(req.entries, outcomes, strict=True), lambda answered: entry_cls(
+            error_code=answered[1][0], error_message=answered[1][1], entity=tuple(
+                entity_cls(entity_type=e.entity_type, entity_name=e.entity_name) for e in answered[0].entity))))

@@ -4,6 +4,7 @@ forwards changes and answers descriptions from its metadata."""
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import groupby
 from typing import Any
 
@@ -78,15 +79,16 @@ def _filter_refusal(f: AclFilter) -> str | None:
 async def handle_create_acls(ctx: RequestContext, req: Any) -> Any:
     result_cls = nested(ctx.response_cls, "AclCreationResult")
 
-    def all_(code: ErrorCode, message: str) -> Any:
-        return make(ctx.response_cls, throttle_time=ZERO, results=tuple(
-            result_cls(error_code=code, error_message=message) for _ in req.creations))
+    async def all_(code: ErrorCode, message: str) -> Any:
+        return make(ctx.response_cls, throttle_time=ZERO, results=await ctx.built(
+            req.creations, lambda _: result_cls(error_code=code, error_message=message)))
 
     refusal = _acl_refusal(ctx)
     if refusal is not None:
-        return all_(*refusal)
+        return await all_(*refusal)
     bindings: list[AclBinding | None] = []
     for c in req.creations:
+        await ctx.turn()
         try:
             bindings.append(_binding(c))
         except ValueError:
@@ -95,9 +97,10 @@ async def handle_create_acls(ctx: RequestContext, req: Any) -> Any:
     try:
         errors = iter(await ctx.broker.create_acls(valid) if valid else [])
     except KafkaError as exc:
-        return all_(exc.code, exc.message or exc.code.name)
+        return await all_(exc.code, exc.message or exc.code.name)
     results = []
     for b in bindings:
+        await ctx.turn()
         error = "unknown resource type, pattern type, operation or permission" if b is None else next(errors)
         results.append(result_cls(error_code=ErrorCode.invalid_request if error else ErrorCode.none,
                                   error_message=error))
@@ -138,15 +141,16 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     result_cls, match_cls = nested(cls, "DeleteAclsFilterResult"), nested(cls, "DeleteAclsMatchingAcl")
 
-    def all_(code: ErrorCode, message: str) -> Any:
-        return make(cls, throttle_time=ZERO, filter_results=tuple(
-            result_cls(error_code=code, error_message=message, matching_acls=()) for _ in req.filters))
+    async def all_(code: ErrorCode, message: str) -> Any:
+        return make(cls, throttle_time=ZERO, filter_results=await ctx.built(
+            req.filters, lambda _: result_cls(error_code=code, error_message=message, matching_acls=())))
 
     refusal = _acl_refusal(ctx)
     if refusal is not None:
-        return all_(*refusal)
+        return await all_(*refusal)
     filters: list[AclFilter | str] = []
     for raw in req.filters:
+        await ctx.turn()
         try:
             f = _filter(raw)
             filters.append(_filter_refusal(f) or f)
@@ -156,9 +160,10 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
     try:
         deleted = iter(await ctx.broker.delete_acls(valid) if valid else [])
     except KafkaError as exc:
-        return all_(exc.code, exc.message or exc.code.name)
+        return await all_(exc.code, exc.message or exc.code.name)
     results = []
     for f in filters:
+        await ctx.turn()
         if isinstance(f, str):
             results.append(result_cls(error_code=ErrorCode.invalid_request, error_message=f, matching_acls=()))
             continue
@@ -166,6 +171,7 @@ async def handle_delete_acls(ctx: RequestContext, req: Any) -> Any:
                              resource_name=a.resource_name, pattern_type=a.pattern_type, principal=a.principal,
                              host=a.host, operation=a.operation, permission_type=a.permission)
                         for a in next(deleted))
+        await ctx.turn(len(matched))
         results.append(result_cls(error_code=ErrorCode.none, error_message=None, matching_acls=matched))
     return make(cls, throttle_time=ZERO, filter_results=tuple(results))
 
@@ -176,9 +182,10 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, req: Any) 
     stored = ctx.broker.metadata.scram if ctx.broker.metadata is not None else {}
     ids = {name: i for i, name in MECHANISM_IDS.items()}
     wanted = [u.name for u in req.users] if req.users else sorted(stored)
-    counts = {u: wanted.count(u) for u in wanted}
+    counts = Counter(wanted)
     results = []
-    for user in dict.fromkeys(wanted):
+    for user in counts:
+        await ctx.turn()
         if counts[user] > 1:
             results.append(result_cls(user=user, error_code=ErrorCode.duplicate_resource,
                                       error_message=f"{user} is asked for more than once", credential_infos=()))
@@ -201,12 +208,14 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, req: Any) -> 
     errors: dict[str, tuple[ErrorCode, str]] = {}
     alterations: list[ScramAlteration] = []
     for d in req.deletions:
+        await ctx.turn()
         mechanism = MECHANISM_IDS.get(d.mechanism)
         if mechanism is None:
             errors.setdefault(d.name, (ErrorCode.unsupported_sasl_mechanism, f"unknown SCRAM mechanism {d.mechanism}"))
             continue
         alterations.append(ScramAlteration(user=d.name, mechanism=mechanism))
     for u in req.upsertions:
+        await ctx.turn()
         mechanism = MECHANISM_IDS.get(u.mechanism)
         if mechanism is None:
             errors.setdefault(u.name, (ErrorCode.unsupported_sasl_mechanism, f"unknown SCRAM mechanism {u.mechanism}"))
@@ -226,6 +235,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, req: Any) -> 
         except KafkaError as exc:
             for a in alterations:
                 errors.setdefault(a.user, (exc.code, exc.message or exc.code.name))
-    results = tuple(result_cls(user=u, error_code=errors[u][0] if u in errors else ErrorCode.none,
-                               error_message=errors[u][1] if u in errors else None) for u in users)
+    results = await ctx.built(users, lambda u: result_cls(user=u, error_code=errors[u][0] if u in errors else
+                                                          ErrorCode.none,
+                                                          error_message=errors[u][1] if u in errors else None))
     return make(cls, throttle_time=ZERO, results=results)

@@ -59,7 +59,7 @@ async def handle_share_group_describe(ctx: RequestContext, req: Any) -> Any:
                     group_state=group.state_name, group_epoch=sg.group_epoch, assignment_epoch=sg.group_epoch,
                     assignor_name=ASSIGNOR, members=members, authorized_operations=UNKNOWN_OPERATIONS)
 
-    return describe_each(ctx, req, "share", lambda g: g.share,
+    return await describe_each(ctx, req, "share", lambda g: g.share,
                          lambda sg: {n for m in sg.members.values() for n in m.subscribed_names}, build)
 
 
@@ -178,13 +178,14 @@ class _ShareRequest:
         return parts
 
 
-def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = ErrorCode.none,
-            message: str | None = None, fetch: bool = True) -> Any:
+async def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = ErrorCode.none,
+                  message: str | None = None, fetch: bool = True) -> Any:
     cls = ctx.response_cls
     topic_cls = nested(cls, "ShareFetchableTopicResponse" if fetch else "ShareAcknowledgeTopicResponse")
     part_cls, leader_cls = nested(cls, "PartitionData"), nested(cls, "LeaderIdAndEpoch")
     by_topic: dict[str, list[Any]] = {}
     for (topic_id, name, partition), out in sorted(req_ctx.outcomes.items()):
+        await ctx.turn(1 + len(out.acquired))
         part = ctx.broker.partition(name, partition) if name else None
         leader = make(leader_cls, leader_id=part.leader_id if part is not None else -1,
                       leader_epoch=part.leader_epoch if part is not None else -1)
@@ -203,31 +204,33 @@ def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode = Erro
                 responses=responses, node_endpoints=())
 
 
-def _open(ctx: RequestContext, req: Any, fetch: bool) -> tuple[_ShareRequest, ShareSession | None, Any]:
+async def _open(ctx: RequestContext, req: Any, fetch: bool) -> tuple[_ShareRequest, ShareSession | None, Any]:
     """The checks ShareFetch and ShareAcknowledge share: ids present, READ on the group, the member's
     share session at the request's epoch (only ShareFetch opens one). The answer is set when refused."""
     r = _ShareRequest(ctx, req.group_id or "", req.member_id or "")
     if not req.group_id or not req.member_id:
-        return r, None, _answer(ctx, r, ErrorCode.invalid_request, "GroupId and MemberId are required", fetch=fetch)
+        return r, None, await _answer(ctx, r, ErrorCode.invalid_request, "GroupId and MemberId are required",
+                                      fetch=fetch)
     if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
-        return r, None, _answer(ctx, r, ErrorCode.group_authorization_failed,
+        return r, None, await _answer(ctx, r, ErrorCode.group_authorization_failed,
                                 f"READ on group {req.group_id} is not allowed", fetch=fetch)
     try:
         return r, r.share.session_for(r.group, r.member, req.share_session_epoch, opening_allowed=fetch), None
     except ShareSessionError as exc:
-        return r, None, _answer(ctx, r, exc.error, str(exc), fetch=fetch)
+        return r, None, await _answer(ctx, r, exc.error, str(exc), fetch=fetch)
 
 
 async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
-    r, session, refusal = _open(ctx, req, fetch=True)
+    r, session, refusal = await _open(ctx, req, fetch=True)
     if session is None:
         return refusal
     epoch = req.share_session_epoch
     if epoch == FINAL_EPOCH and any(p for t in req.topics for p in t.partitions if not p.acknowledgement_batches):
-        return _answer(ctx, r, ErrorCode.invalid_request, "a final ShareFetch (epoch -1) only acknowledges")
+        return await _answer(ctx, r, ErrorCode.invalid_request, "a final ShareFetch (epoch -1) only acknowledges")
     for t in req.topics:
         name = r.ids.get(str(t.topic_id))
         for p in t.partitions:
+            await ctx.turn(1 + len(p.acknowledgement_batches))
             if name is None:  # a topic deleted (or never there): said, not silently skipped
                 r.outcome(str(t.topic_id), p.partition_index).error = ErrorCode.unknown_topic_id
             else:
@@ -239,11 +242,12 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
                 await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
     for t in req.forgotten_topics_data:
         name = r.ids.get(str(t.topic_id))
+        await ctx.turn(len(t.partitions))
         for p in t.partitions:
             session.partitions.discard((name or "", p))
     if epoch == FINAL_EPOCH:
         r.share.close(r.group, r.member)
-        return _answer(ctx, r)
+        return await _answer(ctx, r)
     r.share.advance(session, epoch)
     max_records = req.max_records if req.max_records > 0 else 500
     taken = await r.acquire(session, max_records, req.max_bytes)
@@ -251,22 +255,23 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
     if taken == 0 and wait_s > 0:
         await wait_for_partitions(r.waiting_parts(session), wait_s)
         await r.acquire(session, max_records, req.max_bytes)
-    return _answer(ctx, r)
+    return await _answer(ctx, r)
 
 
 async def handle_share_acknowledge(ctx: RequestContext, req: Any) -> Any:
-    r, session, refusal = _open(ctx, req, fetch=False)
+    r, session, refusal = await _open(ctx, req, fetch=False)
     if session is None:
         return refusal
     epoch = req.share_session_epoch
     for t in req.topics:
         for p in t.partitions:
+            await ctx.turn(1 + len(p.acknowledgement_batches))
             await r.acknowledge(str(t.topic_id), p.partition_index, p.acknowledgement_batches)
     if epoch == FINAL_EPOCH:
         r.share.close(r.group, r.member)
     else:
         r.share.advance(session, epoch)
-    return _answer(ctx, r, fetch=False)
+    return await _answer(ctx, r, fetch=False)
 
 
 # -- the share coordinator's inter-broker APIs (ReadShareGroupState 84, WriteShareGroupState 85) ------
@@ -275,6 +280,16 @@ def _state_results(req: Any, cls: type, result_cls: str, answer: Any) -> Any:
     topic_cls = nested(cls, result_cls)
     return make(cls, results=tuple(
         make(topic_cls, topic_id=t.topic_id, partitions=tuple(answer(t, p) for p in t.partitions)) for t in req.topics))
+
+
+async def _stepped_state_results(ctx: RequestContext, req: Any, result_cls: str, answer: Any) -> Any:
+    """_state_results, giving the loop its turn as it goes (RequestContext.turn)."""
+    topic_cls = nested(ctx.response_cls, result_cls)
+    topics = []
+    for t in req.topics:
+        topics.append(make(topic_cls, topic_id=t.topic_id, partitions=await ctx.built(t.partitions,
+                                                                                     lambda p, t=t: answer(t, p))))
+    return make(ctx.response_cls, results=tuple(topics))
 
 
 def refuse_read_share_group_state(req: Any, cls: type, error: ErrorCode, message: str) -> Any:
@@ -310,7 +325,7 @@ async def handle_read_share_group_state(ctx: RequestContext, req: Any) -> Any:
                         make(batch_cls, first_offset=b.first, last_offset=b.last, delivery_state=int(b.state),
                              delivery_count=b.delivery_count) for b in snapshot.batches))
 
-    return _state_results(req, cls, "ReadStateResult", answer)
+    return await _stepped_state_results(ctx, req, "ReadStateResult", answer)
 
 
 async def handle_write_share_group_state(ctx: RequestContext, req: Any) -> Any:
@@ -320,6 +335,7 @@ async def handle_write_share_group_state(ctx: RequestContext, req: Any) -> Any:
     errors: dict[tuple[str, int], ErrorCode] = {}
     for t in req.topics:
         for p in t.partitions:
+            await ctx.turn(1 + len(p.state_batches))
             try:
                 batches = tuple(StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state),
                                            b.delivery_count) for b in p.state_batches)
@@ -329,7 +345,7 @@ async def handle_write_share_group_state(ctx: RequestContext, req: Any) -> Any:
             snapshot = Snapshot(p.state_epoch, p.leader_epoch, p.start_offset, batches)
             errors[(str(t.topic_id), p.partition)] = await coordinator.write(
                 (req.group_id, str(t.topic_id), p.partition), snapshot)
-    return _state_results(req, cls, "WriteStateResult", lambda t, p: make(
+    return await _stepped_state_results(ctx, req, "WriteStateResult", lambda t, p: make(
         part_cls, partition=p.partition, error_code=errors[(str(t.topic_id), p.partition)]))
 
 
@@ -339,9 +355,13 @@ refuse_delete_share_group_state = _refusal_per_partition("DeleteStateResult")
 async def handle_delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.response_cls
     part_cls = nested(cls, "PartitionResult")
-    errors = {(str(t.topic_id), p.partition): await ctx.broker.share_coordinator.delete(
-        (req.group_id, str(t.topic_id), p.partition)) for t in req.topics for p in t.partitions}
-    return _state_results(req, cls, "DeleteStateResult", lambda t, p: make(
+    errors = {}
+    for t in req.topics:
+        for p in t.partitions:
+            await ctx.turn()
+            errors[(str(t.topic_id), p.partition)] = await ctx.broker.share_coordinator.delete(
+                (req.group_id, str(t.topic_id), p.partition))
+    return await _stepped_state_results(ctx, req, "DeleteStateResult", lambda t, p: make(
         part_cls, partition=p.partition, error_code=errors[(str(t.topic_id), p.partition)]))
 
 
@@ -394,6 +414,7 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, req: Any) -> 
             (name, None) for name in sorted(group.share.used)]
         topics = []
         for name, partitions in wanted:
+            await ctx.turn(1 + len(partitions or ()))
             topic = ctx.broker.topic(name)
             denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, name)
             if denied or topic is None:
@@ -405,6 +426,7 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, req: Any) -> 
                 continue
             rows = []
             for p in partitions if partitions is not None else range(len(topic.partitions)):
+                await ctx.turn()
                 try:
                     snapshot = await store.read(g.group_id, topic.topic_id, p) if store is not None else None
                     rows.append(make(part_cls, partition_index=p, start_offset=snapshot.start if snapshot else -1,
@@ -430,6 +452,7 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any
         topic = ctx.broker.topic(t.topic_name)
         rows = []
         for p in t.partitions:
+            await ctx.turn()
             if ctx.denied(Operation.READ, ResourceType.TOPIC, t.topic_name):
                 code, why = ErrorCode.topic_authorization_failed, None
             elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
@@ -465,6 +488,7 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, req: Any) -> An
     store = ctx.broker.share.store
     responses = []
     for t in req.topics:
+        await ctx.turn()
         topic = ctx.broker.topic(t.topic_name)
         code, why = ErrorCode.none, None
         if ctx.denied(Operation.READ, ResourceType.TOPIC, t.topic_name):

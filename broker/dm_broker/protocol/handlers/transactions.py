@@ -42,9 +42,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
     part_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
     topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
 
-    def topic_results(errors: dict[tuple[str, int], E]) -> tuple:
+    async def topic_results(errors: dict[tuple[str, int], E]) -> tuple:
         by_topic: dict[str, list] = {}
         for (topic, p), error in errors.items():
+            await ctx.turn()
             by_topic.setdefault(topic, []).append(part_cls(partition_index=p, partition_error_code=error))
         return tuple(topic_cls(name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items())
 
@@ -52,19 +53,21 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
         partitions = {(t.name, p) for t in req.v3_and_below_topics for p in t.partitions}
         if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.v3_and_below_transactional_id):
             errors = dict.fromkeys(partitions, E.transactional_id_authorization_failed)
-            return make(cls, throttle_time=ZERO, results_by_topic_v3_and_below=topic_results(errors))
-        denied = {(t, p) for t, p in partitions if ctx.denied(Operation.WRITE, ResourceType.TOPIC, t)}
-        unknown = {(t, p) for t, p in partitions
-                   if (doc := broker.topic(t)) is None or not 0 <= p < len(doc.partitions)} - denied
-        if unknown or denied:
-            errors = {tp: E.topic_authorization_failed if tp in denied else
-                      E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted
-                      for tp in partitions}
+            return make(cls, throttle_time=ZERO, results_by_topic_v3_and_below=await topic_results(errors))
+        refused: dict[tuple[str, int], E] = {}
+        for t, p in partitions:
+            await ctx.turn()
+            if ctx.denied(Operation.WRITE, ResourceType.TOPIC, t):
+                refused[(t, p)] = E.topic_authorization_failed
+            elif (doc := broker.topic(t)) is None or not 0 <= p < len(doc.partitions):
+                refused[(t, p)] = E.unknown_topic_or_partition
+        if refused:
+            errors = {tp: refused.get(tp, E.operation_not_attempted) for tp in partitions}
         else:
             error = await coordinator.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                                      req.v3_and_below_producer_epoch, partitions)
             errors = dict.fromkeys(partitions, _fenced_for(ctx, error, 3))
-        return make(cls, throttle_time=ZERO, results_by_topic_v3_and_below=topic_results(errors))
+        return make(cls, throttle_time=ZERO, results_by_topic_v3_and_below=await topic_results(errors))
     # v4+: brokers verifying (or adding) a partition for a transactional write, batched by transaction.
     result_cls = nested(cls, "AddPartitionsToTxnResult")
     if ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
@@ -78,7 +81,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
             error = await coordinator.add_partitions(t.transactional_id, t.producer_id, t.producer_epoch, partitions,
                                                      client_version=TV2)
             errors = dict.fromkeys(partitions, error)
-        results.append(result_cls(transactional_id=t.transactional_id, topic_results=topic_results(errors)))
+        results.append(result_cls(transactional_id=t.transactional_id, topic_results=await topic_results(errors)))
     return make(cls, throttle_time=ZERO, error_code=E.none, results_by_transaction=tuple(results))
 
 
@@ -116,12 +119,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
         if ctx.denied(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id) else \
         E.group_authorization_failed if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id) else None
     if refusal is not None:
-        return _txn_offset_answer(ctx, dict.fromkeys(offsets, refusal.value))
-    denied = {tp for tp in offsets if ctx.denied(Operation.READ, ResourceType.TOPIC, tp[0])}
+        return await _txn_offset_answer(ctx, dict.fromkeys(offsets, refusal.value))
+    denied = set()
+    for tp in offsets:
+        await ctx.turn()
+        if ctx.denied(Operation.READ, ResourceType.TOPIC, tp[0]):
+            denied.add(tp)
     results: dict[tuple[str, int], int] = dict.fromkeys(denied, E.topic_authorization_failed.value)
     offsets = {tp: v for tp, v in offsets.items() if tp not in denied}
     if not offsets:
-        return _txn_offset_answer(ctx, results)
+        return await _txn_offset_answer(ctx, results)
     group_partition = broker.coordinator.partition_for(req.group_id)
     # The offsets partition must be in the producer's transaction (AddOffsetsToTxn): KIP-890 as for data.
     error = await broker.txn_verifier.check(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC,
@@ -137,15 +144,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
                                                         getattr(req, "member_id", ""),
                                                         getattr(req, "group_instance_id", None), offsets)
         results.update({tp: _fenced_for(ctx, E(code), 3).value for tp, code in committed.items()})
-    return _txn_offset_answer(ctx, results)
+    return await _txn_offset_answer(ctx, results)
 
 
-def _txn_offset_answer(ctx: RequestContext, results: dict[tuple[str, int], int]) -> Any:
+async def _txn_offset_answer(ctx: RequestContext, results: dict[tuple[str, int], int]) -> Any:
     cls = ctx.response_cls
     part_cls = nested(cls, "TxnOffsetCommitResponsePartition")
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     by_topic: dict[str, list] = {}
     for (topic, p), code in results.items():
+        await ctx.turn()
         by_topic.setdefault(topic, []).append(part_cls(partition_index=p, error_code=E(code)))
     return make(cls, throttle_time=ZERO, topics=tuple(topic_cls(name=t, partitions=tuple(ps))
                                                        for t, ps in by_topic.items()))
@@ -160,21 +168,29 @@ async def handle_write_txn_markers(ctx: RequestContext, req: Any) -> Any:
     # Brokers only: ALTER or CLUSTER_ACTION on the cluster, as Kafka asks.
     if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME) and \
             ctx.denied(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
-        return make(cls, markers=tuple(
-            result_cls(producer_id=m.producer_id, topics=tuple(
-                topic_cls(name=t.name, partitions=tuple(part_cls(partition_index=p,
-                                                                 error_code=E.cluster_authorization_failed)
-                                                        for p in t.partition_indexes)) for t in m.topics))
-            for m in req.markers))
+        refused = []
+        for m in req.markers:
+            topics = []
+            for t in m.topics:
+                topics.append(topic_cls(name=t.name, partitions=await ctx.built(
+                    t.partition_indexes, lambda p: part_cls(partition_index=p,
+                                                            error_code=E.cluster_authorization_failed))))
+            refused.append(result_cls(producer_id=m.producer_id, topics=tuple(topics)))
+        return make(cls, markers=tuple(refused))
     out = []
     for marker in req.markers:
         targets = [(topic.name, p) for topic in marker.topics for p in topic.partition_indexes]
-        # Every marker appended first, then waited for together (acks=all).
-        errors = await asyncio.gather(*(broker.write_marker(t, p, marker.producer_id, marker.producer_epoch,
-                                                            marker.transaction_result, marker.coordinator_epoch)
-                                        for t, p in targets))
+        # Every marker appended first, then waited for together (acks=all); started a step's worth at a time.
+        writes: list[asyncio.Future[E]] = []
+        for t, p in targets:
+            await ctx.turn()
+            writes.append(asyncio.ensure_future(broker.write_marker(t, p, marker.producer_id, marker.producer_epoch,
+                                                                    marker.transaction_result,
+                                                                    marker.coordinator_epoch)))
+        errors = await asyncio.gather(*writes)
         by_topic: dict[str, list] = {}
         for (t, p), error in zip(targets, errors, strict=True):
+            await ctx.turn()
             by_topic.setdefault(t, []).append(part_cls(partition_index=p, error_code=error))
         out.append(result_cls(producer_id=marker.producer_id,
                               topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
@@ -187,15 +203,18 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> Any:
     topic_cls = nested(cls, "TopicData")
     states = []
     for tid in req.transactional_ids:
-        error, meta = ctx.broker.txn_coordinator.describe(tid)
+        await ctx.turn()
         if ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
             error, meta = E.transactional_id_authorization_failed, None
+        else:
+            error, meta = ctx.broker.txn_coordinator.describe(tid)
         if meta is None:
             states.append(state_cls(error_code=error, transactional_id=tid, transaction_state="",
                                     transaction_timeout=ZERO, transaction_start_time=UNKNOWN_TIME, producer_id=-1,
                                     producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
+        await ctx.turn(len(meta.partitions))
         for topic, p in sorted(meta.partitions):  # only the partitions of topics the principal may describe
             if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic):
                 by_topic.setdefault(topic, []).append(p)
@@ -234,12 +253,13 @@ async def handle_describe_producers(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for topic in req.topics:
         partitions = []
-        if ctx.denied(Operation.READ, ResourceType.TOPIC, topic.name):
-            topics.append(topic_cls(name=topic.name, partitions=tuple(
-                partition_cls(partition_index=i, error_code=E.topic_authorization_failed, active_producers=())
-                for i in topic.partition_indexes)))
-            continue
+        denied = ctx.denied(Operation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
+            await ctx.turn()
+            if denied:
+                partitions.append(partition_cls(partition_index=index, error_code=E.topic_authorization_failed,
+                                                active_producers=()))
+                continue
             part = broker.partition(topic.name, index)
             if part is None or not part.is_leader:
                 error = broker.missing_partition_error(topic.name, index) if part is None else \
@@ -252,6 +272,7 @@ async def handle_describe_producers(ctx: RequestContext, req: Any) -> Any:
                              last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                              current_txn_start_offset=e.txn_first_offset if e.txn_first_offset is not None else -1)
                 for pid, e in sorted(part.log.producers.producers.items()))
+            await ctx.turn(len(producers))
             partitions.append(partition_cls(partition_index=index, error_code=E.none, active_producers=producers))
         topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
     return make(cls, throttle_time=ZERO, topics=tuple(topics))
