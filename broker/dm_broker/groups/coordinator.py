@@ -125,7 +125,7 @@ class GroupCoordinator:
             # The whole log of the new leader (what followers do not have yet they will take from it).
             # Offsets of transactions not ended yet: applied at their COMMIT marker, dropped at ABORT.
             pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            for batch in plog.read_batches(plog.log_start_offset, part.log.log_end_offset, 1 << 62):
+            for batch in plog.batches(plog.log_start_offset, part.log.log_end_offset):
                 header = parse_header(batch)
                 if header.is_control:
                     committed, _ = control_marker(batch)

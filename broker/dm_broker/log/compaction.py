@@ -157,7 +157,7 @@ def _build_cleaned_files(plog: PartitionLog, closed: list[Segment], end_offset: 
             pid == header.producer_id and first <= header.base_offset <= last for pid, first, last in aborted)
 
     latest: dict[bytes, int] = {}
-    for batch in plog.read_batches(plog.log_start_offset, end_offset, 1 << 62):
+    for batch in plog.batches(plog.log_start_offset, end_offset):
         header = parse_header(batch)
         if header.is_control or in_aborted(header):
             continue

@@ -64,6 +64,7 @@ class RecordSummary:
     # A compressed batch whose offset deltas do not run 0, 1, 2, …: Kafka renumbers such a batch's records
     # (records.renumbered) where it refuses an uncompressed one.
     renumber: bool = False
+    inflated: int = 0  # bytes of the batch with its records decompressed: what re-encoding it costs
 
 
 def _readable_in_place(batch: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
@@ -108,7 +109,9 @@ def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMP
     header = parse_header(batch)
     records = memoryview(batch) if _readable_in_place(batch, header) else _padded_copy(batch, header, limit)
     try:
-        return _summarise(DefaultRecordBatch(records), header, details)
+        summary = _summarise(DefaultRecordBatch(records), header, details)
+        summary.inflated = len(records)
+        return summary
     except CorruptRecordException as exc:
         why = exc.args[0] if exc.args else type(exc).__name__
         raise InvalidRecordError(f"the batch's records are malformed: {why}") from None
@@ -116,7 +119,9 @@ def check_records(batch: bytes | bytearray | memoryview, limit: int = MAX_DECOMP
         raise
     except Exception:  # e.g. a header key that is not UTF-8, which Kafka takes as it is
         # dm's own decoder decides (and raises InvalidRecordError); its records read the same way
-        return _summarise(decode_records(bytes(batch)), header, details)
+        summary = _summarise(decode_records(bytes(batch)), header, details)
+        summary.inflated = len(records)
+        return summary
 
 
 def _summarise(records: Iterable[Any], header: BatchHeader, details: bool) -> RecordSummary:

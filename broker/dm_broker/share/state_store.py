@@ -105,7 +105,7 @@ class ShareCoordinator:
             return
         latest: dict[Key, Snapshot] = {}
         plog = part.log
-        for batch in plog.read_batches(plog.log_start_offset, plog.log_end_offset, 1 << 62):
+        for batch in plog.batches(plog.log_start_offset, plog.log_end_offset):
             if parse_header(batch).is_control:
                 continue
             for record in decode_records(batch):

@@ -106,7 +106,7 @@ class TransactionCoordinator:
             # client but above it would be replayed as still Ongoing, then aborted by the timeout
             # while the old coordinator's COMMIT markers already reached some partitions: a torn
             # transaction (seen once under SIGKILL chaos).
-            for batch in plog.read_batches(plog.log_start_offset, plog.log_end_offset, 1 << 62):
+            for batch in plog.batches(plog.log_start_offset, plog.log_end_offset):
                 for record in decode_records(batch):
                     try:
                         if record.key is None:

@@ -281,8 +281,8 @@ class RestApi:
         accepted_format(request.headers.get("Accept", ""), instance.settings.format)
         timeout = self._query_int(request, "timeout")
         max_bytes = self._query_int(request, "max_bytes")
-        records = await self.consumers.records(instance, timeout, max_bytes, request[SESSION])
-        return web.Response(body=jsonio.dumps(records), content_type=content_type(instance.settings.format))
+        answer = await self.consumers.records(instance, timeout, max_bytes, request[SESSION])
+        return web.Response(body=answer, content_type=content_type(instance.settings.format))
 
     @staticmethod
     def _query_int(request: web.Request, name: str) -> int | None:

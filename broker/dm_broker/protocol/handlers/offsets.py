@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ...log import inflate
 from ...log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from ...log.records import first_record_at, parse_header, record_with_max_timestamp
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
@@ -18,6 +20,8 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 EARLIEST_PENDING_UPLOAD = -5  # tiered storage (KIP-1023): dm keeps every segment local, none waits for upload
+
+T = TypeVar("T")
 
 
 async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
@@ -62,19 +66,40 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> Any:
                 elif p.timestamp == EARLIEST_PENDING_UPLOAD:
                     offset = -1
                 elif p.timestamp == MAX_TIMESTAMP:
-                    found = log.max_timestamp_offset(fetchable)
-                    if found is not None:
-                        offset, timestamp = found
+                    batch = log.max_timestamp_batch(fetchable)
+                    if batch is not None:
+                        offset, timestamp = await _decoded(record_with_max_timestamp, batch, fetchable)
                 elif p.timestamp < 0:
                     error = ErrorCode.invalid_request
                 else:
-                    found = log.offset_for_timestamp(p.timestamp)
+                    found = await _offset_for_timestamp(log, p.timestamp)
                     if found is not None and found[0] < fetchable:
                         offset, timestamp = found
             results.append(make(part_cls, partition_index=p.partition_index, error_code=error,
                                 timestamp=timestamp, offset=offset, leader_epoch=epoch))
         topics.append(make(topic_cls, name=topic.name, partitions=tuple(results)))
     return make(cls, throttle_time=ZERO, topics=tuple(topics))
+
+
+async def _decoded(read: Callable[[bytes, int], T], batch: bytes, arg: int) -> T:
+    """read(batch, arg) for a batch's records: on the loop when the batch is small and not compressed, else
+    on an inflating thread (a compressed batch may inflate to MAX_DECOMPRESSED_BYTES, and decoding one such
+    batch took 859 ms of the loop)."""
+    header = parse_header(batch)
+    if not header.compression and len(batch) < inflate.INLINE_BYTES:
+        return read(batch, arg)
+    return await inflate.off_loop(read, batch, arg)
+
+
+async def _offset_for_timestamp(log: Any, timestamp: int) -> tuple[int, int] | None:
+    """The first record at or after `timestamp`: batches found from the indexes, decoded one at a time."""
+    after = -1
+    while (batch := log.batch_at_timestamp(timestamp, after)) is not None:
+        found = await _decoded(first_record_at, batch, timestamp)
+        if found is not None:
+            return found
+        after = parse_header(batch).last_offset
+    return None
 
 
 def _named_twice(partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:

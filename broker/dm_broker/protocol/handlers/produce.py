@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...errors import KafkaError
-from ...log import recompress, timestamps
+from ...log import inflate, recompress, timestamps
 from ...log.dir_failure import LogDirFailure
 from ...log.producer_state import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
 from ...log.record_check import RecordSummary, check_records
@@ -136,7 +136,7 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
         limits = timestamps.window(settings)
         summary = await _checked(header, records, details=settings.compacted or limits is not None)  # ADR 0048
         if summary.renumber:  # a compressed batch whose inner offsets do not run on: renumbered, as Kafka does
-            records = await recompress.rewritten(renumbered, records)
+            records = await recompress.rewritten(renumbered, records, summary.inflated)
             headers = validate_batches(records, settings["max.message.bytes"])
             header = headers[0]
         if summary.largest_timestamp != header.max_timestamp and settings["message.timestamp.type"] == "CreateTime":
@@ -157,7 +157,7 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
             raise KafkaError(ErrorCode.invalid_record, message, [(i, message) for i in summary.keyless])
         stored_as = recompress.target(settings)
         if stored_as is not None and header.compression != stored_as[0]:
-            records = await recompress.recompress(records, *stored_as)
+            records = await recompress.recompress(records, summary.inflated, *stored_as)
             headers = validate_batches(records, settings["max.message.bytes"])
             header = headers[0]
         if req.acks == -1:
@@ -193,7 +193,7 @@ async def _checked(header: Any, records: Any, details: bool) -> RecordSummary:
             return check_records(records, INLINE_DECOMPRESSED_BYTES, details)
         except DecompressedTooLargeError:
             pass
-    return await asyncio.to_thread(check_records, bytes(records), MAX_DECOMPRESSED_BYTES, details)
+    return await inflate.off_loop(check_records, bytes(records), MAX_DECOMPRESSED_BYTES, details)
 
 
 async def _verify(ctx: RequestContext, tid: str, topic: str, part: Partition, header: Any) -> None:
