@@ -3,6 +3,7 @@ can inject faults between a client and a broker."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -133,6 +134,7 @@ class BrokerProcess:
         self.controller_url = controller_url
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+        self.http_auth: tuple[str, str] | None = None  # HTTP Basic for /metrics, where the broker asks for it
 
     @property
     def bootstrap(self) -> str:
@@ -199,8 +201,12 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def http_get(self, path: str) -> tuple[int, str]:
+        request = urllib.request.Request(f"http://{self.host}:{self.http_port}{path}")
+        if self.http_auth is not None:
+            token = base64.b64encode(":".join(self.http_auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(f"http://{self.host}:{self.http_port}{path}", timeout=10) as resp:
+            with urllib.request.urlopen(request, timeout=10) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

@@ -35,6 +35,7 @@ from .log.meta_properties import IdentityError
 from .loop_watchdog import LoopWatchdog
 from .malloc_tuning import tune_malloc
 from .metrics import watch_event_loop
+from .private_files import make_private
 from .security.tls import TlsSettings, client_context, server_context
 from .server import KafkaServer
 from .tasks import stop_tasks
@@ -182,7 +183,8 @@ async def _serve_broker(config: BrokerConfig, banner: bool, stop: asyncio.Event)
     if http_port >= 0:
         runner = web.AppRunner(make_app(broker), access_log=None)
         await runner.setup()
-        site = BudgetedSite(runner, config["listener.host"], http_port, quotas, on_refused=None)  # counted only
+        site = BudgetedSite(runner, config["listener.host"], http_port, quotas, on_refused=None,  # counted only
+                            header_timeout_s=config["http.request.timeout.ms"] / 1000)
         await site.start()
         http_port = site.port
     servers = [KafkaServer(broker.dispatcher, listener, broker.security, config["socket.request.max.bytes"],
@@ -383,12 +385,14 @@ Press Ctrl-C to stop.
 
 
 def run(config: BrokerConfig, banner: bool = False) -> None:
+    make_private(config.log_dirs)
     tune_malloc()
     install_event_loop_policy()
     asyncio.run(serve(config, banner))
 
 
 def run_controller(config: BrokerConfig, port: int, token: str) -> None:
+    make_private([config.data_dir])
     tune_malloc()
     install_event_loop_policy()
     asyncio.run(serve_controller(config, port, token))

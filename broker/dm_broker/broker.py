@@ -74,6 +74,7 @@ from .replication.throttle import ByteRateQuota, listed
 from .security.acls import AclBinding, AclFilter
 from .security.scram import ScramCredential
 from .security.setup import SecuritySetup
+from .share.membership import ShareMembership
 from .share.partitions import SharePartitions, share_fetch_settings
 from .share.state_store import STATE_TOPIC, ShareCoordinator, ShareStateClient
 from .steps import PARTITIONS_PER_STEP  # changed partitions applied between two turns of the loop
@@ -178,6 +179,7 @@ class Broker:
             expiration_check_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
         ), self.markers.write)
         self.txn_verifier = TxnVerifier(self, self.channels)
+        self.share_membership = ShareMembership(self.node_id, self.coordinator, self._offsets_leader, self.channels)
         self.free_space = FreeSpaceGuard(lambda: self.dynamic("log.dir.min.free.bytes"))
         self.replicas = ReplicaManager(self, config["replica.lag.time.max.ms"])
         self.metadata_entries = TopicEntries()  # encoded Metadata topic entries (protocol/metadata_encoder.py)
@@ -948,6 +950,12 @@ class Broker:
     async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:
         return await self._ask_controller(self.controller.elect_leaders(
             ElectLeadersRequest(unclean=unclean, partitions=partitions)))
+
+    def _offsets_leader(self, group_id: str) -> int:
+        """The node leading the group's __consumer_offsets partition (its coordinator), or -1."""
+        doc = self.topic(OFFSETS_TOPIC)
+        partition = self.coordinator.partition_for(group_id)
+        return doc.partitions[partition].leader if doc is not None and partition < len(doc.partitions) else -1
 
     def delete_records(self, topic: str, index: int, offset: int) -> int:
         """DeleteRecords on the leader: moves the log start offset (-1: to the high watermark);

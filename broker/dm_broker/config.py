@@ -147,6 +147,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
         Property("http.authentication.method", "choice", "NONE",
                  "NONE, or BASIC: HTTP Basic checked like a SASL/PLAIN login (the listener's PlainLoginModule "
                  "users, then the cluster's SCRAM credentials).", choices=("NONE", "BASIC")),
+        Property("http.metrics.authentication.enable", "bool", True,
+                 "With http.authentication.method=BASIC, /metrics on http.port asks for the same credentials as the "
+                 "REST listeners (and DESCRIBE on the cluster under an authorizer): it names every topic and group. "
+                 "false leaves it open, for a scraper a NetworkPolicy admits. /healthz and /readyz stay open."),
         Property("http.request.max.bytes", "int", 8 << 20, "Largest HTTP request body the REST Proxy reads; a "
                  "request declaring a larger Content-Length is answered 413 before its body is read.",
                  minimum=1024),
@@ -156,7 +160,9 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "event loop, the 2.8 million empty ones an 8 MiB body can hold took seconds.", minimum=1),
         Property("http.request.timeout.ms", "int", 30_000,
                  "How long a REST produce waits for the in-sync replicas before its records are reported failed, "
-                 "and how long a request body may take to arrive.",
+                 "how long a request body may take to arrive, and how long an HTTP connection may go without a "
+                 "request (from when it opens and after each answer) before it is closed: headers trickled in "
+                 "held connections open for ever.",
                  minimum=1),
         Property("http.partitioner.refresh.ms", "int", 500,
                  "How often least_loaded asks the partitions' leaders how many records they hold.", minimum=0),
@@ -239,8 +245,11 @@ BROKER_PROPERTIES: dict[str, Property] = {
                  "Connections the broker accepts at once (listener.name.<listener>.max.connections: on one "
                  "listener); more are closed as soon as accepted. The inter-broker listener is exempt from the "
                  "broker-wide limit.", minimum=0),
-        Property("max.connections.per.ip", "int", 2**31 - 1,
-                 "Connections one client address may hold at once; more are closed as soon as accepted.", minimum=0),
+        Property("max.connections.per.ip", "int", 1000,
+                 "Connections one client address may hold at once, on the Kafka listeners and on the REST Proxy's "
+                 "each; more are closed as soon as accepted. Kafka's default is 2147483647; dm's bounds what one "
+                 "address can take of the broker's descriptors (give a proxy or NAT address more with "
+                 "max.connections.per.ip.overrides).", minimum=0),
         Property("max.connections.per.ip.overrides", "str", "",
                  "Per-address exceptions to max.connections.per.ip: host:count,host:count."),
         Property("connection.failed.authentication.delay.ms", "int", 100,

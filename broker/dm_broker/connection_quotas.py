@@ -44,6 +44,7 @@ class ConnectionQuotas:
         self.per_ip: int = config["max.connections.per.ip"]
         self.per_ip_overrides = parse_overrides(config["max.connections.per.ip.overrides"])
         self.total = 0
+        self.http_total = 0  # the REST Proxy's connections (http_refusal)
         self.by_listener: Counter[str] = Counter()
         self.by_host: Counter[str] = Counter()
 
@@ -67,12 +68,33 @@ class ConnectionQuotas:
         self.by_host[host] += 1
         return None
 
+    def http_refusal(self, listener: str, host: str) -> str | None:
+        """Why a new connection from `host` on the HTTP listener `listener` (the REST Proxy's) is refused, or
+        None (then it is counted, until http_release). The same per-address limits as the Kafka listeners, and
+        at most half the descriptors the logs leave: an HTTP flood never takes the Kafka listeners' (issue 65)."""
+        host_limit = self.per_ip_overrides.get(host, self.per_ip)
+        if self.by_host[host] >= host_limit:
+            return f"max.connections.per.ip ({host_limit}) reached for {host}"
+        scoped = f"listener.name.{listener.lower()}.max.connections"
+        if scoped in self.config.scoped and self.by_listener[listener] >= self.config.scoped[scoped]:
+            return f"{scoped} ({self.config.scoped[scoped]}) reached"
+        if self.http_total >= self.descriptor_budget() // 2:
+            return "the HTTP listeners hold half of the descriptors the open-file limit leaves beside the logs"
+        self.http_total += 1
+        self.by_listener[listener] += 1
+        self.by_host[host] += 1
+        return None
+
+    def http_release(self, listener: str, host: str) -> None:
+        self.http_total -= 1
+        self._forget(listener, host)
+
     def count_also(self, connections: Callable[[], int]) -> None:
         """Connections another server holds (an HTTP site) draw on the same descriptors."""
         self._also.append(connections)
 
     def elsewhere(self) -> int:
-        return sum(count() for count in self._also)
+        return self.http_total + sum(count() for count in self._also)
 
     def descriptors_left(self) -> bool:
         """Whether one more connection of another server (HTTP) fits the descriptor budget."""
@@ -80,6 +102,9 @@ class ConnectionQuotas:
 
     def release(self, listener: str, host: str) -> None:
         self.total -= 1
+        self._forget(listener, host)
+
+    def _forget(self, listener: str, host: str) -> None:
         self.by_listener[listener] -= 1
         self.by_host[host] -= 1
         if self.by_host[host] <= 0:

@@ -12,6 +12,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from .private_files import FILE_MODE
+
 LOCK_FILE = ".lock"
 
 
@@ -38,7 +40,7 @@ class DirectoryLock:
             raise DirectoryUnusable(f"{self.directory} is not a directory")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         except OSError as exc:
             raise self._unusable(exc) from None
         try:

@@ -20,6 +20,7 @@ from typing import Any
 from .connection_quotas import ConnectionQuotas
 from .log import dir_failure
 from .log.segment import FileSlice
+from .log_limits import RateLimitedLog
 from .protocol.codec import ProtocolError
 from .protocol.dispatch import Dispatcher
 from .protocol.framing import FrameProtocol, FrameSizeError
@@ -31,6 +32,13 @@ from .security.tls import peer_subject
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
+unauthenticated = RateLimitedLog(log)  # lines any client can make the broker write (issue 65)
+
+
+def shown_error(exc: BaseException) -> str:
+    """An error about what a client sent, as a log line quotes it: at most a few hundred characters."""
+    text = str(exc)
+    return text if len(text) <= 300 else f"{text[:300]}... ({len(text)} characters)"
 MIN_FRAME = 8  # api key, api version, correlation id
 WRITE_BUFFER_LIMIT = 1 << 20
 MAX_PIPELINED = 5  # requests of one connection in progress at once (librdkafka sends up to 5)
@@ -44,8 +52,8 @@ def _handshake_outcome(connected: list[bool], listener: str, metrics: Any) -> No
     version) or the client left before finishing it."""
     if not connected[0]:
         metrics.authentications.labels(listener, "SSL", "failure").inc()
-        log.info("listener %s: a TLS handshake failed (the client's certificate, CA or TLS version was refused, "
-                 "or it spoke plaintext)", listener)
+        unauthenticated.info(f"tls {listener}", "listener %s: a TLS handshake failed (the client's certificate, CA "
+                             "or TLS version was refused, or it spoke plaintext)", listener)
 
 
 def _release(ordered: asyncio.Future[None], _: asyncio.Task[Any]) -> None:
@@ -195,7 +203,8 @@ class KafkaServer:
         refused = self.quotas.refusal(self.listener.name, host) if self.quotas is not None else None
         if refused is not None:
             self.metrics.connections_refused.labels(self.listener.name).inc()
-            log.info("listener %s: refusing a connection from %s: %s", self.listener.name, host, refused)
+            unauthenticated.info("refused", "listener %s: refusing a connection from %s: %s", self.listener.name, host,
+                                 refused)
             conn.abort()
             conn.release()
             return
@@ -227,6 +236,9 @@ class KafkaServer:
             self._connections.pop(conn, None)
             conn.abort()
             return
+        # Larger frames are read from the moment the login succeeds, not from the serving loop's next turn: a
+        # frame the client sent right after the answer was measured against the login's limit and refused.
+        session.on_authenticated = functools.partial(setattr, conn, "max_size", self.max_request_bytes)
         answers: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue(MAX_PIPELINED)
         responder = loop.create_task(self._respond(conn, answers, peer))
         try:
@@ -266,6 +278,7 @@ class KafkaServer:
             await stop_tasks(responder)
             while not answers.empty():
                 answers.get_nowait().cancel()
+            session.close()
             self.metrics.connections.dec()
             self._connections.pop(conn, None)
             conn.close()
@@ -309,7 +322,7 @@ class KafkaServer:
                 session.principal = self.security.principal_from_certificate(subject)
             except ValueError as exc:
                 self.metrics.authentications.labels(listener.name, "SSL", "failure").inc()
-                log.warning("listener %s: refusing %s: %s", listener.name, host, exc)
+                unauthenticated.warning("certificate", "listener %s: refusing %s: %s", listener.name, host, exc)
                 return None
         self.metrics.authentications.labels(listener.name, "SSL", "success").inc()
         return session
@@ -319,10 +332,11 @@ class KafkaServer:
             self.metrics.closed_bad_frames.inc()
             why = "socket.request.max.bytes" if exc.high == self.max_request_bytes else \
                 "sasl.server.max.receive.size, before authentication"
-            log.warning("closing %s: request size %d outside %d..%d (%s)", peer, exc.size, MIN_FRAME, exc.high, why)
+            unauthenticated.warning("frame size", "closing %s: request size %d outside %d..%d (%s)", peer, exc.size,
+                                    MIN_FRAME, exc.high, why)
         elif isinstance(exc, ProtocolError):
             self.metrics.closed_bad_frames.inc()
-            log.warning("closing %s: %s", peer, exc)
+            unauthenticated.warning("bad frame", "closing %s: %s", peer, shown_error(exc))
         elif not isinstance(exc, asyncio.IncompleteReadError | ConnectionError | asyncio.CancelledError):
             # CancelledError: the server is shutting down; the others: the client went away
             log.error("closing %s after an unexpected error", peer, exc_info=exc)

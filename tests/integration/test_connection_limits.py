@@ -162,7 +162,8 @@ def test_connections_never_take_the_descriptors_the_logs_need(tmp_path):
     from harness import BrokerProcess
 
     limit = 1100
-    with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536},
+    # one address may hold as many connections as it likes here: the descriptor budget is what is tested
+    with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536, "max.connections.per.ip": 2**31 - 1},
                        prefix=["prlimit", f"--nofile={limit}:{limit}"]) as broker:
         client = ConfluentClient(broker.bootstrap)
         client.create_topic("t", 1)
@@ -226,7 +227,8 @@ def test_rest_proxy_connections_share_the_descriptor_budget(tmp_path):
     from harness import BrokerProcess, free_port
 
     limit, rest_port = 1100, free_port()
-    with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536, "http.listeners": f"HTTP://127.0.0.1:{rest_port}"},
+    with BrokerProcess(tmp_path / "data", {"log.segment.bytes": 65536, "http.listeners": f"HTTP://127.0.0.1:{rest_port}",
+                                           "max.connections.per.ip": 2**31 - 1},
                        prefix=["prlimit", f"--nofile={limit}:{limit}"]) as broker:
         ConfluentClient(broker.bootstrap).create_topic("t", 1)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "message.timeout.ms": 30000})

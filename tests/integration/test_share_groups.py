@@ -284,11 +284,15 @@ def test_wire_errors(sbroker):
                          topics=(), forgotten_topics_data=())
             assert (await conn.request(other)).error_code == ErrorCode.share_session_not_found
             ghost_part = make(nested(fetch, "FetchPartition"), partition_index=0, acknowledgement_batches=())
-            ghost = make(fetch, group_id=group, member_id="ghost-topic", share_session_epoch=0,
-                         max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1,
-                         topics=(make(nested(fetch, "FetchTopic"), topic_id=uuid.uuid4(), partitions=(ghost_part,)),),
-                         forgotten_topics_data=())
-            answer = await conn.request(ghost)
+            def ghost_fetch(member: str):
+                return make(fetch, group_id=group, member_id=member, share_session_epoch=0,
+                            max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1,
+                            topics=(make(nested(fetch, "FetchTopic"), topic_id=uuid.uuid4(),
+                                         partitions=(ghost_part,)),),
+                            forgotten_topics_data=())
+            # a member id that never joined the group opens no share session (issue 65)
+            assert (await conn.request(ghost_fetch("ghost-topic"))).error_code == ErrorCode.unknown_member_id
+            answer = await conn.request(ghost_fetch("m1"))  # m1 opens a new session naming a topic id nobody has
             assert answer.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
             desc = await conn.request(make(request_class(77, 1), group_ids=(group,),
                                            include_authorized_operations=False))

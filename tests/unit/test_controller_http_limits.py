@@ -77,3 +77,15 @@ async def test_isr_changes_in_one_batch_over_http(tmp_path):
         answers = await client.alter_isr_batch(changes)
         assert [a.error for a in answers] == [None] * 7 + ["fenced_leader_epoch"] + [None] * 292
         assert all(len(controller.topics["t"].partitions[i].isr) == 2 for i in range(300) if i != 7)
+
+
+async def test_a_token_that_is_not_ascii_is_refused_not_a_server_error(tmp_path):
+    """hmac.compare_digest refuses a str that is not ASCII: a non-ASCII Authorization header was a 500 (issue 65)."""
+    import aiohttp
+
+    controller = await Controller.open(FileControllerStore(tmp_path / "store"), expected_brokers=1)
+    async with served(make_app(controller, token="t")) as client, aiohttp.ClientSession() as session:
+        not_utf8 = "Bearer \udcff".encode("utf-8", "surrogateescape").decode("latin-1")
+        for header in ("Bearer tée", not_utf8, "Bearer wrong"):
+            async with session.get(f"{client.url}/v1/metadata", headers={"Authorization": header}) as resp:
+                assert resp.status == 401, (header, resp.status)

@@ -47,6 +47,21 @@ def test_init_during_an_open_transaction_aborts_it_with_a_bumped_epoch():
     assert refused.value.code == E.producer_fenced
 
 
+def test_init_naming_a_stale_epoch_during_an_open_transaction_is_fenced_and_changes_nothing():
+    """A zombie of a fenced producer (its old epoch) recovering with InitProducerId (KIP-360) aborted the
+    transaction its successor had open and bumped the epoch (issue 65); it is PRODUCER_FENCED, nothing changes.
+    The current producer naming its own epoch still has its transaction aborted and its epoch bumped."""
+    first = txn.prepare_init(fresh(), 30_000, None, 1, None)
+    successor = txn.prepare_init(first, 30_000, None, 2, None)  # a new instance: epoch 1, the old one has 0
+    meta = txn.prepare_add(successor, 7, 1, {("a", 0)}, now=3)
+    with pytest.raises(TxnError) as refused:
+        txn.prepare_init(meta, 30_000, (7, 0), 4, None)
+    assert refused.value.code == E.producer_fenced
+    assert meta.state == TxnState.ONGOING and meta.producer_epoch == 1
+    own = txn.prepare_init(meta, 30_000, (7, 1), 5, None)
+    assert own.state == TxnState.PREPARE_ABORT and own.producer_epoch == 2
+
+
 def test_an_exhausted_epoch_moves_to_a_new_producer_id():
     meta = fresh()
     meta.producer_epoch = txn.MAX_EPOCH - 1

@@ -68,7 +68,8 @@ def add_controller_routes(app: web.Application, prefix: str, resolve: Resolver, 
                                              content_type="application/json")
         expected = token_of(request)
         given = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        if expected and not hmac.compare_digest(given, expected):
+        # compared as bytes: compare_digest refuses a str that is not ASCII (a 500 before, issue 65)
+        if expected and not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
             raise web.HTTPUnauthorized(text=json.dumps({"error": "unauthorized", "message": "bad or missing token"}),
                                        content_type="application/json")
         return controller

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..private_files import FILE_MODE
+
 
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -25,7 +27,7 @@ def replace_unsynced(path: Path, data: bytes) -> None:
     a temporary file and renaming it costs two more directory operations, which add up when thousands
     of partitions are created at once (ADR 0033). Its readers take a torn file for a missing one."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except FileExistsError:
         _replace(path, data, durable=False)
         return
@@ -37,7 +39,7 @@ def replace_unsynced(path: Path, data: bytes) -> None:
 
 def _replace(path: Path, data: bytes, durable: bool) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         _write_all(fd, data)
         if durable:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..private_files import FILE_MODE
 from ..tasks import stop_tasks
 from . import dir_failure
 from .checkpoints import fsync_dir, replace_durably
@@ -195,7 +196,7 @@ def _build_cleaned_files(plog: PartitionLog, closed: list[Segment], end_offset: 
                         os.fsync(fd)
                         os.close(fd)
                     path = plog.directory / f"{header.base_offset:020d}.log.cleaned"
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
                     current = (path, header.base_offset)
                     outputs.append(current)
                     size = 0

@@ -13,6 +13,8 @@ import struct
 from array import array
 from pathlib import Path
 
+from ..private_files import FILE_MODE
+
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 
@@ -64,7 +66,7 @@ class _IndexFile:
             return
         pending = bytes(self._pending)
         del self._pending[: len(pending)]  # entries added meanwhile stay for the next flush
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         try:
             if pending:
                 os.write(fd, pending)

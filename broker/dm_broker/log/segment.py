@@ -10,6 +10,7 @@ from pathlib import Path
 
 import crc32c
 
+from ..private_files import FILE_MODE
 from .index import OffsetIndex, TimeIndex
 from .records import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, BatchHeader, parse_header
 from .txn_index import TransactionIndex
@@ -53,7 +54,7 @@ class Segment:
         self.base_offset = base_offset
         name = segment_name(base_offset)
         self.path = directory / f"{name}.log"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         self.size = os.fstat(self.fd).st_size
         self.index = OffsetIndex(directory / f"{name}.index", base_offset)
         self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .listeners import Listener
@@ -27,6 +28,26 @@ class Session:
     client_subject: str | None = None  # an mTLS client's certificate subject
     mechanism: str = field(default="")
     muted_until: float = 0.0  # monotonic: a client quota's throttle; its next request is not read before
+    # what ends with the connection (its share sessions), by who asked: each asks once
+    _at_close: dict[str, Callable[[], None]] = field(default_factory=dict, repr=False)
+
+    # what the connection does once its client is authenticated (it reads frames up to socket.request.max.bytes)
+    on_authenticated: Callable[[], None] | None = field(default=None, repr=False)
+
+    def authenticated_now(self) -> None:
+        self.authenticated = True
+        if self.on_authenticated is not None:
+            self.on_authenticated()
+
+    def at_close(self, name: str, end: Callable[[], None]) -> None:
+        """`end()` runs when the connection closes (once per `name`)."""
+        self._at_close.setdefault(name, end)
+
+    def close(self) -> None:
+        """The connection closed: what was bound to it ends."""
+        ends, self._at_close = list(self._at_close.values()), {}
+        for end in ends:
+            end()
 
     def mute(self, seconds: float) -> None:
         self.muted_until = max(self.muted_until, time.monotonic() + seconds)

@@ -34,12 +34,16 @@ class ShareFetchSettings:
     delivery_limit: int = 5
     max_locks: int = 2000
     max_sessions: int = 2000
+    # a group's share of the session table: as many sessions as it may have members (group.share.max.size), so
+    # one principal with READ on one group cannot take the table from the others (issue 65)
+    max_sessions_per_group: int = 200
 
 
 def share_fetch_settings(config: Mapping[str, Any]) -> ShareFetchSettings:
     return ShareFetchSettings(lock_ms=config["group.share.record.lock.duration.ms"],
                               delivery_limit=config["group.share.delivery.count.limit"],
-                              max_locks=config["group.share.partition.max.record.locks"])
+                              max_locks=config["group.share.partition.max.record.locks"],
+                              max_sessions_per_group=config["group.share.max.size"])
 
 
 class SnapshotStore(Protocol):
@@ -61,6 +65,10 @@ class ShareSession:
     epoch: int = 0  # the epoch of the request being answered; the next one carries epoch + 1
     partitions: set[tuple[str, int]] = field(default_factory=set)
     last_used: float = field(default_factory=time.monotonic)
+    # Who opened it, and on which connection: only that connection uses or closes it (as Kafka 4.1 binds a
+    # share session to its connection), and it ends with that connection.
+    owner: str = ""
+    connection: object | None = None
 
 
 @dataclass
@@ -85,29 +93,41 @@ class SharePartitions:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def session_for(self, group: str, member: str, epoch: int, opening_allowed: bool = True) -> ShareSession:
-        """The member's share session for a request with `epoch` (0 opens a new one)."""
+    def session_for(self, group: str, member: str, epoch: int, opening_allowed: bool = True, owner: str = "",
+                    connection: object | None = None) -> ShareSession:
+        """The member's share session for a request with `epoch` (0 opens a new one) from `owner` (a principal)
+        on `connection`: a session is used and closed only on the connection that opened it."""
         key = (group, member)
         if epoch == INITIAL_EPOCH:
             if not opening_allowed:
                 raise ShareSessionError(ErrorCode.invalid_share_session_epoch,
                                         "ShareAcknowledge cannot open a share session (epoch 0)")
-            old = self.sessions.pop(key, None)
+            old = self.sessions.get(key)
+            if old is not None and old.owner != owner:
+                raise ShareSessionError(ErrorCode.unknown_member_id,
+                                        f"member {member} of group {group} has a share session of another principal")
             if old is not None:
+                del self.sessions[key]
                 released = self._release(group, member, old)
                 log.info("share group %s: member %s opened a new share session; %d records it held are offered "
                          "again", group, member, released)
+            if sum(1 for g, _ in self.sessions if g == group) >= self.settings.max_sessions_per_group:
+                self._evict_idle()
+                if sum(1 for g, _ in self.sessions if g == group) >= self.settings.max_sessions_per_group:
+                    raise ShareSessionError(ErrorCode.share_session_limit_reached,
+                                            f"group {group} holds {self.settings.max_sessions_per_group} share "
+                                            f"sessions on this broker (group.share.max.size)")
             if len(self.sessions) >= self.settings.max_sessions:
                 self._evict_idle()
                 if len(self.sessions) >= self.settings.max_sessions:
                     raise ShareSessionError(ErrorCode.share_session_limit_reached,
                                             f"this broker holds {len(self.sessions)} share sessions")
-            session = self.sessions[key] = ShareSession()
+            session = self.sessions[key] = ShareSession(owner=owner, connection=connection)
             return session
         session = self.sessions.get(key)
-        if session is None:
+        if session is None or session.connection is not connection:
             raise ShareSessionError(ErrorCode.share_session_not_found,
-                                    f"no share session for member {member} of group {group}")
+                                    f"no share session for member {member} of group {group} on this connection")
         expected = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
         if epoch != FINAL_EPOCH and epoch != expected:
             log.info("share group %s: member %s sent share session epoch %d, expected %d", group, member, epoch,
@@ -115,6 +135,12 @@ class SharePartitions:
             raise ShareSessionError(ErrorCode.invalid_share_session_epoch,
                                     f"share session epoch {epoch}, expected {expected}")
         return session
+
+    def connection_closed(self, connection: object) -> None:
+        """The sessions opened on a connection end with it: their records are offered again at once, not
+        after the idle eviction's minute (issue 65)."""
+        for key in [k for k, s in self.sessions.items() if s.connection is connection]:
+            self.close(*key)
 
     def advance(self, session: ShareSession, epoch: int) -> None:
         """The request with `epoch` was accepted: the next one carries epoch + 1."""

@@ -89,6 +89,12 @@ def prepare_init(meta: TxnMetadata, timeout_ms: int, expected: tuple[int, int] |
     if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
         raise TxnError(E.concurrent_transactions)
     if meta.state == TxnState.ONGOING:
+        if expected is not None and meta.producer_epoch != NO_EPOCH and expected[0] == meta.producer_id \
+                and expected[1] != meta.producer_epoch:
+            # A producer recovering (KIP-360) names the epoch it had: an older one is a zombie of a producer
+            # already fenced, which must not abort the transaction its successor has open (issue 65).
+            raise TxnError(E.producer_fenced, f"epoch {expected[1]} is not the current epoch {meta.producer_epoch} "
+                                              f"of {meta.transactional_id}, whose transaction is open")
         return _fenced_abort(meta, now)
     if meta.state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
         raise TxnError(E.unknown_server_error, f"{meta.transactional_id} is {meta.state.kafka_name}")

@@ -24,6 +24,9 @@ from . import jsonio
 from .errors import INVALID_REQUEST, RestError
 from .formats import SCHEMA_FORMATS
 
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)  # v2 clients send fields dm ignores
@@ -49,9 +52,10 @@ class BinaryRecord(Base64Body):
 
     key: bytes | None = None
     value: bytes | None = None
-    partition: StrictInt | None = Field(None, ge=0)
+    partition: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
     headers: tuple[Header, ...] = ()  # dm's extension: values in base64, whatever the format
-    timestamp: StrictInt | None = Field(None, ge=0)  # dm's extension: create time, ms since the epoch
+    # dm's extension: create time, ms since the epoch (a Kafka timestamp is 64 bits: a larger one is a 422, not a 500)
+    timestamp: StrictInt | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class JsonRecord(BinaryRecord):
@@ -92,7 +96,8 @@ class ProduceRecord(Protocol):
 # pydantic-core's time (170 against 231 µs for a hundred 1 KiB records, in process). It accepts a subset of what the
 # pydantic models accept (standard base64 with its padding, integers in 64 bits) and reads it to the same
 # values; anything it refuses goes to the models, whose verdict and messages stand.
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+PartitionIndex = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 
 
 class _FastHeader(msgspec.Struct):
@@ -103,7 +108,7 @@ class _FastHeader(msgspec.Struct):
 class _FastRecord(msgspec.Struct):
     key: bytes | None = None
     value: bytes | None = None
-    partition: NonNegative | None = None
+    partition: PartitionIndex | None = None
     headers: tuple[_FastHeader, ...] = ()
     timestamp: NonNegative | None = None
 
@@ -186,7 +191,7 @@ TopicName = Annotated[StrictStr, Field(pattern=TOPIC_NAME.pattern)]
 
 class PartitionRef(Body):
     topic: TopicName
-    partition: StrictInt = Field(ge=0)
+    partition: StrictInt = Field(ge=0, le=INT32_MAX)
 
 
 class PartitionsBody(Body):
@@ -194,7 +199,7 @@ class PartitionsBody(Body):
 
 
 class OffsetRef(PartitionRef):
-    offset: StrictInt = Field(ge=0)
+    offset: StrictInt = Field(ge=0, le=INT64_MAX)
     metadata: str = ""
 
 

@@ -76,7 +76,9 @@ class RestProxy:
             tls = self.tls.get(listener.name)
             context = tls.context if tls is not None else None
             site = BudgetedSite(runner, listener.host or None, listener.port, self.quotas,
-                                self.broker.metrics.connections_refused.labels(listener.name).inc, ssl_context=context)
+                                self.broker.metrics.connections_refused.labels(listener.name).inc, ssl_context=context,
+                                name=listener.name,
+                                header_timeout_s=self.broker.config["http.request.timeout.ms"] / 1000)
             try:
                 await site.start()
             except OSError as exc:

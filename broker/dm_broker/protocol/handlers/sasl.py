@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...log_limits import RateLimitedLog, shown
 from ...security.sasl import AuthenticationFailed
 from ...security.session import Session
 from ..build import make
@@ -26,7 +27,15 @@ if TYPE_CHECKING:
     from ...broker import Broker
 
 log = logging.getLogger(__name__)
+unauthenticated = RateLimitedLog(log)  # what a client that is not logged in makes the broker write
 SIZE = struct.Struct(">i")
+# The SASL mechanisms Kafka knows: a metric's mechanism label is one of them or "other", whatever a client names
+# (3,000 handshakes naming made-up ones made 3,000 series, issue 65).
+KNOWN_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"})
+
+
+def mechanism_label(mechanism: str) -> str:
+    return mechanism if mechanism in KNOWN_MECHANISMS else ("unknown" if not mechanism else "other")
 
 
 async def handle_sasl_handshake(ctx: RequestContext, req: Any) -> Any:
@@ -39,9 +48,10 @@ async def handle_sasl_handshake(ctx: RequestContext, req: Any) -> Any:
         session.close_after_response = True  # re-authentication needs SaslHandshake v1 (KIP-368)
         return make(ctx.response_cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=offered)
     if not auth.handshake(req.mechanism):
-        log.info("listener %s: %s asked for SASL mechanism %r (offered: %s)", session.listener.name, session.host,
-                 req.mechanism, ", ".join(offered))
-        ctx.broker.metrics.authentications.labels(session.listener.name, req.mechanism[:32], "failure").inc()
+        unauthenticated.info("mechanism", "listener %s: %s asked for SASL mechanism %s (offered: %s)",
+                             session.listener.name, session.host, shown(req.mechanism), ", ".join(offered))
+        ctx.broker.metrics.authentications.labels(session.listener.name, mechanism_label(req.mechanism),
+                                                  "failure").inc()
         session.close_after_response = True
         return make(ctx.response_cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=offered)
     session.mechanism = req.mechanism
@@ -100,8 +110,8 @@ def _authenticated(broker: Broker, session: Session) -> int:
         return -1
     first = not session.authenticated
     session.principal = principal
-    session.authenticated = True
-    broker.metrics.authentications.labels(session.listener.name, session.mechanism, "success").inc()
+    session.authenticated_now()
+    broker.metrics.authentications.labels(session.listener.name, mechanism_label(session.mechanism), "success").inc()
     if first:
         log.debug("listener %s: %s authenticated as %s (%s)", session.listener.name, session.host, principal,
                   session.mechanism)
@@ -109,9 +119,10 @@ def _authenticated(broker: Broker, session: Session) -> int:
 
 
 async def _failed(broker: Broker, session: Session, reason: str) -> None:
-    broker.metrics.authentications.labels(session.listener.name, session.mechanism or "unknown", "failure").inc()
-    log.warning("listener %s: authentication of %s with %s failed: %s", session.listener.name, session.host,
-                session.mechanism or "SASL", reason)
+    broker.metrics.authentications.labels(session.listener.name, mechanism_label(session.mechanism),
+                                          "failure").inc()
+    unauthenticated.warning("failed", "listener %s: authentication of %s with %s failed: %s", session.listener.name,
+                            session.host, session.mechanism or "SASL", reason)
     session.close_after_response = True
     await asyncio.sleep(broker.config["connection.failed.authentication.delay.ms"] / 1000)
 

@@ -214,10 +214,21 @@ async def _open(ctx: RequestContext, req: Any, fetch: bool) -> tuple[_ShareReque
     if ctx.denied(Operation.READ, ResourceType.GROUP, req.group_id):
         return r, None, await _answer(ctx, r, ErrorCode.group_authorization_failed,
                                 f"READ on group {req.group_id} is not allowed", fetch=fetch)
+    if fetch and req.share_session_epoch == INITIAL_EPOCH:
+        # Only a member of the group opens a share session (its coordinator says so), and only for its own
+        # connection: another principal naming the member's id neither acquires nor releases its records.
+        joined = await ctx.broker.share_membership.check(r.group, r.member)
+        if joined != ErrorCode.none:
+            return r, None, await _answer(ctx, r, joined, f"{r.member} is not a member of share group {r.group}"
+                                          if joined == ErrorCode.unknown_member_id else None, fetch=fetch)
     try:
-        return r, r.share.session_for(r.group, r.member, req.share_session_epoch, opening_allowed=fetch), None
+        session = r.share.session_for(r.group, r.member, req.share_session_epoch, opening_allowed=fetch,
+                                      owner=str(ctx.session.principal), connection=ctx.session)
     except ShareSessionError as exc:
         return r, None, await _answer(ctx, r, exc.error, str(exc), fetch=fetch)
+    share = r.share
+    ctx.session.at_close("share sessions", lambda: share.connection_closed(ctx.session))
+    return r, session, None
 
 
 async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
