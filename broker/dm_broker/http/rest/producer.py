@@ -36,6 +36,7 @@ from .errors import (
     not_found_topic,
 )
 from .gathering import Arrival, Gatherer, Gathering, Outcome, gathering_key
+from .idempotence import Identities, stamped
 from .kafka_calls import BrokerUnreachable, KafkaCalls
 
 if TYPE_CHECKING:
@@ -44,8 +45,11 @@ if TYPE_CHECKING:
 PRODUCE_VERSION = 9
 LIST_OFFSETS_VERSION = 6
 RETRY_BACKOFF_S = 0.1
-# Leadership is moving: the request is not appended anywhere, so asking the new leader cannot duplicate it.
-_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition)
+# Answers a leader may give after it appended the batch (leadership lost or the ISR not reached while it waited):
+# whether the records were written is not known until the batch is asked again.
+_MAYBE_APPENDED = (ErrorCode.not_leader_or_follower, ErrorCode.request_timed_out,
+                   ErrorCode.not_enough_replicas_after_append)
+INIT_PRODUCER_ID_VERSION = 4
 
 
 Offset = dict[str, object]  # one record's answer: partition, offset, error_code, error
@@ -110,6 +114,7 @@ class RestProducer:
         self.calls = calls
         self._choosers: dict[str, _Chooser] = {}
         self.gatherer = Gatherer(self._write_gathered)
+        self.identities = Identities(self._init_producer_id)
 
     def topic(self, name: str) -> TopicDoc:
         md = self.broker.metadata
@@ -181,8 +186,42 @@ class RestProducer:
                                         arrival)
 
     async def _write_gathered(self, gathering: Gathering) -> dict[int, Outcome]:
-        batches = {partition: self._batch(chunks) for partition, chunks in gathering.chunks.items()}
-        return await self._write(gathering.topic, batches, gathering.session, gathering.deadline)
+        """The gathering's batches, written as its user's idempotent producer (idempotence.py)."""
+        topic, session = gathering.topic, gathering.session
+        try:
+            identity = await self.identities.of(gathering.key[1:], session)
+        except (BrokerUnreachable, TimeoutError) as exc:
+            why = str(exc) or type(exc).__name__
+            failed: Outcome = (-1, RECORD_RETRIABLE, f"COORDINATOR_NOT_AVAILABLE: no producer id for the records: "
+                                                     f"{why}")
+            return dict.fromkeys(gathering.chunks, failed)
+        async with identity.holding(topic, gathering.chunks):
+            counts = {partition: gathering.count(partition) for partition in gathering.chunks}
+            batches = {partition: stamped(self._batch(chunks), identity.producer_id, identity.epoch,
+                                          identity.next(topic, partition))
+                       for partition, chunks in gathering.chunks.items()}
+            outcomes, uncertain = await self._write(topic, batches, session, gathering.deadline)
+            for partition, (_, code, _) in outcomes.items():
+                if code is None:
+                    identity.advance(topic, partition, counts[partition])
+            if uncertain:
+                identity.broken = True  # what happened to those batches is not known: the user's next gets a new id
+        return outcomes
+
+    async def _init_producer_id(self, session: Session) -> tuple[int, int]:
+        """A producer id for a user's REST produce: InitProducerId as the user (IDEMPOTENT_WRITE on the cluster
+        or WRITE on some topic, as Kafka asks of an idempotent producer)."""
+        cls = request_class(22, INIT_PRODUCER_ID_VERSION)
+        body = make(cls, transactional_id=None, transaction_timeout=datetime.timedelta(minutes=1), producer_id=-1,
+                    producer_epoch=-1)
+        answer = await self.calls.call(self.broker.node_id, body, session,
+                                       timeout=self.broker.config["http.request.timeout.ms"] / 1000)
+        if answer.error_code == ErrorCode.cluster_authorization_failed:
+            raise forbidden("Not authorized to produce idempotently (IDEMPOTENT_WRITE on the cluster or WRITE on a "
+                            "topic)")
+        if answer.error_code != ErrorCode.none:
+            raise BrokerUnreachable(f"InitProducerId answered {answer.error_code.name}")
+        return answer.producer_id, answer.producer_epoch
 
     @staticmethod
     def _batch(chunks: list[tuple[Sequence[ProduceRecord], int]]) -> bytes:
@@ -211,17 +250,21 @@ class RestProducer:
         return build_batch(rows, timestamp_ms=first, timestamp_deltas=deltas)
 
     async def _write(self, topic: str, batches: dict[int, bytes], session: Session,
-                     deadline: float) -> dict[int, Outcome]:
+                     deadline: float) -> tuple[dict[int, Outcome], set[int]]:
         """Each partition's (base offset, None, None) once its ISR has the batch, or (-1, per-record error
-        code, message). The batches go to their leaders in one Produce request per leader; a partition
-        whose leadership is moving is asked again of its new leader until the deadline."""
+        code, message); and the partitions whose batch may or may not have been written (the deadline passed
+        while asking). The batches go to their leaders in one Produce request per leader; a batch is asked
+        again, of its partition's leader of the moment, after any retriable error until the deadline: it
+        carries its producer id and sequence, so a leader that has it does not append it twice."""
         outcomes: dict[int, Outcome] = {}
+        uncertain: set[int] = set()
         pending = dict(batches)
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
                 late: Outcome = (-1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: no leader took the records in time")
-                outcomes.update(dict.fromkeys(pending, late))
+                for partition in pending:
+                    outcomes.setdefault(partition, late)
                 break
             by_leader: dict[int, dict[int, bytes]] = defaultdict(dict)
             for partition, batch in pending.items():
@@ -231,33 +274,31 @@ class RestProducer:
             # one leader (the common case of a small cluster or one partition): no task to wrap it in
             answers = [await asks[0]] if len(asks) == 1 else await asyncio.gather(*asks)
             pending = dict(leaderless)
-            for part_batches, (answered, moved) in zip(by_leader.values(), answers, strict=True):
+            for part_batches, (answered, again, unsure) in zip(by_leader.values(), answers, strict=True):
                 outcomes.update(answered)
-                if deadline - time.monotonic() > RETRY_BACKOFF_S:
-                    pending.update((partition, part_batches[partition]) for partition in moved)
-                    for partition in moved:
-                        del outcomes[partition]
+                uncertain -= answered.keys() - again
+                uncertain |= unsure
+                pending.update((partition, part_batches[partition]) for partition in again)
             if pending:
-                await asyncio.sleep(RETRY_BACKOFF_S)
-        return outcomes
+                await asyncio.sleep(min(RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
+        return outcomes, uncertain & {p for p, (_, code, _) in outcomes.items() if code is not None}
 
     async def _ask(self, leader: int, topic: str, batches: dict[int, bytes], session: Session,
-                   left: float) -> tuple[dict[int, Outcome], set[int]]:
-        """One Produce request to `leader`: each partition's outcome, and the partitions it did not take
-        because leadership is moving (nothing was appended, so asking the new leader cannot duplicate them)."""
+                   left: float) -> tuple[dict[int, Outcome], set[int], set[int]]:
+        """One Produce request to `leader`: each partition's outcome, the partitions to ask again (a retriable
+        error), and those whose batch may have been written meanwhile (no answer, or one given after the
+        append: a lost leadership, a timeout)."""
         try:
             response = await self.calls.call(leader, produce_request(topic, batches, left), session,
                                              timeout=left + 5, size=sum(map(len, batches.values())))
-        except BrokerUnreachable as exc:
-            failed: Outcome = (-1, RECORD_RETRIABLE, f"NETWORK_EXCEPTION: the records may or may not have been "
-                                                     f"written: {exc}")
-            return dict.fromkeys(batches, failed), set()
-        except TimeoutError:
-            return dict.fromkeys(batches, (-1, RECORD_RETRIABLE, "REQUEST_TIMED_OUT: the records may or may not "
-                                                                 "have been written")), set()
+        except (BrokerUnreachable, TimeoutError) as exc:
+            why = "REQUEST_TIMED_OUT" if isinstance(exc, TimeoutError) else f"NETWORK_EXCEPTION: {exc}"
+            failed: Outcome = (-1, RECORD_RETRIABLE, f"{why}: the records may or may not have been written")
+            return dict.fromkeys(batches, failed), set(batches), set(batches)
         outcomes: dict[int, Outcome] = dict.fromkeys(
             batches, (-1, RECORD_RETRIABLE, "UNKNOWN_SERVER_ERROR: the leader's answer left the partition out"))
-        moved: set[int] = set()
+        again: set[int] = set()
+        unsure: set[int] = set()
         for answer in response.responses[0].partition_responses:
             error = answer.error_code
             if answer.index not in batches:
@@ -267,11 +308,13 @@ class RestProducer:
                 continue
             if error == ErrorCode.topic_authorization_failed:
                 raise forbidden(f"Not authorized to access topics: [{topic}] (WRITE)")
-            if error in _MOVED:
-                moved.add(answer.index)
+            if error.retriable:
+                again.add(answer.index)
+                if error in _MAYBE_APPENDED:
+                    unsure.add(answer.index)
             code = RECORD_RETRIABLE if error.retriable else RECORD_NOT_RETRIABLE
             outcomes[answer.index] = (-1, code, f"{error.name.upper()}: {answer.error_message or error.name}")
-        return outcomes, moved
+        return outcomes, again, unsure
 
     def _leader(self, topic: str, partition: int) -> int:
         md = self.broker.metadata
