@@ -128,6 +128,18 @@ class ProducerStateManager:
             )
         return None
 
+    def ahead_of(self, header: BatchHeader) -> bool:
+        """Whether the batch comes after a gap in its producer's sequence (same epoch, a later sequence than the
+        next one expected): what an earlier batch still on its way, sent to another broker, would fill."""
+        if header.producer_id == NO_PRODUCER_ID or header.base_sequence == NO_SEQUENCE:
+            return False
+        entry = self.producers.get(header.producer_id)
+        if entry is None or not entry.batches or header.producer_epoch != entry.epoch:
+            return False
+        expected = _next_seq(entry.batches[-1].last_seq)
+        # how far ahead, in the sequence's circle: less than half of it is ahead, the rest is behind (a retry)
+        return 0 < (header.base_sequence - expected) % (1 << 31) < (1 << 30)
+
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """A transaction marker may be written: its epoch is not older than the producer's, its
         coordinator not older than the last one that wrote a marker for it."""

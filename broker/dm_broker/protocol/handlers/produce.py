@@ -37,6 +37,11 @@ from ..dispatch import RequestContext
 INLINE_DECOMPRESSED_BYTES = 1 << 20
 
 TV2_PRODUCE = 12  # Produce from this version on: the client sends no AddPartitionsToTxn (KIP-890)
+# How long a batch after a gap in its producer's sequence waits for the batches before it (ADR 0060), and how often
+# it looks: the earlier batch is asked again of this leader once the old leader refused it (a round trip and a
+# metadata refresh of the client's).
+SEQUENCE_GAP_WAIT_S = 3.0
+SEQUENCE_GAP_POLL_S = 0.005
 
 
 @dataclass(slots=True)
@@ -165,6 +170,8 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
         refused = broker.free_space.refusal(part.log.log_dir, len(records))
         if refused is not None:  # ADR 0043: the producer retries until there is room again
             raise KafkaError(ErrorCode.kafka_storage_error, refused)
+        if part.log.producers.ahead_of(header):
+            await _wait_for_the_gap(ctx, part, header)
         result = await part.append_as_leader(records, headers)
         if req.acks == -1:
             # also for a retried batch: its first attempt may not be committed yet
@@ -177,6 +184,22 @@ async def _append(ctx: RequestContext, req: Any, topic: str, pdata: Any, batch_e
     except Exception as exc:
         _fail(ctx, outcome, exc, batch_error_cls)
     return outcome
+
+
+async def _wait_for_the_gap(ctx: RequestContext, part: Partition, header: Any) -> None:
+    """ADR 0060: a batch of an idempotent producer that comes after a gap in its sequence waits, up to
+    SEQUENCE_GAP_WAIT_S, for the batches before it. librdkafka, when a partition's leadership moves, may send a
+    later batch to the new leader while an earlier one is still on its way to the old leader, which answers it
+    NOT_LEADER_OR_FOLLOWER; the new leader answered the later one OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka
+    then bumped its producer epoch and sent every batch it had not seen acknowledged again under the new epoch,
+    where no leader can recognise them: 50 records written twice (issue 65). Waiting, the earlier batch arrives
+    (asked again of this leader), is appended, and the later one follows it. Meanwhile the connection's next
+    requests are read, since the earlier batch may come on this very connection. A gap that stays is answered
+    OUT_OF_ORDER_SEQUENCE_NUMBER as before."""
+    ctx.release_order()
+    deadline = time.monotonic() + SEQUENCE_GAP_WAIT_S
+    while part.log.producers.ahead_of(header) and part.is_leader and time.monotonic() < deadline:
+        await asyncio.sleep(SEQUENCE_GAP_POLL_S)
 
 
 async def _checked(header: Any, records: Any, details: bool) -> RecordSummary:
