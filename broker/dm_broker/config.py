@@ -585,8 +585,8 @@ TOPIC_ONLY_PROPERTIES = [
     Property("follower.replication.throttled.replicas", "list", "",
              "Replicas (partition:broker, or *) whose fetching is throttled by "
              "follower.replication.throttled.rate, besides the replicas a reassignment adds (always throttled)."),
-    Property("file.delete.delay.ms", "int", 60_000, "dm deletes a segment at once (no delay).", minimum=0,
-             applied=False, only=("60000",)),
+    Property("file.delete.delay.ms", "int", 60_000, "Accepted and stored (Kafka's clients and tools set it); no "
+             "effect: dm deletes a segment at once, which no client can tell.", minimum=0, applied=False),
     Property("local.retention.bytes", "int", -2, "Tiered storage is not supported.", minimum=-2, applied=False,
              only=("-2",)),
     Property("local.retention.ms", "int", -2, "Tiered storage is not supported.", minimum=-2, applied=False,
@@ -595,10 +595,11 @@ TOPIC_ONLY_PROPERTIES = [
              "dm serves magic v2 only (Fetch v4 and newer), so there is nothing to down-convert either way.",
              applied=False),
     Property("message.format.version", "str", "3.0-IV1",
-             "dm writes magic v2 only: any version from 0.11 on is accepted (they all mean v2), older ones are "
-             "refused.", applied=False),
-    Property("preallocate", "bool", False, "Segments grow as written (no preallocation).", applied=False,
-             only=("false",)),
+             "Accepted and stored, as Kafka 3.x does, and ignored: dm writes record batches of magic v2 whatever it "
+             "says (Kafka 3.x ignores it too from inter.broker.protocol.version 3.0). A value that is not a Kafka "
+             "version (0.10.0.0, 2.8-IV1, 3.0) is refused.", applied=False),
+    Property("preallocate", "bool", False, "Accepted and stored; no effect: segments grow as written, which no "
+             "client can tell.", applied=False),
     Property("remote.storage.enable", "bool", False, "Tiered storage is not supported.", applied=False,
              only=("false",)),
     Property("remote.log.copy.disable", "bool", False, "Tiered storage is not supported.", applied=False,
@@ -607,8 +608,8 @@ TOPIC_ONLY_PROPERTIES = [
              only=("false",)),
     Property("segment.index.bytes", "int", 10_485_760, "dm's sparse index grows as needed (segments do not roll "
              "on a full index).", minimum=4, applied=False, only=("10485760",)),
-    Property("segment.jitter.ms", "int", 0, "Segments roll at segment.ms exactly (no jitter).", minimum=0,
-             applied=False, only=("0",)),
+    Property("segment.jitter.ms", "int", 0, "Accepted and stored; no effect: segments roll at segment.ms "
+             "exactly (the jitter only spreads segment rolls in time).", minimum=0, applied=False),
 ]
 
 TOPIC_PROPERTIES: dict[str, Property] = {
@@ -812,13 +813,7 @@ def _apply_coarse_spellings(raw: dict[str, Any]) -> None:
         raw.setdefault(target, -1 if value == -1 else value * factor)
 
 
-def _is_magic_v2(version: str) -> bool:
-    """Whether a Kafka message.format.version (0.8.0 ... 3.0-IV1) means record batches of magic v2."""
-    parts = re.findall(r"\d+", version)
-    if len(parts) < 2:
-        return False
-    major, minor = int(parts[0]), int(parts[1])
-    return major >= 1 or minor >= 11
+KAFKA_VERSION = re.compile(r"\d+\.\d+(\.\d+){0,2}(-IV\d+)?")  # what Kafka's MetadataVersion parses
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
@@ -837,9 +832,8 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
                               f"{', '.join(prop.only)})")
         if name == "compression.gzip.level" and parsed == 0:
             raise ConfigError("compression.gzip.level must be 1-9, or -1 for gzip's default")
-        if name == "message.format.version" and not _is_magic_v2(rendered):
-            raise ConfigError(f"message.format.version={rendered}: dm writes record batches of magic v2 only "
-                              "(0.11 and later)")
+        if name == "message.format.version" and not KAFKA_VERSION.fullmatch(rendered):
+            raise ConfigError(f"message.format.version={rendered} is not a Kafka version (e.g. 0.10.0.0, 3.0-IV1)")
         out[name] = rendered
     return out
 

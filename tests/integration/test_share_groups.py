@@ -404,3 +404,67 @@ def test_share_group_offsets_described_altered_deleted_and_the_group_deleted(sbr
     assert gone.results[0].error_code == ErrorCode.none
     listed = asyncio.run(call(make(request_class(16, 5), states_filter=(), types_filter=("share",))))
     assert group not in {g.group_id for g in listed.groups}
+
+
+def test_v2_renews_a_records_lock(sbroker):
+    """ShareFetch and ShareAcknowledge v2 (Kafka 4.2, which franz-go asks for): acknowledge type RENEW (4) keeps
+    the records the member's and restarts their lock, and a ShareFetch with is_renew_ack only acknowledges."""
+    topic, group = unique("renew"), unique("sg")
+    ConfluentClient(sbroker.bootstrap).create_topic(topic, 1)
+
+    async def scenario() -> None:
+        first = await KafkaConnection.open("127.0.0.1", sbroker.port)
+        second = await KafkaConnection.open("127.0.0.1", sbroker.port)
+        try:
+            await find_group_coordinator(first, group)
+            joined = await _share_heartbeat(first, group, "m1", 0, (topic,))
+            assert (await _share_heartbeat(second, group, "m2", 0, (topic,))).error_code == ErrorCode.none
+            topic_id = joined.assignment.topic_partitions[0].topic_id
+            fetch, ack = request_class(78, 2), request_class(79, 2)
+
+            def fetch_body(member: str, epoch: int, renew: bool = False, acks=()):
+                part = make(nested(fetch, "FetchPartition"), partition_index=0, acknowledgement_batches=acks)
+                return make(fetch, group_id=group, member_id=member, share_session_epoch=epoch,
+                            max_wait=datetime.timedelta(milliseconds=200), min_bytes=1, max_bytes=1 << 20,
+                            max_records=10, batch_size=10, share_acquire_mode=0, is_renew_ack=renew,
+                            topics=(make(nested(fetch, "FetchTopic"), topic_id=topic_id, partitions=(part,)),),
+                            forgotten_topics_data=())
+
+            assert (await first.request(fetch_body("m1", 0))).error_code == ErrorCode.none
+            assert (await second.request(fetch_body("m2", 0))).error_code == ErrorCode.none
+            produce(sbroker.bootstrap, topic, 1)
+            got = await first.request(fetch_body("m1", 1))
+            [held] = [a for r in got.responses for p in r.partitions for a in p.acquired_records]
+            for epoch in (2, 3):  # the lock is 3 s: renewed every 1.5 s, the record stays m1's for 4.5 s
+                await asyncio.sleep(1.5)
+                renew = make(nested(ack, "AcknowledgementBatch"), first_offset=held.first_offset,
+                             last_offset=held.last_offset, acknowledge_types=(4,))
+                answer = await first.request(make(ack, group_id=group, member_id="m1", share_session_epoch=epoch,
+                                                  is_renew_ack=True, topics=(make(
+                                                      nested(ack, "AcknowledgeTopic"), topic_id=topic_id,
+                                                      partitions=(make(nested(ack, "AcknowledgePartition"),
+                                                                       partition_index=0,
+                                                                       acknowledgement_batches=(renew,)),)),)))
+                assert answer.error_code == ErrorCode.none
+                assert answer.responses[0].partitions[0].error_code == ErrorCode.none
+                assert answer.acquisition_lock_timeout == datetime.timedelta(milliseconds=3000)
+            await asyncio.sleep(1.5)
+            other = await second.request(fetch_body("m2", 1))
+            assert not [a for r in other.responses for p in r.partitions for a in p.acquired_records]
+            done = make(nested(fetch, "AcknowledgementBatch"), first_offset=held.first_offset,
+                        last_offset=held.last_offset, acknowledge_types=(1,))
+            accepted = await first.request(fetch_body("m1", 4, renew=True, acks=(done,)))
+            assert accepted.responses[0].partitions[0].acknowledge_error_code == ErrorCode.none
+            assert not [a for r in accepted.responses for p in r.partitions for a in p.acquired_records]
+            v1 = request_class(79, 1)  # RENEW is v2's: a v1 acknowledgement of type 4 is refused
+            old = await first.request(make(v1, group_id=group, member_id="m1", share_session_epoch=5, topics=(make(
+                nested(v1, "AcknowledgeTopic"), topic_id=topic_id, partitions=(make(
+                    nested(v1, "AcknowledgePartition"), partition_index=0, acknowledgement_batches=(make(
+                        nested(v1, "AcknowledgementBatch"), first_offset=0, last_offset=0,
+                        acknowledge_types=(4,)),)),)),)))
+            assert old.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
+        finally:
+            await first.close()
+            await second.close()
+
+    asyncio.run(scenario())

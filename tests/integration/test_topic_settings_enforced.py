@@ -86,9 +86,8 @@ def test_the_timestamp_window_refuses_records_outside_it(broker, topic_name):
     assert errors == ["ok"]
 
 
-@pytest.mark.parametrize(("name", "value"), [("preallocate", "true"), ("segment.jitter.ms", "1000"),
-                                             ("remote.storage.enable", "true"), ("file.delete.delay.ms", "1"),
-                                             ("message.format.version", "0.10.2"),
+@pytest.mark.parametrize(("name", "value"), [("remote.storage.enable", "true"),
+                                             ("message.format.version", "banana"),
                                              ("compression.gzip.level", "0")])
 def test_settings_dm_does_not_implement_are_refused(broker, topic_name, name, value):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -100,6 +99,22 @@ def test_settings_dm_does_not_implement_are_refused(broker, topic_name, name, va
         ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(KafkaException, match=name):
         admin.incremental_alter_configs([resource])[resource].result(15)
+
+
+@pytest.mark.parametrize(("name", "value"), [("file.delete.delay.ms", "12345"), ("message.format.version", "0.10.0.0"),
+                                             ("preallocate", "true"), ("segment.jitter.ms", "1000")])
+def test_settings_no_client_can_tell_are_stored_as_kafka_stores_them(broker, topic_name, name, value):
+    """Kafka accepts these and reads them back as the topic's own (DYNAMIC_TOPIC_CONFIG); their effect is not
+    on the wire, so dm stores them, returns them and documents them as having none (issue 65: the rule against
+    silently ignored settings refused them, and Kafka clients' own test suites failed on it)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={name: value})])[topic_name].result(15)
+    resource = ConfigResource("topic", topic_name)
+    entry = admin.describe_configs([resource])[resource].result(15)[name]
+    assert entry.value == value and entry.source == 1 and not entry.is_default
+    changed = ConfigResource("topic", topic_name, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([changed])[changed].result(15)
 
 
 def test_defaults_of_unimplemented_settings_stay_accepted(broker, topic_name):

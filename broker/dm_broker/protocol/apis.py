@@ -102,8 +102,8 @@ SPECS: list[ApiSpec] = [
     ApiSpec(77, "ShareGroupDescribe", 1, 1, share.handle_share_group_describe, per_item(
         group(Op.DESCRIBE, "each group"), topic(Op.DESCRIBE, "each topic its members subscribe to"),
         note="a group using topics the principal may not describe is TOPIC_AUTHORIZATION_FAILED")),
-    ApiSpec(78, "ShareFetch", 1, 1, share.handle_share_fetch, per_item(group(Op.READ), topic(Op.READ))),
-    ApiSpec(79, "ShareAcknowledge", 1, 1, share.handle_share_acknowledge, per_item(group(Op.READ), topic(Op.READ))),
+    ApiSpec(78, "ShareFetch", 1, 2, share.handle_share_fetch, per_item(group(Op.READ), topic(Op.READ))),
+    ApiSpec(79, "ShareAcknowledge", 1, 2, share.handle_share_acknowledge, per_item(group(Op.READ), topic(Op.READ))),
     ApiSpec(84, "ReadShareGroupState", 0, 0, share.handle_read_share_group_state,
             cluster(Op.CLUSTER_ACTION, share.refuse_read_share_group_state)),
     ApiSpec(85, "WriteShareGroupState", 0, 0, share.handle_write_share_group_state,

@@ -28,6 +28,7 @@ class AckType(enum.IntEnum):
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4  # ShareFetch and ShareAcknowledge v2 (Kafka 4.2, KIP-1222): keep the records, lock them longer
 
 
 DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
@@ -115,15 +116,19 @@ class SharePartitionState:
 
     # -- acknowledgements ------------------------------------------------------------------------
 
-    def acknowledge(self, member: str, first: int, last: int, types: list[int]) -> None:
+    def acknowledge(self, member: str, first: int, last: int, types: list[int],
+                    renewed_until: float | None = None) -> None:
         """One acknowledgement batch: `types` has one type for the whole range or one per offset.
-        All or nothing: raises InvalidRecordState unless the member holds every offset of it."""
+        All or nothing: raises InvalidRecordState unless the member holds every offset of it. RENEW keeps a
+        record the member's with its lock running to `renewed_until` (None: RENEW is not allowed)."""
         if last < first or (len(types) != 1 and len(types) != last - first + 1):
             raise InvalidRecordState(f"acknowledgement batch {first}-{last} with {len(types)} types")
         try:
             kinds = [AckType(t) for t in types]
         except ValueError:
             raise InvalidRecordState(f"unknown acknowledge type in {types}") from None
+        if renewed_until is None and AckType.RENEW in kinds:
+            raise InvalidRecordState("acknowledge type RENEW needs ShareFetch or ShareAcknowledge v2")
         for offset in range(first, last + 1):
             record = self.records.get(offset)
             if record is None or record.state != RecordState.ACQUIRED or record.member != member:
@@ -131,6 +136,10 @@ class SharePartitionState:
         for i, offset in enumerate(range(first, last + 1)):
             kind = kinds[0] if len(kinds) == 1 else kinds[i]
             record = self.records[offset]
+            if kind == AckType.RENEW:
+                assert renewed_until is not None
+                record.deadline = renewed_until
+                continue
             record.member = None
             if kind == AckType.ACCEPT:
                 record.state = RecordState.ACKNOWLEDGED

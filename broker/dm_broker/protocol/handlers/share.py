@@ -27,6 +27,8 @@ from .consumer_groups import (
 )
 from .fetch import wait_for_partitions
 
+RENEW_FROM = 2  # ShareFetch and ShareAcknowledge v2 (Kafka 4.2): acknowledge type RENEW, is_renew_ack
+
 ASSIGNOR = "simple"
 
 
@@ -123,9 +125,11 @@ class _ShareRequest:
         except ShareStateUnavailable as exc:
             out.ack_error, out.ack_message = ErrorCode.coordinator_not_available, str(exc)
             return
+        renewed_until = time.monotonic() + self.share.lock_ms(self.group) / 1000 if self.ctx.version >= RENEW_FROM \
+            else None
         try:
             for b in batches:
-                state.acknowledge(self.member, b.first_offset, b.last_offset, list(b.acknowledge_types))
+                state.acknowledge(self.member, b.first_offset, b.last_offset, list(b.acknowledge_types), renewed_until)
         except InvalidRecordState as exc:
             out.ack_error, out.ack_message = ErrorCode.invalid_record_state, str(exc)
         stored = await self.share.persist(self.group, name, topic_id, part, state)
@@ -260,6 +264,8 @@ async def handle_share_fetch(ctx: RequestContext, req: Any) -> Any:
         r.share.close(r.group, r.member)
         return await _answer(ctx, r)
     r.share.advance(session, epoch)
+    if getattr(req, "is_renew_ack", False):  # v2: only acknowledgements (renewals): no records are acquired
+        return await _answer(ctx, r)
     max_records = req.max_records if req.max_records > 0 else 500
     taken = await r.acquire(session, max_records, req.max_bytes)
     wait_s = req.max_wait.total_seconds() if isinstance(req.max_wait, datetime.timedelta) else req.max_wait / 1000
