@@ -65,8 +65,8 @@ def main() -> None:
         pauser = threading.Thread(target=pause_brokers, args=(cluster, stop), daemon=True)
         pauser.start()
         for i in range(rounds):
-            plan = {"version": 1, "partitions": [{"topic": "live", "partition": p, "replicas": random.sample(range(6), 3)}
-                                                 for p in range(6)]}
+            moves = [{"topic": "live", "partition": p, "replicas": random.sample(range(6), 3)} for p in range(6)]
+            plan = {"version": 1, "partitions": moves}
             (out / "plan.json").write_text(json.dumps(plan))
             moved = run_dm("topics", "reassign", str(out / "plan.json"), "--throttle", "2000000",
                            "--bootstrap", cluster.bootstrap, timeout=300)
