@@ -25,7 +25,8 @@ from .users import user_cluster, users_path
 # The children the operator keeps (all labelled managed-by dm-operator): what changes in them wakes
 # their cluster's runtime, which puts back what drifted.
 CHILDREN = [("v1", "serviceaccounts"), ("v1", "services"), ("v1", "configmaps"), ("v1", "persistentvolumeclaims"),
-            ("v1", "secrets"), ("apps/v1", "statefulsets"), ("policy", "poddisruptionbudgets")]
+            ("v1", "secrets"), ("apps/v1", "statefulsets"), ("policy", "poddisruptionbudgets"),
+            ("networking.k8s.io/v1", "networkpolicies")]
 
 
 def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:

@@ -173,7 +173,7 @@ def collection_path(api_version: str, plural: str, namespace: str | None) -> str
 PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
            "StatefulSet": "statefulsets", "PodDisruptionBudget": "poddisruptionbudgets", "Pod": "pods",
            "PersistentVolumeClaim": "persistentvolumeclaims", "Event": "events", "Topic": "topics", "User": "users",
-           "DMCluster": "dmclusters"}
+           "DMCluster": "dmclusters", "NetworkPolicy": "networkpolicies"}
 
 
 def object_path(obj: Obj) -> str:

@@ -160,6 +160,25 @@ def pod_disruption_budget(name: str, namespace: str, owner: Obj, api_version: st
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": naming.selector_labels(name)}}}
 
 
+def network_policy(name: str, namespace: str, owner: Obj, spec: DMClusterSpec) -> Obj:
+    """The brokers' NetworkPolicy (issue 65: every pod of the Kubernetes cluster reached their HTTP port, whose
+    /metrics names every topic and group): the Kafka listeners (the replication one included) and the REST
+    listener open to the cluster's own brokers and to spec.networkPolicy.clientsFrom (anyone when absent); the
+    HTTP port to metricsFrom; nothing else."""
+    policy = spec.networkPolicy
+    brokers = [{"podSelector": {"matchLabels": naming.selector_labels(name)}}]
+    client_ports = [{"port": p["containerPort"], "protocol": "TCP"} for p in listeners.container_ports(spec)]
+    ingress: list[Obj] = [{"ports": client_ports, **({"from": brokers + policy.clientsFrom}
+                                                     if policy.clientsFrom is not None else {})}]
+    http = [{"port": naming.HTTP_PORT, "protocol": "TCP"}]
+    if policy.metricsFrom:
+        ingress.append({"ports": http, "from": list(policy.metricsFrom)})
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(naming.network_policy(name), namespace, name, owner),
+            "spec": {"podSelector": {"matchLabels": naming.selector_labels(name)}, "policyTypes": ["Ingress"],
+                     "ingress": ingress}}
+
+
 def revision(spec: DMClusterSpec, properties: str, image: str) -> str:
     """What a broker's restart is for: a change of this hash rolls the brokers."""
     material = {"config": properties, "image": image, "pullPolicy": spec.imagePullPolicy,

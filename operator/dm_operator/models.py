@@ -21,7 +21,7 @@ from pydantic import (
 # The CRDs' schema version (`dm.dev/schema-version` on each CRD): raised with every change of the models
 # below, so an operator never replaces a newer schema with its older one (crds.py). SCHEMA_HISTORY
 # keeps each version's schema hashes; a test fails when the models change without a new version.
-SCHEMA_VERSION = "0.8.0"
+SCHEMA_VERSION = "0.9.0"
 SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.1.0": {"dmclusters": "c6cf04648509ffe5", "topics": "179363eaa2749f72"},
     "0.2.0": {"dmclusters": "d19a5f0de59a8587", "topics": "179363eaa2749f72"},
@@ -31,6 +31,7 @@ SCHEMA_HISTORY: dict[str, dict[str, str]] = {
     "0.6.0": {"dmclusters": "678b39146b6ff5f6", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.7.0": {"dmclusters": "5d06f1d0dff6bc3e", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
     "0.8.0": {"dmclusters": "8190e17785e49e78", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
+    "0.9.0": {"dmclusters": "dbacfefce1c63613", "topics": "179363eaa2749f72", "users": "986c756a44c5e11f"},
 }
 
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -115,6 +116,33 @@ class RackSpec(Model):
                                          "placed in different racks, and brokers spread over them")
 
 
+PROMETHEUS_PODS: list[dict[str, Any]] = [{"namespaceSelector": {},
+                                          "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+
+
+class NetworkPolicySpec(Model):
+    enabled: bool = Field(True, description="A NetworkPolicy on the brokers (`<cluster>-brokers`): their Kafka and "
+                          "REST listeners open to clientsFrom, their HTTP port (8080: /metrics, /healthz, /readyz) to "
+                          "metricsFrom only, everything else closed. Takes effect where the network plugin enforces "
+                          "NetworkPolicies (the kubelet's probes come from the node)")
+    clientsFrom: list[dict[str, Any]] | None = Field(
+        None, description="NetworkPolicyPeers admitted to the Kafka and REST listeners (absent: any source, inside "
+                          "the cluster or out); the brokers always reach each other")
+    metricsFrom: list[dict[str, Any]] = Field(
+        default_factory=lambda: [dict(peer) for peer in PROMETHEUS_PODS],
+        description="NetworkPolicyPeers admitted to the brokers' HTTP port (default: pods labelled "
+                    "app.kubernetes.io/name=prometheus in any namespace, as the Prometheus Operator labels them)")
+
+    @field_validator("clientsFrom", "metricsFrom")
+    @classmethod
+    def _peers(cls, peers: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for peer in peers or ():
+            checked = _PEER.validate_python(peer)
+            if checked.pod_selector is None and checked.namespace_selector is None and checked.ip_block is None:
+                raise ValueError(f"a NetworkPolicyPeer needs podSelector, namespaceSelector or ipBlock: {peer}")
+        return peers
+
+
 class RebalanceSpec(Model):
     throttle: int = Field(50_000_000, ge=0, description="Replication throttle in bytes/s per broker (both the "
                           "leader and the follower rate) while the operator moves partitions: scale-down drains, "
@@ -151,6 +179,7 @@ class PodTemplate(Model):
         return value
 
 
+_PEER = TypeAdapter(client.V1NetworkPolicyPeer)
 _KUBERNETES_TYPES = {"tolerations": TypeAdapter(list[client.V1Toleration]),
                      "affinity": TypeAdapter(client.V1Affinity | None)}
 
@@ -244,6 +273,8 @@ class DMClusterSpec(Model):
                                                 description="The CA of the brokers' certificates")
     clientsCa: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec,
                                                 description="The CA of the Users' client certificates")
+    networkPolicy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec,
+                                             description="Who may reach the brokers' ports")
 
     @field_validator("listeners")
     @classmethod

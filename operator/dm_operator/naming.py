@@ -78,6 +78,10 @@ def pdb(cluster: str) -> str:
     return f"{cluster}-broker"
 
 
+def network_policy(cluster: str) -> str:
+    return f"{cluster}-brokers"
+
+
 def selector_labels(cluster: str, component: str = "broker") -> dict[str, str]:
     return {"app.kubernetes.io/name": "dm", "app.kubernetes.io/instance": cluster,
             "app.kubernetes.io/component": component}

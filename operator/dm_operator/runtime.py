@@ -29,7 +29,7 @@ from .controller_tls import ControllerTls
 from .crds import CrdVersions
 from .events import EventRecorder
 from .fencing import RackResolver, on_pod_event
-from .kube import ApiError, Kube, collection_path
+from .kube import ApiError, Kube, collection_path, object_path
 from .metrics import BROKERS_ON_LOST_NODES, ERRORS, RECONCILE_SECONDS, RECONCILES, VOLUMES_REPLACED
 from .models import DMClusterSpec, known_part
 from .moves import Mover
@@ -206,6 +206,7 @@ class ClusterRuntime:
         await self.children.apply(manifests.headless_service(name, ns, owner, spec))
         await self.children.apply(manifests.bootstrap_service(name, ns, owner, spec))
         await self.children.apply(manifests.pod_disruption_budget(name, ns, owner, await self._pdb_version()))
+        await self._network_policy(spec, owner)
         await self.children.apply(manifests.config_map(name, ns, owner, properties))
 
         topics = self.controller.topics
@@ -308,6 +309,14 @@ class ClusterRuntime:
             cm = await self.kube.get_or_none(f"/api/v1/namespaces/{self.namespace}/configmaps/"
                                              f"{naming.config_map(self.name)}")
         return (cm or {}).get("data", {}).get("broker.properties", "")
+
+    async def _network_policy(self, spec: DMClusterSpec, owner: Obj) -> None:
+        """The brokers' NetworkPolicy while spec.networkPolicy.enabled, none otherwise."""
+        policy = manifests.network_policy(self.name, self.namespace, owner, spec)
+        if spec.networkPolicy.enabled:
+            await self.children.apply(policy)
+        elif await self.children.live(policy) is not None:
+            await self.kube.delete(object_path(policy))
 
     async def _pdb_version(self) -> str:
         if self._pdb_api is None:

@@ -145,6 +145,34 @@ def test_children_follow_the_spec_and_hand_edits_are_put_back(apiserver: Testbed
     with_runtime(apiserver, namespace, uid, check)
 
 
+def test_the_brokers_network_policy_follows_the_spec(apiserver: Testbed, namespace: str):
+    """The brokers' NetworkPolicy (issue 65): made with the cluster, put back when edited by hand, gone when
+    spec.networkPolicy.enabled is false."""
+    uid = create_cluster(apiserver, namespace, {"replicas": 1})
+
+    def policy(tb: Testbed, ns: str) -> dict | None:
+        found = tb.kubectl_json("get", "networkpolicies", "-n", ns)["items"]
+        return found[0] if found else None
+
+    async def check(runtime: ClusterRuntime, tb: Testbed, ns: str) -> None:
+        await runtime.reconcile()
+        made = policy(tb, ns)
+        assert made is not None and made["metadata"]["name"] == "c-brokers"
+        clients, http = made["spec"]["ingress"]
+        assert [p["port"] for p in clients["ports"]] == [9092] and "from" not in clients
+        assert [p["port"] for p in http["ports"]] == [8080] and http["from"]
+        tb.kubectl("patch", "networkpolicy", "c-brokers", "-n", ns, "--type=json", "-p", json.dumps(
+            [{"op": "remove", "path": "/spec/ingress/1"}]))
+        await runtime.reconcile()
+        assert len(policy(tb, ns)["spec"]["ingress"]) == 2
+        tb.kubectl("patch", "dmcluster", "c", "-n", ns, "--type=merge", "-p",
+                   json.dumps({"spec": {"networkPolicy": {"enabled": False}}}))
+        await runtime.reconcile()
+        assert policy(tb, ns) is None
+
+    with_runtime(apiserver, namespace, uid, check)
+
+
 def test_controller_settings_follow_spec_config_at_the_next_reconcile(apiserver: Testbed, namespace: str):
     uid = create_cluster(apiserver, namespace, {"replicas": 1, "config": {
         "unclean.leader.election.enable": False, "broker.session.timeout.ms": 6000}})

@@ -220,6 +220,30 @@ def test_pdb_and_services():
     assert manifests.bootstrap_address("demo", "ns", "cluster.local") == "demo-bootstrap.ns.svc.cluster.local:9092"
 
 
+def test_the_brokers_network_policy_opens_their_listeners_and_keeps_their_http_port_to_scrapers():
+    """Issue 65: every pod of the Kubernetes cluster reached the brokers' port 8080, whose /metrics names every
+    topic and group."""
+    import kubernetes_validate
+
+    owner = naming.owner_reference("demo", "u")
+    spec = DMClusterSpec(http={"enabled": True, "port": 8082},
+                         listeners=[{"name": "plain", "port": 9092}, {"name": "tls", "port": 9093, "tls": True}])
+    policy = manifests.network_policy("demo", "ns", owner, spec)
+    kubernetes_validate.validate(policy, "1.30", strict=True)
+    clients, http = policy["spec"]["ingress"]
+    assert sorted(p["port"] for p in clients["ports"]) == sorted([9091, 9092, 9093, 8082]) and "from" not in clients  # anyone: clients inside the cluster or out
+    assert http["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert http["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "prometheus"}}}]
+    only = DMClusterSpec(networkPolicy={"clientsFrom": [{"namespaceSelector": {"matchLabels": {"team": "a"}}}],
+                                        "metricsFrom": []})
+    clients, = manifests.network_policy("demo", "ns", owner, only)["spec"]["ingress"]
+    assert clients["from"][0] == {"podSelector": {"matchLabels": naming.selector_labels("demo")}}  # each other
+    assert clients["from"][1:] == [{"namespaceSelector": {"matchLabels": {"team": "a"}}}]
+    with pytest.raises(ValidationError, match="NetworkPolicyPeer"):
+        DMClusterSpec(networkPolicy={"metricsFrom": [{}]})
+
+
 # -- rolling restarts and scaling ------------------------------------------------------------------
 
 
