@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from dm_broker.protocol.access import empty
-from dm_broker.protocol.build import nested
+from dm_broker.protocol.build import make, nested
 from dm_broker.protocol.client import KafkaConnection
 from dm_broker.protocol.codec import request_class
 from harness import BrokerProcess, run_dm
@@ -230,6 +230,20 @@ async def test_request_percentage_throttles_a_busy_client(quota_broker):
     assert quota_broker.metric("dm_throttle_time_seconds_total", quota="request_percentage", user="",
                                client_id="chatty") > 0
     await conn.request(alter([("client-id", "chatty")], {"request_percentage": None}))
+    await conn.close()
+
+
+async def test_request_percentage_counts_what_a_large_request_costs_off_the_handler(quota_broker):
+    """Issue 65: the CPU attacks of one request went unthrottled. A request of 20,000 partition indexes costs
+    its parsing and its answer's encoding on the codec thread besides its handler: counted too, a client held to
+    1 % of a thread is throttled by its first few such requests (each answer carries the throttle)."""
+    conn = await KafkaConnection.open("127.0.0.1", quota_broker.port, client_id="heavy")
+    await conn.request(alter([("client-id", "heavy")], {"request_percentage": 1.0}))
+    cls = request_class(61, 0)
+    heavy = make(cls, topics=(nested(cls, "TopicRequest")(name="nobody", partition_indexes=tuple(range(20_000))),))
+    throttles = [(await conn.request(heavy, timeout=60)).throttle_time.total_seconds() for _ in range(3)]
+    assert max(throttles) > 0, throttles
+    await conn.request(alter([("client-id", "heavy")], {"request_percentage": None}))
     await conn.close()
 
 
