@@ -351,8 +351,15 @@ def test_mixed_group_survives_a_coordinator_restart(tmp_path):
         wait_for(lambda: len(set(values(seen))) >= 200, 60, what="both members reading after the restart")
         assert all(len(m.assigned) == 2 for m in members)
     finally:
-        stop_all(members)
-        broker.stop()
+        try:
+            stop_all(members)
+        except AssertionError as exc:
+            # Issue 65 saw a classic member's commit refused ILLEGAL_GENERATION here once, on a loaded machine,
+            # and 16 runs beside CPU hogs did not show it again: what the group went through says why next time.
+            events = [line for line in broker.log_tail(5000).splitlines() if group in line]
+            raise AssertionError(f"{exc}\nthe group's events:\n" + "\n".join(events[-40:])) from None
+        finally:
+            broker.stop()
     assert sorted(set(values(seen))) == [b"%06d" % i for i in range(200)]
 
 
