@@ -168,7 +168,7 @@ async def measure(tb, topics: int, idle_s: float, work: Path, partitions: int = 
         for proc in brokers.values():
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGKILL)
-        # While the operator runs: it releases the Topics' finalizers when their DMCluster goes.
+        # While the operator runs: it sees the Topics go with their namespace, and holds nothing (ADR 0061).
         kubectl(tb, "delete", "namespace", NS, "--wait=false")
         with contextlib.suppress(SystemExit):
             await wait_for(lambda: tb.kubectl("get", "namespace", NS, check=False).returncode != 0, 120,

@@ -2,9 +2,10 @@
 and wakes the runtime of the DMCluster it concerns; the decisions are elsewhere.
 
 Only event handlers are used: the reconcile loop of each DMCluster is level-based, so kopf keeps no
-handler progress in the objects, and the operator puts no finalizer on a DMCluster (its children are
-garbage-collected through ownerReferences even when the operator is not running). Topics carry the
-operator's finalizer, handled in `topics`."""
+handler progress in the objects. The operator puts no finalizer on anything (ADR 0061): a DMCluster's
+children are garbage-collected through ownerReferences even when the operator is not running, and a
+deleted Topic or User leaves the watch cache, which wakes its cluster's runtime to act on the deletion.
+Finalizers earlier versions put on Topics and Users are released here when their cluster is gone."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
         cache.observe(obj, deleted=type == "DELETED")
         if type == "DELETED" or being_deleted(obj):
             await operator.remove(namespace, name)
-            # Its Topics and Users no longer need the operator to go away (a namespace being deleted
-            # deletes them all at once, and nothing would wake their runtime again).
+            # Topics and Users with an earlier version's finalizer no longer need the operator to go away
+            # (a namespace being deleted deletes them all at once, and nothing would wake their runtime).
             await release_orphans(operator.kube, namespace, cluster=name)
             await release_orphan_users(operator.kube, namespace, cluster=name)
             return

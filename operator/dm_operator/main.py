@@ -207,11 +207,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="port of the controller API, /healthz and /metrics (default 9990)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     sub = parser.add_subparsers(dest="command")
-    clean = sub.add_parser("cleanup", help="delete a DMCluster and wait until its Topics are released "
-                                           "(the chart's pre-delete hook)")
+    clean = sub.add_parser("cleanup", help="delete a DMCluster and take off earlier versions' finalizers "
+                                           "of its Topics and Users (the chart's pre-delete hook)")
     clean.add_argument("--namespace", dest="cleanup_namespace", required=True, help="namespace of the DMCluster")
     clean.add_argument("--cluster", required=True, help="name of the DMCluster")
-    clean.add_argument("--timeout", type=float, default=120, help="seconds to wait for the operator")
+    clean.add_argument("--timeout", type=float, default=120, help="seconds to wait for the DMCluster to go")
     clean.add_argument("--release", help="also delete this Helm release's test pods")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

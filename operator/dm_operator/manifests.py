@@ -124,6 +124,13 @@ def config_map(name: str, namespace: str, owner: Obj, properties: str) -> Obj:
             "data": {"broker.properties": properties}}
 
 
+def users_record(name: str, namespace: str, owner: Obj, text: str) -> Obj:
+    """The record of the users the operator manages (user_record)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(naming.users_record(name), namespace, name, owner, "user-record"),
+            "data": {"users.json": text}}
+
+
 def token_secret(name: str, namespace: str, owner: Obj, token: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(naming.token_secret(name), namespace, name, owner),

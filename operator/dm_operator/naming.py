@@ -46,6 +46,10 @@ def config_map(cluster: str) -> str:
     return f"{cluster}-config"
 
 
+def users_record(cluster: str) -> str:
+    return f"{cluster}-users"
+
+
 def token_secret(cluster: str) -> str:
     return f"{cluster}-controller-token"
 

@@ -92,7 +92,7 @@ class ClusterRuntime:
         self.topics.before_moves = self._throttle_for_moves
         self.status = StatusWriter(kube, self.recorder, self.path, controller, self.labels, status)
         self.tls = TlsSecrets(kube, self.children, self.recorder, namespace, name, settings.cluster_domain)
-        self.users = UserReconciler(kube, cache, controller, self.children, namespace, name)
+        self.users = UserReconciler(kube, cache, controller, self.children, namespace, name, uid, self.recorder)
         self.wake = asyncio.Event()
         self.spec: DMClusterSpec | None = None
         self._pdb_api: str | None = None

@@ -31,6 +31,7 @@ from .models import PartitionStatus
 from .objects import Obj
 
 log = logging.getLogger(__name__)
+# Put on Topics by dm before ADR 0061; taken off wherever the operator meets it.
 TOPIC_FINALIZER = "dm.dev/topic"
 # A Topic's status holds every partition; with spec, metadata and conditions the object must stay under
 # etcd's default request limit (1.5 MiB). 10,000 partitions of replication factor 3 take ~0.9 MB.
@@ -124,6 +125,9 @@ class CrdStatusStore:
         self.cluster = cluster
         self.cluster_uid = cluster_uid
         self.resources: dict[str, str] = {}  # topic name -> Topic resource name
+        # Topic resource name -> the UID of the one holding its topic: a resource of that name with
+        # another UID is a new resource, and the old one was deleted (ADR 0061).
+        self.uids: dict[str, str] = {}
         self.resource_versions: dict[str, str] = {}  # resource name -> last resourceVersion we wrote or read
         self.docs: dict[str, TopicDoc] = {}  # what we last persisted, for change listeners
         self._cluster_rv: str | None = None
@@ -261,7 +265,8 @@ class CrdStatusStore:
         name = obj["metadata"]["name"]
         self.resource_versions[name] = obj["metadata"]["resourceVersion"]
         doc = doc_from_status(obj.get("status") or {})
-        self.resources.setdefault(doc.name if doc else topic_name_of(obj), name)
+        if self.resources.setdefault(doc.name if doc else topic_name_of(obj), name) == name:
+            self.uids[name] = obj["metadata"]["uid"]
         if doc is not None:
             self.docs[doc.name] = doc
         return doc
@@ -280,8 +285,28 @@ class CrdStatusStore:
     def remember(self, obj: Obj) -> None:
         """A Topic resource seen through a listing: where its topic lives."""
         name = obj["metadata"]["name"]
-        self.resources.setdefault(topic_name_of(obj), name)
+        if self.resources.setdefault(topic_name_of(obj), name) == name:
+            self.uids.setdefault(name, obj["metadata"]["uid"])
         self.resource_versions.setdefault(name, obj["metadata"]["resourceVersion"])
+
+    def forget(self, topic: str) -> None:
+        """The topic's resource was deleted and the topic is not (ADR 0061): its next change, if any,
+        gets a new resource."""
+        resource = self.resources.pop(topic, None)
+        if resource is not None:
+            self.uids.pop(resource, None)
+            self.resource_versions.pop(resource, None)
+
+    async def recreate_resource(self, doc: TopicDoc) -> str:
+        """A new resource for a topic whose resource was deleted but which stays (an internal topic,
+        which cannot be deleted): it holds the document at the same version. Returns its name."""
+        self.forget(doc.name)
+        resource = await self._resource_for(doc)
+        obj = await self.kube.patch(f"{self.topics_path}/{resource}/status",
+                                    {"status": topic_status(doc, self.cluster)})
+        self.resource_versions[resource] = obj["metadata"]["resourceVersion"]
+        self.docs[doc.name] = doc
+        return resource
 
     async def save_topic(self, doc: TopicDoc, expected_version: int) -> TopicDoc:
         known = self.docs.get(doc.name)
@@ -335,7 +360,6 @@ class CrdStatusStore:
                                  "labels": {naming.CLUSTER_LABEL: self.cluster,
                                             "app.kubernetes.io/managed-by": naming.MANAGED_BY},
                                  "annotations": {"dm.dev/created-through": "kafka-api"},
-                                 "finalizers": [TOPIC_FINALIZER],
                                  "ownerReferences": [naming.owner_reference(self.cluster, self.cluster_uid)]},
                     "spec": spec}
             try:
@@ -350,6 +374,7 @@ class CrdStatusStore:
                     taken = True
                     continue
             self.resources[doc.name] = name
+            self.uids[name] = obj["metadata"]["uid"]
             self.resource_versions[name] = obj["metadata"]["resourceVersion"]
             log.info("%s/%s: Topic resource %s for topic %s", self.namespace, self.cluster, name, doc.name)
             return name
@@ -364,8 +389,11 @@ class CrdStatusStore:
         resource = self.resources.pop(name, None)
         if resource is None:
             return
+        uid = self.uids.pop(resource, None)
+        self.resource_versions.pop(resource, None)
         obj = await self.kube.get_or_none(f"{self.topics_path}/{resource}")
-        if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return  # deleted through Kubernetes: the reconciler releases its finalizer
-        # Deleted through the Kafka API: the resource goes too (its finalizer finds nothing to do).
+        if obj is None or obj["metadata"].get("deletionTimestamp") or \
+                uid not in (None, obj["metadata"]["uid"]):
+            return  # deleted through Kubernetes (the topic goes because its resource went)
+        # Deleted through the Kafka API: the resource goes too.
         await self.kube.delete(f"{self.topics_path}/{resource}")

@@ -1,7 +1,8 @@
 """Topic resources: each brought to its spec through the cluster's controller (created, partitions
 added, configs and replication factor changed), with a Ready condition that says why not; deleting
-the resource deletes the topic (the operator's finalizer). A Topic whose DMCluster this operator does
-not run has its finalizer released at once, so a namespace never hangs on it.
+the resource deletes the topic, unless its DMCluster, namespace or CRD is being deleted with it. There is
+no finalizer (ADR 0061): the deletion is observed, so nothing ever waits on the operator; finalizers
+earlier versions put on Topics are taken off.
 
 What a Topic may not become: it manages one topic of one cluster for good (its status records both).
 A later change of spec.topicName or spec.cluster is refused with a condition, and the topic stays
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dm_broker.controller.controller import Controller, ControllerError
 from dm_broker.controller.models import CreatePartitionsRequest, CreateTopicRequest, ReassignmentRequest, TopicDoc
 
-from . import API_VERSION, GROUP, VERSION, finalizers
+from . import API_VERSION, GROUP, VERSION, deletions, finalizers
 from .cache import ObjectCache
 from .changes import isr_changes, leader_changes, leader_events, offline
 from .conditions import condition, merge_conditions
@@ -83,9 +84,12 @@ class TopicReconciler:
         return {b.node_id: b.rack for b in self.controller.brokers.values() if not b.fenced}
 
     async def reconcile_all(self) -> None:
-        for obj in await list_topics(self.cache, self.namespace):
-            if cluster_of(obj) != self.cluster:
-                continue
+        listed = [obj for obj in await list_topics(self.cache, self.namespace) if cluster_of(obj) == self.cluster]
+        try:
+            await self._deleted_resources(listed)
+        except (ApiError, ControllerError) as exc:
+            log.warning("%s/%s: deleted Topics wait for the next pass: %s", self.namespace, self.cluster, exc)
+        for obj in listed:
             try:
                 await self.reconcile(obj)
                 RECONCILES.labels(kind="Topic", result="ok").inc()
@@ -99,27 +103,14 @@ class TopicReconciler:
         resource = meta["name"]
         topic = topic_name_of(obj)
         path = f"{topics_path(self.namespace)}/{resource}"
-        finalizers = meta.get("finalizers") or []
+        if TOPIC_FINALIZER in (meta.get("finalizers") or []):
+            # An earlier version's finalizer; a deletion it held was handled by _deleted_resources.
+            await release_finalizer(self.kube, path, obj, self.cache)
+            return  # its next event (or pass) reconciles it
+        if being_deleted(obj):
+            return  # someone else's finalizer holds it: the topic's fate was decided when it was deleted
         self.store.remember(obj)
         owner = self.store.resources.get(topic)
-        if being_deleted(obj):
-            if TOPIC_FINALIZER not in finalizers:
-                return
-            if owner == resource and topic in self.controller.topics:
-                try:
-                    await self.controller.delete_topic(topic)
-                    self.recorder.record("TopicDeleted", f"topic {topic} deleted with its Topic resource {resource}")
-                except ControllerError as exc:
-                    log.warning("%s/%s: %s (releasing the Topic resource anyway)", self.namespace, resource,
-                                exc.message)
-            if owner == resource:
-                self.store.resources.pop(topic, None)
-            await release_finalizer(self.kube, path, obj, self.cache)
-            return
-        if TOPIC_FINALIZER not in finalizers:
-            obj = await self.kube.patch(path, {"metadata": {"finalizers": [*finalizers, TOPIC_FINALIZER],
-                                                            "resourceVersion": meta["resourceVersion"]}})
-            self.cache.observe(obj)
         generation = obj["metadata"].get("generation")
         status = obj.get("status") or {}
         changed = immutable_change(obj)
@@ -138,6 +129,45 @@ class TopicReconciler:
                 self.cache.observe(written)
                 # The store's next compare-and-set starts from this version, not a 409.
                 self.store.resource_versions[resource] = written["metadata"]["resourceVersion"]
+
+    async def _deleted_resources(self, listed: list[Obj]) -> None:
+        """Topics whose resource is gone — deleted, or deleted and created again (another UID) — are
+        deleted, when that was a decision about the Topic alone (ADR 0061). The watch cache tells which
+        may be gone; the API server confirms it before anything is deleted."""
+        live = {o["metadata"]["name"]: o["metadata"]["uid"] for o in listed if not being_deleted(o)}
+        for topic, resource in list(self.store.resources.items()):
+            uid = self.store.uids.get(resource)
+            if uid is None or live.get(resource) == uid:
+                continue
+            if not await deletions.gone(self.kube, f"{topics_path(self.namespace)}/{resource}", uid,
+                                        lambda obj: cluster_of(obj) == self.cluster):
+                continue
+            wider = await deletions.wider_deletion(self.kube, self.namespace, self.store.cluster_path, "topics")
+            await self._resource_deleted(topic, resource, wider)
+
+    async def _resource_deleted(self, topic: str, resource: str, wider: str | None) -> None:
+        doc = self.controller.topics.get(topic)
+        if doc is None:
+            self.store.forget(topic)  # its topic was never created, or is already deleted
+            return
+        if wider is not None:
+            self.store.forget(topic)
+            message = f"topic {topic} is kept although its Topic resource {resource} was deleted: {wider}"
+            log.info("%s/%s: %s", self.namespace, self.cluster, message)
+            self.recorder.record("TopicKept", message)
+            return
+        try:
+            await self.controller.delete_topic(topic)
+        except ControllerError as exc:
+            if exc.error != "invalid_request":
+                raise  # not now (no controller quorum, a conflict): the next pass tries again
+            # A topic that cannot be deleted (an internal one) keeps a resource: its metadata lives there.
+            created = await self.store.recreate_resource(doc)
+            self.recorder.record("TopicResourceRecreated", f"Topic resource {resource} was deleted, but {exc.message}:"
+                                                           f" its metadata is in Topic {created} again", "Warning")
+            return
+        log.info("%s/%s: topic %s deleted with its Topic resource %s", self.namespace, self.cluster, topic, resource)
+        self.recorder.record("TopicDeleted", f"topic {topic} deleted with its Topic resource {resource}")
 
     async def _apply(self, obj: Obj, topic: str, generation: int | None, status: Obj) -> Obj:
         """Brings the topic to its spec when the spec changed (or was never applied); changes made
@@ -219,9 +249,8 @@ def readiness(doc: TopicDoc, reported: set[int]) -> Obj:
 
 
 async def orphan_topic(kube: Kube, namespace: str, obj: Obj, dmcluster: Obj | None) -> None:
-    """A Topic whose DMCluster does not exist or is being deleted: without its cluster the finalizer
-    has no job (there is no Kafka topic to delete), so it is released; the status says why nothing
-    happens."""
+    """A Topic whose DMCluster does not exist or is being deleted: the status says why nothing happens
+    (and an earlier version's finalizer comes off: there is no Kafka topic to delete)."""
     name = obj["metadata"]["name"]
     path = f"{topics_path(namespace)}/{name}"
     cluster = cluster_of(obj)
@@ -244,8 +273,8 @@ async def orphan_topic(kube: Kube, namespace: str, obj: Obj, dmcluster: Obj | No
 
 
 async def release_orphans(kube: Kube, namespace: str, cluster: str | None = None) -> int:
-    """Releases the finalizers of Topics whose cluster is gone (`cluster`), or of every Topic in a
-    namespace being deleted; returns how many."""
+    """Releases the finalizers earlier versions put on Topics whose cluster is gone (`cluster`), or on
+    every Topic in a namespace being deleted; returns how many."""
     return await finalizers.release_all(kube, topics_path(namespace), TOPIC_FINALIZER, cluster_of, cluster)
 
 
@@ -261,9 +290,9 @@ def served(namespace: str, patterns: list[str]) -> bool:
 
 async def release_in_terminating_namespaces(kube: Kube, patterns: list[str] | None = None) -> None:
     """A namespace being deleted takes its DMClusters with it: nothing is left to clean up in Kafka, so
-    its Topics and Users must not wait for an operator. Run at shutdown (the operator may not come back)
-    and at start-up: kopf does not watch a namespace that is already terminating with finalizers left,
-    so no event would ever reach them."""
+    Topics and Users that still carry an earlier version's finalizer must not wait for an operator. Run
+    at shutdown and at start-up: kopf does not watch a namespace that is already terminating with
+    finalizers left, so no event would ever reach them."""
     try:
         listing = await kube.get("/api/v1/namespaces")
     except ApiError:

@@ -1,8 +1,10 @@
 """User resources of one DMCluster: credentials in a Secret of the User's name (a SCRAM-SHA-512 password,
 or a client certificate the clients CA signs), the credential, the user's ACLs and its client quotas in
-the cluster's controller, exactly as the spec says. Deleting the User removes its credential and ACLs (the
-operator's finalizer) and its Secret (owned by the User). Everything is read from the watch cache, so
-a pass that changes nothing reads and writes nothing."""
+the cluster's controller, exactly as the spec says. Deleting the User removes its Secret (owned by the User)
+and, once the operator sees it gone, its credential, ACLs and quotas — unless its DMCluster, namespace or CRD
+is being deleted with it. There is no finalizer (ADR 0061): the users it manages are recorded
+(`user_record`), so a User deleted while no operator ran is revoked when one starts. Everything is read from
+the watch cache, so a pass that changes nothing reads and writes nothing."""
 
 from __future__ import annotations
 
@@ -17,19 +19,21 @@ from dm_broker.quotas.entities import USER
 from dm_broker.security.acls import AclFilter, PatternType
 from dm_broker.security.scram import ScramCredential, from_password, verify_password
 
-from . import API_VERSION, GROUP, VERSION, certificates, finalizers, naming, user_quotas
+from . import API_VERSION, GROUP, VERSION, certificates, deletions, finalizers, naming, user_quotas
 from .cache import ObjectCache
 from .children import Children
 from .conditions import condition, merge_conditions
+from .events import EventRecorder
 from .kube import ApiError, Kube
 from .metrics import ERRORS, RECONCILES
 from .models import DMClusterSpec, UserSpec, known_part
 from .objects import Obj, being_deleted
 from .tls_secrets import TlsState, decoded, secret
 from .user_acls import bindings, diff, principal, username
+from .user_record import RecordedUser, UserRecord
 
 log = logging.getLogger(__name__)
-USER_FINALIZER = "dm.dev/user"
+USER_FINALIZER = "dm.dev/user"  # put by dm before ADR 0061; taken off wherever the operator meets it
 MECHANISM = "SCRAM-SHA-512"
 
 
@@ -47,21 +51,28 @@ def jaas(user: str, password: str) -> str:
 
 class UserReconciler:
     def __init__(self, kube: Kube, cache: ObjectCache, controller: Controller, children: Children, namespace: str,
-                 cluster: str) -> None:
+                 cluster: str, cluster_uid: str, recorder: EventRecorder) -> None:
         self.kube = kube
         self.cache = cache
         self.controller = controller
         self.children = children
         self.namespace = namespace
         self.cluster = cluster
+        self.owner = naming.owner_reference(cluster, cluster_uid)
+        self.recorder = recorder
+        self.record = UserRecord(kube, children, namespace, cluster)
         # user -> (password, credential) last found to match: checking costs 4096 PBKDF2 rounds, so a
         # pass that changes nothing does not redo it.
         self._matching: dict[str, tuple[str, ScramCredential]] = {}
 
     async def reconcile_all(self, cluster_spec: DMClusterSpec, tls: TlsState | None) -> None:
-        for obj in await self.cache.list(API_VERSION, "User", "users", self.namespace):
-            if user_cluster(obj) != self.cluster:
-                continue
+        listed = [obj for obj in await self.cache.list(API_VERSION, "User", "users", self.namespace)
+                  if user_cluster(obj) == self.cluster]
+        try:
+            await self._deleted_users(listed)
+        except (ApiError, ControllerError) as exc:
+            log.warning("%s/%s: deleted Users wait for the next pass: %s", self.namespace, self.cluster, exc)
+        for obj in listed:
             try:
                 await self.reconcile(obj, cluster_spec, tls)
                 RECONCILES.labels(kind="User", result="ok").inc()
@@ -76,15 +87,13 @@ class UserReconciler:
         path = f"{users_path(self.namespace)}/{name}"
         spec = UserSpec.model_validate(known_part(UserSpec, obj.get("spec") or {})[0])
         who = principal(name, spec)
-        if being_deleted(obj):
-            await self._remove(name, spec)
+        if USER_FINALIZER in (meta.get("finalizers") or []):
+            # An earlier version's finalizer; a deletion it held was handled by _deleted_users.
             await release(self.kube, path, obj, self.cache)
-            return
-        finalizers = meta.get("finalizers") or []
-        if USER_FINALIZER not in finalizers:
-            obj = await self.kube.patch(path, {"metadata": {"finalizers": [*finalizers, USER_FINALIZER],
-                                                            "resourceVersion": meta["resourceVersion"]}})
-            self.cache.observe({"apiVersion": API_VERSION, "kind": "User", **obj})
+            return  # its next event (or pass) reconciles it
+        if being_deleted(obj):
+            return  # someone else's finalizer holds it: _deleted_users revoked it
+        await self._record(name, RecordedUser.of(obj, spec))
         ready, acl_count = await self._apply(obj, name, spec, cluster_spec, tls)
         status = obj.get("status") or {}
         generation = obj["metadata"].get("generation")
@@ -174,17 +183,66 @@ class UserReconciler:
                                              "user"))
         return None
 
-    async def _remove(self, name: str, spec: UserSpec) -> None:
-        """The user's credential and ACLs leave the cluster (its Secret goes with the User)."""
-        who = principal(name, spec)
+    async def _record(self, name: str, entry: RecordedUser) -> None:
+        """`entry` joins the record before the cluster gives the user anything; what an earlier entry of the
+        same User granted and this one does not (another principal, user name, no more SCRAM) is revoked."""
+        users = await self.record.users()
+        before = users.get(name)
+        if before == entry:
+            return
+        if before is not None and before.uid == entry.uid:
+            await self._revoke(name, RecordedUser(
+                uid=before.uid, principal=before.principal if before.principal != entry.principal else "",
+                username=before.username if before.username != entry.username else "",
+                scram=before.scram and not entry.scram))
+        users[name] = entry
+        await self.record.save(users, self.owner)
+
+    async def _deleted_users(self, listed: list[Obj]) -> None:
+        """Recorded users whose User is gone — deleted, or deleted and created again (another UID) — lose
+        their credential, ACLs and quotas, when that was a decision about the User alone (ADR 0061). Users
+        an earlier version managed are recorded first, so those deleted meanwhile are found too."""
+        users = await self.record.users()
+        live: dict[str, str] = {}
+        for obj in listed:
+            name, uid = obj["metadata"]["name"], obj["metadata"]["uid"]
+            if not being_deleted(obj):
+                live[name] = uid
+            if name not in users:
+                spec = UserSpec.model_validate(known_part(UserSpec, obj.get("spec") or {})[0])
+                users[name] = RecordedUser.of(obj, spec)
+        for name, entry in list(users.items()):
+            if live.get(name) == entry.uid or \
+                    not await deletions.gone(self.kube, f"{users_path(self.namespace)}/{name}", entry.uid,
+                                             lambda obj: user_cluster(obj) == self.cluster):
+                continue
+            wider = await deletions.wider_deletion(self.kube, self.namespace,
+                                                   f"/apis/{API_VERSION}/namespaces/{self.namespace}/dmclusters/"
+                                                   f"{self.cluster}", "users")
+            if wider is None:
+                await self._revoke(name, entry)
+                self.recorder.record("UserRevoked", f"User {name} was deleted: {entry.principal} lost its "
+                                                    "credentials, ACLs and quotas")
+            else:
+                message = f"User {name} was deleted but its credentials, ACLs and quotas are kept: {wider}"
+                log.info("%s/%s: %s", self.namespace, self.cluster, message)
+                self.recorder.record("UserKept", message)
+            del users[name]
+        await self.record.save(users, self.owner)
+
+    async def _revoke(self, name: str, entry: RecordedUser) -> None:
+        """What `entry` names leaves the cluster: the SCRAM credential of `name`, the ACLs of its principal,
+        the quotas of its user name (empty fields: nothing of that kind). A refusal raises ControllerError:
+        the entry stays recorded, and the next pass tries again."""
         self._matching.pop(name, None)
-        with contextlib.suppress(ControllerError):
-            if self.controller.cluster.scram.get(name, {}).get(MECHANISM) is not None:
-                await self.controller.alter_scram([ScramAlteration(user=name, mechanism=MECHANISM)])
-            if any(a.principal == who for a in self.controller.cluster.acls):
-                await self.controller.delete_acls([AclFilter(principal=who)])
-            await self._quotas(username(name, spec), {})
-        log.info("%s: User %s removed from cluster %s", self.namespace, name, self.cluster)
+        if entry.scram and self.controller.cluster.scram.get(name, {}).get(MECHANISM) is not None:
+            await self.controller.alter_scram([ScramAlteration(user=name, mechanism=MECHANISM)])
+        if entry.principal and any(a.principal == entry.principal for a in self.controller.cluster.acls):
+            await self.controller.delete_acls([AclFilter(principal=entry.principal)])
+        if entry.username:
+            await self._quotas(entry.username, {})
+        log.info("%s: %s revoked in cluster %s (User %s)", self.namespace, entry.principal or name, self.cluster,
+                 name)
 
 
 def _exact(acl: Any) -> AclFilter:

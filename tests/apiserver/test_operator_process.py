@@ -1,7 +1,7 @@
 """The real `dm-operator` process against a real API server, with the chart's own RBAC: a token of the
 chart's ServiceAccount, so the API server refuses anything the chart's rules do not grant — every
 call the operator makes here (kopf's watches, the leader election, children, status, Events, Topic
-finalizers) is checked against them, and a refusal in either operator's log fails the test.
+deletions) is checked against them, and a refusal in either operator's log fails the test.
 
 Two instances, as the chart runs them: one leads and hosts the controllers, the other stands by and
 serves no controller; when the leader stops (SIGTERM: it releases the Lease) or dies (SIGKILL: the Lease
@@ -142,7 +142,7 @@ def test_least_privilege_and_a_standby_that_takes_over(apiserver: Testbed, names
         assert labels[a.name].get("dm.dev/operator-leader") == "true"
         assert "dm.dev/operator-leader" not in labels[b.name]
 
-        # The Topic's deletion goes through the finalizer (and the drift correction of a child).
+        # The Topic's deletion waits for nothing (and the drift correction of a child).
         tb.kubectl("delete", "topic", "t", "-n", ns, "--wait=false")
         wait("the Topic gone", lambda: tb.kubectl("get", "topic", "t", "-n", ns, check=False).returncode != 0, 60)
         tb.kubectl("patch", "service", "c-bootstrap", "-n", ns, "--type=merge", "-p",

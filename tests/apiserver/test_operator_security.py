@@ -105,7 +105,7 @@ def test_users_get_credentials_and_acls_and_lose_them_when_deleted(apiserver: Te
         assert principals == ["User:CN=bob", "User:alice"]
         user = tb.kubectl_json("get", "user", "alice", "-n", ns)
         assert user["status"]["principal"] == "User:alice" and user["status"]["acls"] == 2
-        assert user["metadata"]["finalizers"] == ["dm.dev/user"]
+        assert not user["metadata"].get("finalizers"), "no finalizer (ADR 0061)"
         assert [c["status"] for c in user["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
         # the User's quotas are the cluster's quotas on its user entity
         assert [(q.entity, q.values) for q in controller.cluster.quotas] == [

@@ -81,8 +81,8 @@ def operator(substrate: Substrate) -> Iterator[Substrate]:
 
 
 def _uninstall_operator(substrate: Substrate) -> None:
-    # Every scenario's namespace must go while the operator still runs: one held by a finalizer the
-    # operator never releases would hang a user's `kubectl delete namespace` the same way.
+    # Every scenario's namespace must go while the operator still runs: one held by anything the
+    # operator put there would hang a user's `kubectl delete namespace` the same way.
     try:
         wait_until(lambda: not _e2e_namespaces_left(substrate), 180, "the e2e namespaces to be deleted")
     finally:

@@ -99,6 +99,21 @@ def create_namespace(k: Kubectl, name: str) -> None:
               "pod-security.kubernetes.io/enforce-version=latest")
 
 
+def delete_namespace(k: Kubectl, name: str, within_s: float = 60) -> float:
+    """`kubectl delete namespace` and the seconds until it is gone; fails after `within_s`, naming what is
+    left in it and what holds it."""
+    started = time.monotonic()
+    k.kubectl("delete", "namespace", name, "--wait=false")
+    while k.kubectl("get", "namespace", name, check=False).returncode == 0:
+        if time.monotonic() - started > within_s:
+            left = k.kubectl("get", "all,topics,users,dmclusters,pvc,configmaps,secrets", "-n", name, "-o",
+                             "custom-columns=KIND:.kind,NAME:.metadata.name,FINALIZERS:.metadata.finalizers",
+                             check=False).stdout
+            raise AssertionError(f"namespace {name} still there after {within_s:.0f}s:\n{left}")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
 def restricted(pod: dict) -> dict:
     pod["spec"]["securityContext"] = RESTRICTED_POD
     for container in pod["spec"]["containers"]:

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from dm import CHART, bootstrap, broker_pods, condition, wait_cluster_ready
 from dm_testbed.settings import TestbedSettings
+from measurements import note
 from substrate import REPO
-from support import create_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
+from support import create_namespace, delete_namespace, get_json, get_or_none, pod_ready, run_script, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -250,24 +251,44 @@ print("READ", len(got))
 
 
 def test_the_readme_kubernetes_commands(substrate) -> None:
-    """The README's two commands, as written (plus a namespace of the test's and, on kind, the
-    image), and what `kubectl get topics` then prints."""
+    """The README's commands, as written (plus a namespace of the test's and, on kind, the image), what
+    `kubectl get topics` then prints, and the usual clean-up: `kubectl delete namespace` is done within
+    60 s, whatever the order Kubernetes deletes things in (issue 66: the operator's finalizer on a Topic
+    held the namespace in Terminating once the operator was gone), and the same release installs again."""
     sub = substrate
     ns = f"readme-{uuid.uuid4().hex[:6]}"
     readme = (REPO / "README.md").read_text()
     assert "helm install dm charts/dm-cluster -n dm --create-namespace --set cluster.name=demo" in readme
     assert "kubectl apply -n dm -f examples/kubernetes/topic.yaml" in readme
+    assert "kubectl apply -n dm -f examples/kubernetes/user.yaml" in readme
+    assert "kubectl delete namespace dm" in readme
     image = ["--set", f"image.repository={sub.image_repository}", "--set", f"image.tag={sub.image_tag}"]
-    sub.helm("install", "dm", str(CHART), "-n", ns, "--create-namespace", "--set", "cluster.name=demo", *image)
+    install = ["install", "dm", str(CHART), "-n", ns, "--create-namespace", "--set", "cluster.name=demo", *image]
+    sub.helm(*install)
     try:
         sub.kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "kubernetes" / "topic.yaml"))
+        sub.kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "kubernetes" / "user.yaml"))
         wait_cluster_ready(sub, ns, "demo", 3)
         wait_until(lambda: condition(get_or_none(sub, "topic", "orders", "-n", ns)).get("status") == "True", 90,
                    "orders Ready")
+        wait_until(lambda: condition(get_or_none(sub, "user", "orders-app", "-n", ns)).get("status") == "True", 90,
+                   "the User Ready")
         table = sub.kubectl("get", "topics", "-n", ns).stdout.splitlines()
         assert table[0].split() == ["NAME", "CLUSTER", "PARTITIONS", "REPLICAS", "READY", "UNDER-REPLICATED",
                                     "OFFLINE", "AGE"]
         assert table[1].split()[:7] == ["orders", "demo", "6", "3", "True", "0", "0"]
+        for kind, name in (("topic", "orders"), ("user", "orders-app"), ("dmcluster", "demo")):
+            assert not get_json(sub, kind, name, "-n", ns)["metadata"].get("finalizers"), f"a finalizer on {kind}"
+
+        took = delete_namespace(sub, ns)
+        note(f"kubectl delete namespace (the README's release, a Topic and a User): gone in {took:.1f}s")
+        # The release's cluster-scoped RBAC outlives its namespace; installing it again adopts it.
+        sub.helm(*install)
+        took = delete_namespace(sub, ns)
+        note(f"kubectl delete namespace right after installing the release again: gone in {took:.1f}s")
     finally:
         sub.helm("uninstall", "dm", "-n", ns, "--wait", "--timeout", "5m", check=False)
         sub.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        # Cluster-scoped, so a namespace's deletion leaves them (docs/kubernetes.md says so).
+        sub.kubectl("delete", "clusterrole,clusterrolebinding", f"dm-operator-{ns}-cluster", check=False)
+

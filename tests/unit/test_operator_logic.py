@@ -428,3 +428,22 @@ def test_broker_pods_say_where_their_metrics_are_and_a_user_may_override() -> No
     custom = DMClusterSpec.model_validate({"template": {"annotations": {"prometheus.io/scrape": "false"}}})
     sts = manifests.statefulset("demo", "ns", {}, custom, OperatorSettings(), replicas=3, properties="")
     assert sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "false"
+
+
+def test_the_user_record_names_what_to_revoke_and_reads_back():
+    from dm_operator.models import UserSpec
+    from dm_operator.user_record import RecordedUser, config_map, parse
+
+    def user(name: str, uid: str, auth: str) -> RecordedUser:
+        spec = UserSpec.model_validate({"cluster": "c", "authentication": {"type": auth}})
+        return RecordedUser.of({"metadata": {"name": name, "uid": uid}}, spec)
+
+    users = {"bob": user("bob", "u2", "tls"), "alice": user("alice", "u1", "scram-sha-512")}
+    assert users["alice"] == RecordedUser(uid="u1", principal="User:alice", username="alice", scram=True)
+    assert users["bob"] == RecordedUser(uid="u2", principal="User:CN=bob", username="CN=bob", scram=False)
+    owner = naming.owner_reference("c", "cluster-uid")
+    cm = config_map("c", "ns", owner, users)
+    assert cm["metadata"]["name"] == "c-users" and cm["metadata"]["ownerReferences"] == [owner]
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dm-operator"
+    assert parse(cm) == users and list(parse(cm)) == ["alice", "bob"]  # written in name order
+    assert parse(None) == {} and parse({"data": {}}) == {}
