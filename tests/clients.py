@@ -265,9 +265,10 @@ def no_open_transactions(bootstrap: str, topic: str, partitions: int) -> bool:
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     # What a partition answers while its leadership moves: librdkafka's offset query leaves the retry to its
-    # caller, so the next call asks again.
+    # caller, so the next call asks again. A new leader answers OFFSET_NOT_AVAILABLE until its high watermark
+    # has reached the start of its epoch (as Kafka's does): its followers' next fetches move it.
     moving_leader = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
-                     KafkaError._TIMED_OUT}
+                     KafkaError._TIMED_OUT, KafkaError.OFFSET_NOT_AVAILABLE}
     committed = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
     uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
     try:

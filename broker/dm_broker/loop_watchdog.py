@@ -87,6 +87,7 @@ class LoopWatchdog:
         cause = stall_cause(accounted_s, spent)
         self.causes.append(cause)
         log.warning("the event loop has not run for %.1f s (%s: over the last %.1f s its thread was on a CPU "
-                    "%.0f ms, waiting for one %.0f ms, the process's other threads on a CPU %.0f ms; %s):\n%s",
-                    late, cause.value, accounted_s, spent.on_cpu * 1000, spent.run_queue * 1000,
-                    (spent.process_cpu - spent.on_cpu) * 1000, WHAT_THE_STACK_SAYS[cause], where.rstrip())
+                    "%.0f ms, waiting for one %.0f ms, the process's other threads on a CPU %.0f ms, waiting for "
+                    "one %.0f ms; %s):\n%s", late, cause.value, accounted_s, spent.on_cpu * 1000,
+                    spent.run_queue * 1000, (spent.process_cpu - spent.on_cpu) * 1000,
+                    spent.others_run_queue * 1000, WHAT_THE_STACK_SAYS[cause], where.rstrip())

@@ -327,8 +327,9 @@ class BrokerMetrics:
         )
         self.event_loop_stalls = Counter(
             "dm_event_loop_stalls", "Event-loop probes late by more than 100 ms, by cause: busy (the loop's thread "
-            "on a CPU: work on the loop), run_queue (waiting for a CPU), other_thread (another thread of the "
-            "broker on a CPU), blocked (a blocking call)", ["cause"], registry=r,
+            "on a CPU: work on the loop), run_queue (waiting for a CPU, or for the interpreter held by a thread "
+            "that waited for one), other_thread (another thread of the broker on a CPU), blocked (a blocking call)",
+            ["cause"], registry=r,
         )
         for cause in StallCause:
             self.event_loop_stalls.labels(cause.value)  # every cause reads 0 before its first stall
@@ -415,9 +416,9 @@ async def watch_event_loop(lag_seconds: Histogram, stalls: Counter) -> None:
                 stalls.labels(cause.value).inc()
                 if lag > SLOW_LOOP_SECONDS:
                     log.warning("the event loop was late by %.0f ms (%s: its thread on a CPU %.0f ms, waiting for "
-                                "one %.0f ms, the process's other threads on a CPU %.0f ms)", lag * 1000,
-                                cause.value, spent.on_cpu * 1000, spent.run_queue * 1000,
-                                (spent.process_cpu - spent.on_cpu) * 1000)
+                                "one %.0f ms, the process's other threads on a CPU %.0f ms, waiting for one %.0f ms)",
+                                lag * 1000, cause.value, spent.on_cpu * 1000, spent.run_queue * 1000,
+                                (spent.process_cpu - spent.on_cpu) * 1000, spent.others_run_queue * 1000)
             times = now
     finally:
         clock.close()

@@ -18,8 +18,11 @@ DIR_MODE = 0o700
 
 
 def make_private(directories: Iterable[Path]) -> None:
-    """New files and directories of this process private (umask 077), and `directories` 0700 where they exist."""
+    """New files and directories of this process private (umask 077), and `directories` 0700 where they exist.
+    One that cannot be made so (missing, not a directory, not ours) is left to the data directory's lock,
+    which says in one line why it cannot be used."""
     os.umask(0o077)
     for directory in directories:
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            directory.chmod(DIR_MODE)
+        with contextlib.suppress(OSError):
+            if directory.is_dir():
+                directory.chmod(DIR_MODE)

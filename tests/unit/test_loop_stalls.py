@@ -42,6 +42,10 @@ def test_the_cause_that_covers_half_the_lateness(spent: ThreadTimes, cause: Stal
     (0.6, ThreadTimes(on_cpu=0.005, run_queue=0.35, process_cpu=0.505), StallCause.OTHER_THREAD),
     # the broker's threads creating logs on the other core while the loop waited for its own
     (0.4, ThreadTimes(on_cpu=0.01, run_queue=0.35, process_cpu=0.21), StallCause.RUN_QUEUE),
+    # asleep on the interpreter lock while the codec thread holding it waited for a CPU (a niced broker beside
+    # the e2e lane, 2026-12-07): the node's CPU, not a blocking call
+    (0.3, ThreadTimes(on_cpu=0.004, run_queue=0.01, process_cpu=0.02, others_run_queue=0.25), StallCause.RUN_QUEUE),
+    (0.3, ThreadTimes(on_cpu=0.004, run_queue=0.01, process_cpu=0.02, others_run_queue=0.05), StallCause.BLOCKED),
 ])
 def test_causes_on_a_crowded_node(lateness: float, spent: ThreadTimes, cause: StallCause) -> None:
     assert stall_cause(lateness, spent) is cause
@@ -57,6 +61,31 @@ def test_the_clock_reads_this_threads_cpu_and_its_wait() -> None:
         clock.close()
     assert 0.04 <= spent.on_cpu <= 1.0
     assert spent.run_queue >= 0.0 and spent.process_cpu >= spent.on_cpu - 0.01
+
+
+def test_the_clock_sums_the_other_threads_waits_for_a_cpu() -> None:
+    """Threads that release the interpreter and outnumber the cores wait in the run queue; the clock of this
+    thread sums their waits, also of those that ended before it was read again."""
+    import hashlib
+
+    def hashes() -> None:
+        data = b"x" * (1 << 20)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            hashlib.sha256(data).digest()  # releases the interpreter lock for buffers this large
+
+    clock = ThreadClock()
+    try:
+        before = clock.read()
+        workers = [threading.Thread(target=hashes) for _ in range(2 * (os.cpu_count() or 1) + 2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        spent = clock.read().since(before)
+    finally:
+        clock.close()
+    assert spent.others_run_queue > 0.05, spent
 
 
 def test_the_clock_reads_another_threads_cpu_from_outside() -> None:
