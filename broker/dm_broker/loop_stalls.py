@@ -114,9 +114,10 @@ class ThreadClock:
 
 
 class OtherThreadsWaits:
-    """The run-queue waits of the process's threads but one, summed: what threads that come and go (a
-    thread pool's) waited is kept once they are gone, so the sum only grows. Each thread's file stays open
-    while it lives; the list of threads is read again at each call (a directory of a few entries)."""
+    """The run-queue waits of the process's threads but one, summed. A thread counts from the first read that
+    sees it (the pools' threads live from one read to the next), and what it had waited when last read stays
+    in the sum after it ends, so the sum only grows. Each thread's file stays open while it lives; the list
+    of threads is read again at each call (a directory of a few entries)."""
 
     def __init__(self, skip_native_id: int) -> None:
         self._skip = str(skip_native_id)
