@@ -55,14 +55,18 @@ def stall_cause(lateness_s: float, spent: ThreadTimes) -> StallCause:
 
     The loop's own work first: its thread on a CPU for half the lateness, or runnable for half (on a CPU or
     waiting for one) and on a CPU for a quarter of that or more — a CPU-bound callback on a crowded node
-    shares the cores with its neighbours, and it is the callback that must be cut up. Then the larger of
+    shares the cores with its neighbours, and it is the callback that must be cut up — but only if that CPU
+    time alone is a stall's worth (STALL_SECONDS): on a node to itself the loop would have been late by no
+    more than it, so a 40 ms step that a crowded node stretched to 600 ms is the node's lack of CPU (a
+    broker niced beside the e2e lane on CI, where a tenth of a core stretched every step tenfold). Then the larger of
     the wait for a CPU and the other threads' CPU, if it covers half: a loop waiting for the interpreter
     lock wakes every 5 ms to ask for it, and on a crowded node each wake-up waits for a CPU too, so both
     grow while another thread holds the interpreter. Then the other threads' wait for a CPU, if it covers
     half: the loop slept on the interpreter lock of a thread that waited for a CPU. Else a blocking call."""
     half = lateness_s / 2
     other_threads = spent.process_cpu - spent.on_cpu
-    if spent.on_cpu >= half or (spent.on_cpu + spent.run_queue >= half and spent.on_cpu * 3 >= spent.run_queue):
+    if spent.on_cpu >= half or (spent.on_cpu + spent.run_queue >= half and spent.on_cpu * 3 >= spent.run_queue
+                                and spent.on_cpu >= STALL_SECONDS):
         return StallCause.BUSY
     if max(spent.run_queue, other_threads) >= half:
         return StallCause.RUN_QUEUE if spent.run_queue >= other_threads else StallCause.OTHER_THREAD

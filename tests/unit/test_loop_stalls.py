@@ -38,6 +38,10 @@ def test_the_cause_that_covers_half_the_lateness(spent: ThreadTimes, cause: Stal
     (0.4, ThreadTimes(on_cpu=0.143, run_queue=0.147, process_cpu=0.144), StallCause.BUSY),
     # the interval's ordinary work beside a long wait for a CPU is not
     (0.7, ThreadTimes(on_cpu=0.12, run_queue=0.55, process_cpu=0.12), StallCause.RUN_QUEUE),
+    # nor steps under a stall's worth of CPU that a crowded node stretched (the niced lane on CI): on a node to
+    # itself the loop would have been late by 50 ms at most
+    (0.2, ThreadTimes(on_cpu=0.05, run_queue=0.14, process_cpu=0.05), StallCause.RUN_QUEUE),
+    (0.25, ThreadTimes(on_cpu=0.10, run_queue=0.12, process_cpu=0.10), StallCause.BUSY),
     # a loop asking for the interpreter every 5 ms on a crowded node (the first make test of 2026-12-07)
     (0.6, ThreadTimes(on_cpu=0.005, run_queue=0.35, process_cpu=0.505), StallCause.OTHER_THREAD),
     # the broker's threads creating logs on the other core while the loop waited for its own

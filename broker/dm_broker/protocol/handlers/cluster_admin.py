@@ -74,8 +74,8 @@ async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
                 error = exc.code
         topics.setdefault(name, []).append(make(part_cls, partition_index=p.partition_index, low_watermark=low,
                                                 error_code=error))
-    return make(cls, throttle_time=ZERO, topics=tuple(make(topic_cls, name=name, partitions=tuple(parts))
-                                                      for name, parts in topics.items()))
+    return make(cls, throttle_time=ZERO, topics=await ctx.built(
+        topics.items(), lambda kv: make(topic_cls, name=kv[0], partitions=tuple(kv[1]))))
 
 
 async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
@@ -93,8 +93,8 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
         return make(cls, throttle_time=ZERO, error_code=exc.code, replica_election_results=())
     by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_id=r.partition, error_code=_code(r),
                                                  error_message=r.message))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=tuple(
-        make(result_cls, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=await ctx.built(
+        by_topic.items(), lambda kv: make(result_cls, topic=kv[0], partition_result=tuple(kv[1]))))
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
@@ -119,8 +119,8 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
         return make(cls, throttle_time=ZERO, error_code=exc.code, error_message=exc.message, responses=())
     by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_index=r.partition, error_code=_code(r),
                                                  error_message=r.message))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=tuple(
-        make(topic_cls, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=await ctx.built(
+        by_topic.items(), lambda kv: make(topic_cls, name=kv[0], partitions=tuple(kv[1]))))
 
 
 def _changes_replication_factor(broker: Any, r: ReassignmentRequest) -> bool:
@@ -191,8 +191,8 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, req: Any) -> Any:
                 except KafkaError as exc:
                     error = exc.code
                 by_topic.setdefault(topic.name, []).append(make(part_cls, partition_index=index, error_code=error))
-    return make(cls, throttle_time=ZERO, results=tuple(
-        make(topic_cls, topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+    return make(cls, throttle_time=ZERO, results=await ctx.built(
+        by_topic.items(), lambda kv: make(topic_cls, topic_name=kv[0], partitions=tuple(kv[1]))))
 
 
 # Refusals of a whole request (the dispatcher answers them when the cluster permission is missing).

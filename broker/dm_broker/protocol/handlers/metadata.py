@@ -234,7 +234,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, req: Any) -> Any
         if (req.topics and cursor.topic_name not in names) or cursor.partition_index < 0:
             # Kafka's error answer: every requested topic INVALID_REQUEST
             return make(cls, throttle_time=ZERO, next_cursor=None,
-                        topics=tuple(failed(t.name, ErrorCode.invalid_request) for t in req.topics))
+                        topics=await ctx.built(req.topics, lambda t: failed(t.name, ErrorCode.invalid_request)))
         names = [n for n in names if n >= cursor.topic_name]
     live = frozenset(e.node_id for e in broker.endpoints())
     topics: list[Any] = []

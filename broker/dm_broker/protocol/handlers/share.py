@@ -202,7 +202,8 @@ async def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode 
                                                  delivery_count=a.delivery_count) for a in out.acquired)
                   if acquired_cls is not None else ()}
         by_topic.setdefault(topic_id, []).append(make(part_cls, **fields))
-    responses = tuple(make(topic_cls, topic_id=uuid.UUID(t), partitions=tuple(ps)) for t, ps in by_topic.items())
+    responses = await ctx.built(by_topic.items(), lambda kv: make(topic_cls, topic_id=uuid.UUID(kv[0]),
+                                                                  partitions=tuple(kv[1])))
     return make(cls, throttle_time=ZERO, error_code=error, error_message=message,
                 acquisition_lock_timeout=datetime.timedelta(milliseconds=ctx.broker.share.lock_ms(req_ctx.group)),
                 responses=responses, node_endpoints=())
@@ -304,6 +305,7 @@ async def _stepped_state_results(ctx: RequestContext, req: Any, result_cls: str,
     topic_cls = nested(ctx.response_cls, result_cls)
     topics = []
     for t in req.topics:
+        await ctx.turn()  # a topic of no partitions is an item too
         topics.append(make(topic_cls, topic_id=t.topic_id, partitions=await ctx.built(t.partitions,
                                                                                      lambda p, t=t: answer(t, p))))
     return make(ctx.response_cls, results=tuple(topics))
