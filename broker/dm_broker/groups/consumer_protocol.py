@@ -373,11 +373,11 @@ class ConsumerProtocol:
             member.revocation_deadline = None
         sync_state(group)
         if records:
-            stored = await c._write(req.group_id, records)
+            stored = await c.write(req.group_id, records)
             if stored != E.none:
                 return HeartbeatResult(stored, "the group's state could not be written", member_id=member.member_id)
         if joined or bumped:
-            c._notify()
+            c.notify()
         send = (req.member_epoch == 0 or before[3] != member.assigned
                 or (req.owned is not None and req.owned != member.assigned))
         return HeartbeatResult(E.none, None, member.member_id, member.member_epoch, self.heartbeat_ms(req.group_id),
@@ -487,10 +487,10 @@ class ConsumerProtocol:
             if member.member_epoch != STATIC_LEAVE_EPOCH:
                 member.previous_member_epoch = member.member_epoch
                 member.member_epoch = STATIC_LEAVE_EPOCH
-            stored = await c._write(req.group_id, [current_record(req.group_id, member)])
+            stored = await c.write(req.group_id, [current_record(req.group_id, member)])
             return HeartbeatResult(stored, None, req.member_id, STATIC_LEAVE_EPOCH, 0)
         records = self.remove_member(group, member.member_id, "left the group")
-        stored = await c._write(req.group_id, records + self.maybe_downgrade(group))
+        stored = await c.write(req.group_id, records + self.maybe_downgrade(group))
         return HeartbeatResult(stored, None, req.member_id, LEAVE_EPOCH, 0)
 
     def remove_member(self, group: Group, member_id: str, why: str) -> list[Record]:
@@ -501,7 +501,7 @@ class ConsumerProtocol:
         cg.group_epoch += 1
         log.info("group %s: member %s %s (epoch %d)", group.group_id, member_id, why, cg.group_epoch)
         sync_state(group)
-        self.coordinator._notify()
+        self.coordinator.notify()
         return [*member_tombstones(group.group_id, member_id), group_record(group.group_id, cg)]
 
     def expire(self, group: Group, now: float) -> None:
@@ -517,7 +517,7 @@ class ConsumerProtocol:
                 records += self.remove_member(group, member.member_id, "did not revoke its partitions in time")
         if records:
             records += self.maybe_downgrade(group)
-            asyncio.get_running_loop().create_task(self.coordinator._write(group.group_id, records))
+            asyncio.get_running_loop().create_task(self.coordinator.write(group.group_id, records))
 
     # -- classic members in a KIP-848 group: online upgrade and downgrade (ADR 0037) -----------------
 
@@ -596,7 +596,7 @@ class ConsumerProtocol:
         group.transition(GroupState.STABLE)
         records.append((encode_key(GroupKey(group.group_id)), encode_group(group.to_value())))
         log.info("group %s: downgraded online to a classic group with %d members", group.group_id, len(members))
-        self.coordinator._prepare_rebalance(group, "downgraded to the classic protocol")
+        self.coordinator.prepare_rebalance(group, "downgraded to the classic protocol")
         return records
 
     def _classic_member(self, cg: ConsumerGroupState, member_id: str, instance_id: str | None
@@ -675,10 +675,10 @@ class ConsumerProtocol:
         member.revocation_deadline = (member.revocation_deadline or now + rebalance_timeout_ms / 1000) \
             if member.state == MemberState.UNREVOKED_PARTITIONS else None
         sync_state(group)
-        stored = await self.coordinator._write(group.group_id, records)
+        stored = await self.coordinator.write(group.group_id, records)
         if stored != E.none:
             return JoinResult(stored.value, member_id=member_id)
-        self.coordinator._notify()
+        self.coordinator.notify()
         return JoinResult(E.none.value, member.member_epoch, "consumer", protocols[0][0], "", member_id)
 
     def classic_sync(self, group: Group, generation: int, member_id: str, instance_id: str | None,
@@ -745,7 +745,7 @@ class ConsumerProtocol:
             results.append(E.none.value)
         if records:
             records += self.maybe_downgrade(group)
-            asyncio.get_running_loop().create_task(self.coordinator._write(group.group_id, records))
+            asyncio.get_running_loop().create_task(self.coordinator.write(group.group_id, records))
         return E.none.value, results
 
     # -- offsets ------------------------------------------------------------------------------------

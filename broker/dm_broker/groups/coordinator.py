@@ -218,7 +218,7 @@ class GroupCoordinator:
 
     # -- persistence -----------------------------------------------------------------------
 
-    async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]],
+    async def write(self, group_id: str, records: list[tuple[bytes, bytes | None]],
                      producer: tuple[int, int] | None = None) -> ErrorCode:
         """Appends records to the group's partition (acks=all); `producer`: as a transactional batch
         of that producer id and epoch (without a sequence: the broker writes it, not the client)."""
@@ -249,7 +249,7 @@ class GroupCoordinator:
 
     async def _store_group(self, group: Group) -> ErrorCode:
         record = (encode_key(GroupKey(group.group_id)), encode_group(group.to_value()))
-        return await self._write(group.group_id, [record])
+        return await self.write(group.group_id, [record])
 
     # -- JoinGroup -------------------------------------------------------------------------
 
@@ -296,7 +296,7 @@ class GroupCoordinator:
     async def _to_classic(self, group: Group) -> ErrorCode | None:
         """A classic member joins an empty KIP-848 group: the group becomes classic, with its offsets."""
         assert group.consumer is not None and not group.consumer.members
-        stored = await self._write(group.group_id, group_tombstones(group.group_id, group, deleting=False))
+        stored = await self.write(group.group_id, group_tombstones(group.group_id, group, deleting=False))
         if stored != E.none:
             return stored
         group.consumer = None
@@ -341,7 +341,7 @@ class GroupCoordinator:
             return self._current_generation(group, member, include_members=group.is_leader(member_id))
         if group.state == GroupState.STABLE and not changed and not group.is_leader(member_id):
             return self._current_generation(group, member, include_members=False)
-        self._prepare_rebalance(group, f"member {member_id} rejoined")
+        self.prepare_rebalance(group, f"member {member_id} rejoined")
         return await self._await_join(group, member)
 
     async def _replace_static_member(self, group: Group, old: Member, new: Member, skip_ok: bool) -> JoinResult:
@@ -368,13 +368,13 @@ class GroupCoordinator:
             new.heartbeat_deadline = time.monotonic() + new.session_timeout_ms / 1000
             return self._current_generation(group, new, include_members=was_leader,
                                             skip_assignment=was_leader and skip_ok)
-        self._prepare_rebalance(group, f"static member {new.group_instance_id} rejoined")
+        self.prepare_rebalance(group, f"static member {new.group_instance_id} rejoined")
         return await self._await_join(group, new)
 
     async def _add_and_join(self, group: Group, member: Member) -> JoinResult:
         group.add(member)
         if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, f"member {member.member_id} joined")
+            self.prepare_rebalance(group, f"member {member.member_id} joined")
         elif group.initial_delay_until is not None:
             group.new_member_added = True
         return await self._await_join(group, member)
@@ -405,7 +405,7 @@ class GroupCoordinator:
 
     # -- rebalance -------------------------------------------------------------------------
 
-    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+    def prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state == GroupState.COMPLETING_REBALANCE:
             for m in group.members.values():
                 m.assignment = b""
@@ -428,7 +428,7 @@ class GroupCoordinator:
         else:
             group.initial_delay_until = None
             group.rebalance_deadline = loop.call_later(rebalance_s, self._complete_join, group)
-        self._notify()
+        self.notify()
 
     def _initial_delay_expired(self, group: Group, started: float, delay_s: float, rebalance_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -467,7 +467,7 @@ class GroupCoordinator:
             group.leader_id = None
             group.transition(GroupState.EMPTY)
             asyncio.get_running_loop().create_task(self._store_group(group))
-            self._notify()
+            self.notify()
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
@@ -480,7 +480,7 @@ class GroupCoordinator:
             member.join_future.set_result(result)
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id, group.generation,
                  len(group.members), group.protocol_name)
-        self._notify()
+        self.notify()
 
     # -- SyncGroup / Heartbeat / LeaveGroup ------------------------------------------------
 
@@ -542,7 +542,7 @@ class GroupCoordinator:
                     for m in group.members.values():
                         if m.awaiting_sync:
                             m.sync_future.set_result((E.none.value, m.assignment))
-                    self._notify()
+                    self.notify()
         code, assignment = await future
         return code, assignment, group.protocol_type, group.protocol_name
 
@@ -607,7 +607,7 @@ class GroupCoordinator:
 
     def _after_removal(self, group: Group, reason: str) -> None:
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, reason)
+            self.prepare_rebalance(group, reason)
         elif group.state == GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(group)
 
@@ -654,30 +654,50 @@ class GroupCoordinator:
             return all_error(E.coordinator_not_available)
         if group.share is not None:  # a share group's progress is its share-partitions' start offsets
             return all_error(E.group_id_not_found)
-        if group.consumer is not None:
-            error = self.consumer_protocol.commit_error(group, member_id, generation, offsets)
-            if error is not None:
-                return all_error(error)
-        elif not (generation < 0 and group.state == GroupState.EMPTY):
-            if group.state == GroupState.COMPLETING_REBALANCE:
+        classic = group.consumer is None
+        if not classic or not (generation < 0 and group.state == GroupState.EMPTY):  # else: an offsets-only commit
+            if classic and group.state == GroupState.COMPLETING_REBALANCE:
                 return all_error(E.rebalance_in_progress)
-            error = self._member_error(group, member_id, instance_id, generation)
+            error = self._commit_error(group, member_id, instance_id, generation, offsets)
             if error is not None:
                 return all_error(error)
-            member = group.members[member_id]
-            member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+            if classic:
+                member = group.members[member_id]
+                member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        return await self._store_offsets(group_id, offsets)
+
+    def _commit_error(self, group: Group, member_id: str, instance_id: str | None, generation: int,
+                      offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> ErrorCode | None:
+        """Whether the member may commit at this generation: KIP-848's member epoch for a consumer group, the
+        classic protocol's member and generation otherwise (for OffsetCommit and, KIP-447, TxnOffsetCommit)."""
+        if group.consumer is not None:
+            return self.consumer_protocol.commit_error(group, member_id, generation, offsets)
+        return self._member_error(group, member_id, instance_id, generation)
+
+    async def _store_offsets(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+                             producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+        """The one path by which committed offsets are written (OffsetCommit, and TxnOffsetCommit with its
+        `producer`): the records to the group's partition; stored, they count at once, or, in a transaction,
+        once its marker commits (complete_txn). While an ordinary commit is in flight its partitions are pending
+        (what KIP-848's and the classic protocol's revocations wait for)."""
         results, values, records = self._offset_records(group_id, offsets)
-        if records:
+        if not records:
+            return results
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if producer is None:
             group.pending_commits.update(list(values))
-            try:
-                stored = await self._write(group_id, records)
-            finally:
+        try:
+            stored = await self.write(group_id, records, producer=producer)
+        finally:
+            if producer is None:
                 group.pending_commits.subtract(list(values))
                 group.pending_commits = +group.pending_commits
-            for key, value in values.items():
-                if stored == E.none:
-                    group.offsets[key] = value
-                results[key] = stored.value
+        if stored == E.none:
+            if producer is None:
+                group.offsets.update(values)
+            else:
+                group.pending_txn.setdefault(producer[0], {}).update(values)
+        results.update(dict.fromkeys(values, stored.value))
         return results
 
     def _offset_records(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str | None]]
@@ -747,19 +767,10 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and generation >= 0 and member_id:
             # KIP-447: a zombie consumer of an older generation cannot commit in a transaction either.
-            error = (self.consumer_protocol.commit_error(group, member_id, generation, offsets)
-                     if group.consumer is not None
-                     else self._member_error(group, member_id, instance_id, generation))
+            error = self._commit_error(group, member_id, instance_id, generation, offsets)
             if error is not None:
                 return all_error(error)
-        results, values, records = self._offset_records(group_id, offsets)
-        if records:
-            stored = await self._write(group_id, records, producer=(producer_id, producer_epoch))
-            if stored == E.none:
-                group = self.groups.setdefault(group_id, Group(group_id))
-                group.pending_txn.setdefault(producer_id, {}).update(values)
-            results.update(dict.fromkeys(values, stored.value))
-        return results
+        return await self._store_offsets(group_id, offsets, producer=(producer_id, producer_epoch))
 
     def complete_txn(self, partition: int, producer_id: int, committed: bool) -> None:
         """A marker for the producer was written on this __consumer_offsets partition."""
@@ -793,7 +804,7 @@ class GroupCoordinator:
                 if tp in group.offsets:
                     records.append((encode_key(OffsetKey(group_id, tp[0], tp[1])), None))
         if records:
-            stored = await self._write(group_id, records)
+            stored = await self.write(group_id, records)
             if stored != E.none:
                 return stored.value, {}
         for tp, code in results.items():
@@ -878,7 +889,7 @@ class GroupCoordinator:
                 (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in expired]
             if drop_group:
                 records += group_tombstones(group.group_id, group)
-            if await self._write(group.group_id, records) != E.none:
+            if await self.write(group.group_id, records) != E.none:
                 continue
             if self.groups.get(group.group_id) is not group:
                 continue  # unloaded or replaced while the write waited
@@ -891,7 +902,7 @@ class GroupCoordinator:
             if drop_group and group.state == GroupState.EMPTY and not group.offsets:
                 group.transition(GroupState.DEAD)
                 self.groups.pop(group.group_id, None)
-                self._notify()
+                self.notify()
         return deleted
 
     # -- admin -----------------------------------------------------------------------------
@@ -931,12 +942,12 @@ class GroupCoordinator:
                 return error.value
         records = group_tombstones(group_id, group)
         records += [(encode_key(OffsetKey(group_id, t, p)), None) for t, p in group.offsets]
-        stored = await self._write(group_id, records)
+        stored = await self.write(group_id, records)
         if stored != E.none:
             return stored.value
         group.transition(GroupState.DEAD)
         self.groups.pop(group_id, None)
-        self._notify()
+        self.notify()
         return E.none.value
 
     async def _delete_share_state(self, group: Group) -> ErrorCode:
@@ -954,6 +965,6 @@ class GroupCoordinator:
                     return error
         return E.none
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
         if self.on_change is not None:
             self.on_change()

@@ -113,7 +113,7 @@ class ShareProtocol:
             sg.metadata_hash = digest
             sg.group_epoch += 1
             self._sync_state(group)
-            self.coordinator._notify()
+            self.coordinator.notify()
         assignment = assignment_for(member, topics)
         changed = assignment != member.assigned
         if changed or member.member_epoch != sg.group_epoch:
@@ -135,7 +135,7 @@ class ShareProtocol:
         sg.group_epoch += 1
         log.info("share group %s: member %s %s (epoch %d)", group.group_id, member_id, why, sg.group_epoch)
         self._sync_state(group)
-        self.coordinator._notify()
+        self.coordinator.notify()
 
     def expire(self, group: Group, now: float) -> None:
         if group.share is None:

@@ -23,6 +23,7 @@ from ...config import (
 )
 from ...controller.models import TopicDoc
 from ...errors import KafkaError
+from ...ports import BrokerIdentity, ConfigLevels, TopicConfigs, TopicLookup
 from ...quotas.entities import CONTROLLER_MUTATION_RATE
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ..build import ZERO, make, nested, nested_optional
@@ -221,12 +222,12 @@ LEVEL_SOURCES = {"dynamic_broker": SOURCE_DYNAMIC_BROKER, "dynamic_default": SOU
                  "static": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
 
 
-def broker_levels(broker: Any, name: str) -> list[tuple[str, Any, int]]:
+def broker_levels(broker: ConfigLevels, name: str) -> list[tuple[str, Any, int]]:
     """Where a broker property's value comes from, highest priority first, as synonyms."""
     return [(name, value, LEVEL_SOURCES[level]) for value, level in broker.config_levels(name)]
 
 
-def _kafka_named(broker: Any) -> list[tuple[str, list[tuple[str, Any, int]], str]]:
+def _kafka_named(broker: BrokerIdentity) -> list[tuple[str, list[tuple[str, Any, int]], str]]:
     """Kafka's names for what dm configures under its own (tools ask for these)."""
     c = broker.config
     static = SOURCE_STATIC_BROKER
@@ -318,7 +319,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> Any:
     return make(cls, throttle_time=ZERO, results=tuple(results))
 
 
-def _group_entries(broker: Any, group: str, keys: set[str] | None, entry_cls: type, synonym_cls: type | None,
+def _group_entries(broker: ConfigLevels, group: str, keys: set[str] | None, entry_cls: type, synonym_cls: type | None,
                    documentation: bool, synonyms: bool) -> list[Any]:
     """A group's configs: its own values (GROUP_CONFIG), else the broker's or dm's default."""
     entries = []
@@ -335,7 +336,7 @@ def _group_entries(broker: Any, group: str, keys: set[str] | None, entry_cls: ty
     return entries
 
 
-def _group_configs(broker: Any, changes: Any) -> dict[str, str | None]:
+def _group_configs(broker: ConfigLevels, changes: Any) -> dict[str, str | None]:
     """SET and DELETE of group configs, checked against the broker's bounds before the controller stores them."""
     out: dict[str, str | None] = {}
     for c in changes:
@@ -378,14 +379,14 @@ def _is_list(name: str) -> bool:
     return prop is not None and (prop.kind == "list" or name == "cleanup.policy")
 
 
-def _topic(broker: Any, name: str) -> Any:
+def _topic(broker: TopicLookup, name: str) -> TopicDoc:
     topic = broker.topic(name)
     if topic is None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
     return topic
 
 
-async def _alter_topic(broker: Any, name: str, configs: dict[str, str], validate_only: bool) -> None:
+async def _alter_topic(broker: TopicConfigs, name: str, configs: dict[str, str], validate_only: bool) -> None:
     try:
         normalised = validate_topic_configs(configs)
     except ConfigError as exc:
@@ -443,7 +444,7 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> Any:
     return await _alter_each(ctx, req, replace)
 
 
-def _incremental_topic_configs(broker: Any, topic: Any, changes: Any) -> dict[str, str]:
+def _incremental_topic_configs(broker: TopicConfigs, topic: TopicDoc, changes: Any) -> dict[str, str]:
     """The topic's overrides after SET, DELETE, APPEND and SUBTRACT operations."""
     configs = dict(topic.configs)
     settings = broker.topic_settings(topic.name)

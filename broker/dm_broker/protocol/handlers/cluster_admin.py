@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ...controller.models import PartitionResult, ReassignmentRequest
 from ...errors import KafkaError
+from ...ports import TopicLookup
 from ...security.acls import Operation, ResourceType
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
@@ -123,7 +124,7 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
         by_topic.items(), lambda kv: make(topic_cls, name=kv[0], partitions=tuple(kv[1]))))
 
 
-def _changes_replication_factor(broker: Any, r: ReassignmentRequest) -> bool:
+def _changes_replication_factor(broker: TopicLookup, r: ReassignmentRequest) -> bool:
     doc = broker.topic(r.topic)
     if r.replicas is None or doc is None or not 0 <= r.partition < len(doc.partitions):
         return False

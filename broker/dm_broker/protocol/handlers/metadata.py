@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from ...controller.models import TopicDoc
 from ...endpoints import endpoint_on as _fenced_endpoint
 from ...errors import KafkaError
+from ...ports import LeaderVerdicts
 from ...security.acls import CLUSTER_NAME, OPERATIONS, Operation, ResourceType
 from ...steps import PARTITIONS_PER_STEP
 from ...topics import INTERNAL_TOPICS
@@ -86,7 +87,7 @@ def _partition_fields(index: int, state: Any, live: frozenset[int]) -> dict[str,
             "offline_replicas": tuple(r for r in state.replicas if r not in live)}
 
 
-async def _wait_for_suspected_leaders(broker: Any, requested: Any) -> None:
+async def _wait_for_suspected_leaders(broker: LeaderVerdicts, requested: Any) -> None:
     """A leader this broker just lost its connection to is probably gone: answer once the controller
     has ruled on it (tens of milliseconds), not with the dead leader (see Broker.suspect)."""
     docs = broker.topics().values() if requested is None else \
