@@ -125,7 +125,7 @@ def test_children_follow_the_spec_and_hand_edits_are_put_back(apiserver: Testbed
         await runtime.reconcile()
         live = sts(tb, ns)
         assert "nodeSelector" not in live["spec"]["template"]["spec"]
-        assert live["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+        assert live["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 30
         assert live["metadata"]["annotations"]["someone/else"] == "kept"
         assert "num.partitions" not in tb.kubectl_json("get", "configmap", "c-config", "-n", ns)["data"][
             "broker.properties"]
