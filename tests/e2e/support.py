@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 from kubeapi import ApiUnavailable, NotFound
+from measurements import note
 
 T = TypeVar("T")
 
@@ -99,17 +100,27 @@ def create_namespace(k: Kubectl, name: str) -> None:
               "pod-security.kubernetes.io/enforce-version=latest")
 
 
-def delete_namespace(k: Kubectl, name: str, within_s: float = 60) -> float:
-    """`kubectl delete namespace` and the seconds until it is gone; fails after `within_s`, naming what is
-    left in it and what holds it."""
+def delete_namespace(k: Kubectl, name: str, within_s: float = 60, at_most_s: float = 180) -> float:
+    """`kubectl delete namespace` and the seconds until it is gone. After `within_s` (issue 66's bound) nothing of
+    dm's may be left (no DMCluster, Topic or User, no finalizer but Kubernetes' own); what remains then can only be
+    the kubelets still stopping pods and releasing their claims, which a loaded node stretches (on CI, pods past
+    their 30 s grace were still listed at 60 s), so it fails only after `at_most_s`. Names what is left."""
     started = time.monotonic()
     k.kubectl("delete", "namespace", name, "--wait=false")
+    checked = False
     while k.kubectl("get", "namespace", name, check=False).returncode == 0:
-        if time.monotonic() - started > within_s:
+        waited = time.monotonic() - started
+        if (waited > within_s and not checked) or waited > at_most_s:
             left = k.kubectl("get", "all,topics,users,dmclusters,pvc,configmaps,secrets", "-n", name, "-o",
                              "custom-columns=KIND:.kind,NAME:.metadata.name,FINALIZERS:.metadata.finalizers",
                              check=False).stdout
-            raise AssertionError(f"namespace {name} still there after {within_s:.0f}s:\n{left}")
+            rows = [line.split(None, 2) for line in left.splitlines()[1:] if line.strip()]
+            ours = [r for r in rows if r[0] in ("DMCluster", "Topic", "User")
+                    or any(f and not f.startswith("kubernetes.io/") for f in r[-1].strip("[]").split())]
+            if ours or waited > at_most_s:
+                raise AssertionError(f"namespace {name} still there after {waited:.0f}s:\n{left}")
+            note(f"namespace {name} after {within_s:.0f}s: nothing of dm's left, the kubelets still stopping:\n{left}")
+            checked = True
         time.sleep(0.5)
     return time.monotonic() - started
 
