@@ -116,7 +116,7 @@ def delete_namespace(k: Kubectl, name: str, within_s: float = 60, at_most_s: flo
                              check=False).stdout
             rows = [line.split(None, 2) for line in left.splitlines()[1:] if line.strip()]
             ours = [r for r in rows if r[0] in ("DMCluster", "Topic", "User")
-                    or any(f and not f.startswith("kubernetes.io/") for f in r[-1].strip("[]").split())]
+                    or any(not f.startswith("kubernetes.io/") for f in r[-1].strip("[]").split() if f != "<none>")]
             if ours or waited > at_most_s:
                 raise AssertionError(f"namespace {name} still there after {waited:.0f}s:\n{left}")
             note(f"namespace {name} after {within_s:.0f}s: nothing of dm's left, the kubelets still stopping:\n{left}")

@@ -4,8 +4,8 @@ ListPartitionReassignments (KIP-455), DescribeLogDirs and AlterReplicaLogDirs (J
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -13,9 +13,11 @@ from ...controller.models import PartitionResult, ReassignmentRequest
 from ...errors import KafkaError
 from ...ports import TopicLookup
 from ...security.acls import Operation, ResourceType
+from ...steps import PARTITIONS_PER_STEP
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 
+T = TypeVar("T")
 ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
 
 
@@ -36,6 +38,26 @@ async def _by_topic(ctx: RequestContext, results: list[PartitionResult],
         await ctx.turn()
         grouped.setdefault(r.topic, []).append(entry(r))
     return grouped
+
+
+async def _in_steps(ctx: RequestContext, items: list[T], ask: Callable[[list[T]], Awaitable[list[PartitionResult]]],
+                    named: Callable[[T], tuple[str, int]]) -> list[PartitionResult]:
+    """`ask` the controller about PARTITIONS_PER_STEP items at a time: its pass over each part (and the results'
+    models) is one step of the loop, not one pass over 20,000 partitions (issue 65). A KafkaError before any
+    part was asked refuses the whole request as before; after, it is the answer of the parts not yet asked."""
+    results: list[PartitionResult] = []
+    for first in range(0, len(items), PARTITIONS_PER_STEP):
+        part = items[first:first + PARTITIONS_PER_STEP]
+        await ctx.turn(len(part))
+        try:
+            results += await ask(part)
+        except KafkaError as exc:
+            if first == 0:
+                raise
+            results += [PartitionResult(topic=topic, partition=index, error=exc.code.name, message=exc.message)
+                        for topic, index in map(named, items[first:])]
+            break
+    return results
 
 
 async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
@@ -89,7 +111,12 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
     partitions = None if req.topic_partitions is None else [
         (t.topic, p) for t in req.topic_partitions for p in t.partitions]
     try:
-        results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, partitions)
+        if partitions is None:
+            results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, None)
+        else:
+            results = await _in_steps(ctx, partitions,
+                                      lambda part: ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, part),
+                                      lambda tp: tp)
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, replica_election_results=())
     by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_id=r.partition, error_code=_code(r),
@@ -110,12 +137,14 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
                                                 replicas=None if p.replicas is None else list(p.replicas)))
     refused: list[PartitionResult] = []
     if not getattr(req, "allow_replication_factor_change", True):  # v1 (KIP-860)
+        keeps = [not _changes_replication_factor(ctx.broker, r) for r in requests]
         refused = [PartitionResult(topic=r.topic, partition=r.partition, error="invalid_replication_factor",
                                    message="the reassignment changes the replication factor")
-                   for r in requests if _changes_replication_factor(ctx.broker, r)]
-        requests = [r for r in requests if not _changes_replication_factor(ctx.broker, r)]
+                   for r, keep in zip(requests, keeps, strict=True) if not keep]
+        requests = [r for r, keep in zip(requests, keeps, strict=True) if keep]
     try:
-        results = refused + (await ctx.broker.alter_reassignments(requests) if requests else [])
+        results = refused + await _in_steps(ctx, requests, ctx.broker.alter_reassignments,
+                                            lambda r: (r.topic, r.partition))
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, error_message=exc.message, responses=())
     by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_index=r.partition, error_code=_code(r),
