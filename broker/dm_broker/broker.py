@@ -44,6 +44,7 @@ from .controller.models import (
     ScramResult,
     TopicDoc,
 )
+from .controller_steps import asked_in_steps
 from .endpoints import BrokerEndpoint, endpoint_on
 from .errors import KafkaError
 from .gc_tuning import LongLivedObjects
@@ -942,14 +943,14 @@ class Broker:
 
     async def alter_reassignments(self, requests: list[ReassignmentRequest]) -> list[PartitionResult]:
         version = self.metadata.version if self.metadata else -1
-        results = await self._ask_controller(self.controller.alter_reassignments(requests))
+        results = await asked_in_steps(requests, self.controller.alter_reassignments, self._ask_controller)
         if any(r.error is None for r in results):  # so ListPartitionReassignments here shows them at once
             await self._until_visible(lambda: self.metadata is not None and self.metadata.version > version, 2)
         return results
 
     async def elect_leaders(self, unclean: bool, partitions: list[tuple[str, int]] | None) -> list[PartitionResult]:
-        return await self._ask_controller(self.controller.elect_leaders(
-            ElectLeadersRequest(unclean=unclean, partitions=partitions)))
+        return await asked_in_steps(partitions, lambda part: self.controller.elect_leaders(
+            ElectLeadersRequest(unclean=unclean, partitions=part)), self._ask_controller)
 
     def _offsets_leader(self, group_id: str) -> int:
         """The node leading the group's __consumer_offsets partition (its coordinator), or -1."""

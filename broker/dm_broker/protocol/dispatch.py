@@ -8,7 +8,7 @@ import datetime
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 T = TypeVar("T")
+K = TypeVar("K")
 FETCH_KEY = 1
 STEP_SECONDS = 0.01  # the longest a request's handler runs before the loop's next turn (turn())
 
@@ -141,6 +142,12 @@ class RequestContext:
             await self.turn()
             out.append(build(item))
         return tuple(out)
+
+    async def built_by_key(self, grouped: Mapping[K, list[Any]], build: Callable[[K, tuple[Any, ...]], Any]
+                           ) -> tuple[Any, ...]:
+        """build(key, entries) for each key of a grouped answer (a topic and its partitions' entries, in the
+        order first seen), a step at a time as built() does."""
+        return await self.built(grouped.items(), lambda kv: build(kv[0], tuple(kv[1])))
 
     def release_order(self) -> None:
         """The rest of this request does not affect the order of later ones on the connection

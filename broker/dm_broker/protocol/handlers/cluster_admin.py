@@ -4,8 +4,8 @@ ListPartitionReassignments (KIP-455), DescribeLogDirs and AlterReplicaLogDirs (J
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -13,11 +13,9 @@ from ...controller.models import PartitionResult, ReassignmentRequest
 from ...errors import KafkaError
 from ...ports import TopicLookup
 from ...security.acls import Operation, ResourceType
-from ...steps import PARTITIONS_PER_STEP
 from ..build import ZERO, make, nested
 from ..dispatch import RequestContext
 
-T = TypeVar("T")
 ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
 
 
@@ -38,26 +36,6 @@ async def _by_topic(ctx: RequestContext, results: list[PartitionResult],
         await ctx.turn()
         grouped.setdefault(r.topic, []).append(entry(r))
     return grouped
-
-
-async def _in_steps(ctx: RequestContext, items: list[T], ask: Callable[[list[T]], Awaitable[list[PartitionResult]]],
-                    named: Callable[[T], tuple[str, int]]) -> list[PartitionResult]:
-    """`ask` the controller about PARTITIONS_PER_STEP items at a time: its pass over each part (and the results'
-    models) is one step of the loop, not one pass over 20,000 partitions (issue 65). A KafkaError before any
-    part was asked refuses the whole request as before; after, it is the answer of the parts not yet asked."""
-    results: list[PartitionResult] = []
-    for first in range(0, len(items), PARTITIONS_PER_STEP):
-        part = items[first:first + PARTITIONS_PER_STEP]
-        await ctx.turn(len(part))
-        try:
-            results += await ask(part)
-        except KafkaError as exc:
-            if first == 0:
-                raise
-            results += [PartitionResult(topic=topic, partition=index, error=exc.code.name, message=exc.message)
-                        for topic, index in map(named, items[first:])]
-            break
-    return results
 
 
 async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
@@ -97,8 +75,8 @@ async def handle_delete_records(ctx: RequestContext, req: Any) -> Any:
                 error = exc.code
         topics.setdefault(name, []).append(make(part_cls, partition_index=p.partition_index, low_watermark=low,
                                                 error_code=error))
-    return make(cls, throttle_time=ZERO, topics=await ctx.built(
-        topics.items(), lambda kv: make(topic_cls, name=kv[0], partitions=tuple(kv[1]))))
+    return make(cls, throttle_time=ZERO, topics=await ctx.built_by_key(
+        topics, lambda name, parts: make(topic_cls, name=name, partitions=parts)))
 
 
 async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
@@ -111,18 +89,13 @@ async def handle_elect_leaders(ctx: RequestContext, req: Any) -> Any:
     partitions = None if req.topic_partitions is None else [
         (t.topic, p) for t in req.topic_partitions for p in t.partitions]
     try:
-        if partitions is None:
-            results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, None)
-        else:
-            results = await _in_steps(ctx, partitions,
-                                      lambda part: ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, part),
-                                      lambda tp: tp)
+        results = await ctx.broker.elect_leaders(election == ELECTION_UNCLEAN, partitions)
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, replica_election_results=())
     by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_id=r.partition, error_code=_code(r),
                                                  error_message=r.message))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=await ctx.built(
-        by_topic.items(), lambda kv: make(result_cls, topic=kv[0], partition_result=tuple(kv[1]))))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, replica_election_results=await ctx.built_by_key(
+        by_topic, lambda topic, parts: make(result_cls, topic=topic, partition_result=parts)))
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
@@ -143,14 +116,13 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
                    for r, keep in zip(requests, keeps, strict=True) if not keep]
         requests = [r for r, keep in zip(requests, keeps, strict=True) if keep]
     try:
-        results = refused + await _in_steps(ctx, requests, ctx.broker.alter_reassignments,
-                                            lambda r: (r.topic, r.partition))
+        results = refused + (await ctx.broker.alter_reassignments(requests) if requests else [])
     except KafkaError as exc:
         return make(cls, throttle_time=ZERO, error_code=exc.code, error_message=exc.message, responses=())
     by_topic = await _by_topic(ctx, results, lambda r: make(part_cls, partition_index=r.partition, error_code=_code(r),
                                                  error_message=r.message))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=await ctx.built(
-        by_topic.items(), lambda kv: make(topic_cls, name=kv[0], partitions=tuple(kv[1]))))
+    responses = await ctx.built_by_key(by_topic, lambda topic, parts: make(topic_cls, name=topic, partitions=parts))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, error_message=None, responses=responses)
 
 
 def _changes_replication_factor(broker: TopicLookup, r: ReassignmentRequest) -> bool:
@@ -221,8 +193,8 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, req: Any) -> Any:
                 except KafkaError as exc:
                     error = exc.code
                 by_topic.setdefault(topic.name, []).append(make(part_cls, partition_index=index, error_code=error))
-    return make(cls, throttle_time=ZERO, results=await ctx.built(
-        by_topic.items(), lambda kv: make(topic_cls, topic_name=kv[0], partitions=tuple(kv[1]))))
+    return make(cls, throttle_time=ZERO, results=await ctx.built_by_key(
+        by_topic, lambda topic, parts: make(topic_cls, topic_name=topic, partitions=parts)))
 
 
 # Refusals of a whole request (the dispatcher answers them when the cluster permission is missing).

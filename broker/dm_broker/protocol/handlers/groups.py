@@ -217,8 +217,7 @@ async def _offset_topics(ctx: RequestContext, group_id: str, topics: Any, topic_
             by_topic[t.name] = [make(part_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                      metadata="", error_code=ErrorCode.topic_authorization_failed)
                                 for p in getattr(t, topic_field)]
-    topics_out = await ctx.built(by_topic.items(), lambda item: make(topic_cls, name=item[0],
-                                                                      partitions=tuple(item[1])))
+    topics_out = await ctx.built_by_key(by_topic, lambda topic, parts: make(topic_cls, name=topic, partitions=parts))
     return ErrorCode(code), topics_out
 
 

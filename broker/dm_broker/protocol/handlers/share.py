@@ -202,8 +202,7 @@ async def _answer(ctx: RequestContext, req_ctx: _ShareRequest, error: ErrorCode 
                                                  delivery_count=a.delivery_count) for a in out.acquired)
                   if acquired_cls is not None else ()}
         by_topic.setdefault(topic_id, []).append(make(part_cls, **fields))
-    responses = await ctx.built(by_topic.items(), lambda kv: make(topic_cls, topic_id=uuid.UUID(kv[0]),
-                                                                  partitions=tuple(kv[1])))
+    responses = await ctx.built_by_key(by_topic, lambda t, ps: make(topic_cls, topic_id=uuid.UUID(t), partitions=ps))
     return make(cls, throttle_time=ZERO, error_code=error, error_message=message,
                 acquisition_lock_timeout=datetime.timedelta(milliseconds=ctx.broker.share.lock_ms(req_ctx.group)),
                 responses=responses, node_endpoints=())

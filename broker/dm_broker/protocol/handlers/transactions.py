@@ -47,7 +47,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
         for (topic, p), error in errors.items():
             await ctx.turn()
             by_topic.setdefault(topic, []).append(part_cls(partition_index=p, partition_error_code=error))
-        return await ctx.built(by_topic.items(), lambda kv: topic_cls(name=kv[0], results_by_partition=tuple(kv[1])))
+        return await ctx.built_by_key(by_topic, lambda t, ps: topic_cls(name=t, results_by_partition=ps))
 
     if ctx.version <= 3:  # a client adds the partitions it is about to write to
         partitions = {(t.name, p) for t in req.v3_and_below_topics for p in t.partitions}
@@ -193,8 +193,7 @@ async def handle_write_txn_markers(ctx: RequestContext, req: Any) -> Any:
             await ctx.turn()
             by_topic.setdefault(t, []).append(part_cls(partition_index=p, error_code=error))
         out.append(result_cls(producer_id=marker.producer_id,
-                              topics=await ctx.built(by_topic.items(),
-                                                     lambda kv: topic_cls(name=kv[0], partitions=tuple(kv[1])))))
+                              topics=await ctx.built_by_key(by_topic, lambda t, ps: topic_cls(name=t, partitions=ps))))
     return make(cls, markers=tuple(out))
 
 
@@ -223,8 +222,8 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> Any:
                                 transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
                                 transaction_start_time=ms_to_datetime(meta.start_ms) or UNKNOWN_TIME,
                                 producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-                                topics=await ctx.built(by_topic.items(),
-                                                       lambda kv: topic_cls(topic=kv[0], partitions=tuple(kv[1])))))
+                                topics=await ctx.built_by_key(by_topic,
+                                                              lambda t, ps: topic_cls(topic=t, partitions=ps))))
     return make(cls, throttle_time=ZERO, transaction_states=tuple(states))
 
 
