@@ -664,7 +664,7 @@ class GroupCoordinator:
             if classic:
                 member = group.members[member_id]
                 member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
-        return await self._store_offsets(group_id, offsets)
+        return await self._store_offsets(group_id, offsets, group)
 
     def _commit_error(self, group: Group, member_id: str, instance_id: str | None, generation: int,
                       offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> ErrorCode | None:
@@ -675,28 +675,28 @@ class GroupCoordinator:
         return self._member_error(group, member_id, instance_id, generation)
 
     async def _store_offsets(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str | None]],
-                             producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
-        """The one path by which committed offsets are written (OffsetCommit, and TxnOffsetCommit with its
-        `producer`): the records to the group's partition; stored, they count at once, or, in a transaction,
-        once its marker commits (complete_txn). While an ordinary commit is in flight its partitions are pending
-        (what KIP-848's and the classic protocol's revocations wait for)."""
+                             group: Group | None = None, producer: tuple[int, int] | None = None
+                             ) -> dict[tuple[str, int], int]:
+        """The one path committed offsets are written by: OffsetCommit's into its `group`, pending until stored (what
+        revocations wait for); TxnOffsetCommit's with its `producer`, counted once the transaction's marker commits
+        (complete_txn), the group made if it was not there only once they are stored."""
         results, values, records = self._offset_records(group_id, offsets)
         if not records:
             return results
-        group = self.groups.setdefault(group_id, Group(group_id))
-        if producer is None:
+        if group is not None:
             group.pending_commits.update(list(values))
         try:
             stored = await self.write(group_id, records, producer=producer)
         finally:
-            if producer is None:
+            if group is not None:
                 group.pending_commits.subtract(list(values))
                 group.pending_commits = +group.pending_commits
         if stored == E.none:
             if producer is None:
+                assert group is not None
                 group.offsets.update(values)
             else:
-                group.pending_txn.setdefault(producer[0], {}).update(values)
+                self.groups.setdefault(group_id, Group(group_id)).pending_txn.setdefault(producer[0], {}).update(values)
         results.update(dict.fromkeys(values, stored.value))
         return results
 
